@@ -1,0 +1,179 @@
+"""Immutable events the engine publishes, and the sink type that receives them.
+
+Events carry plain data only (ints, strs, tuples, enums, and torch-compatible
+``ProcessFailure`` / ``RunProcsResult`` records), never file objects, ``Popen`` or
+``psutil.Process``, so that a UI can hold them, compare them and one day receive them over a
+socket from a detached supervisor.
+
+Threads: sinks are called on engine threads (the monitor, the log pump, the stats sampler,
+the escalation timer). A sink must be thread-safe and must not block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, Union
+
+from engine.states import RankState
+
+if TYPE_CHECKING:
+    from engine.errors import ProcessFailure
+    from engine.pcontext import RunProcsResult
+
+Stream = Literal["stdout", "stderr", "filtered_stdout", "filtered_stderr"]
+"""``filtered_*`` are the duplicate-filter streams (filtered_stdout.log / filtered_stderr.log)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankOutput:
+    """A batch of complete lines from one rank's stream, in order (never one event per line).
+
+    For ``filtered_*`` streams, ``rank`` is the rank the lines came from and the lines carry
+    the log line prefix, exactly as written to the filtered file.
+    """
+
+    rank: int
+    stream: Stream
+    lines: tuple[str, ...]
+    """Complete lines, without their newline, sanitised (SGR colours kept, other escapes
+    neutralised), each at most the display cap long."""
+    partial: str = ""
+    """The current unterminated last line (a progress bar mid-redraw), "" if none."""
+    attempt: int = 0
+    first_line: int = 0
+    """0-based index in the rank's file (this attempt/incarnation) of ``lines[0]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankStateChanged:
+    """A rank moved from ``old`` to ``new`` (see ``engine.states.TRANSITIONS``)."""
+
+    rank: int
+    old: RankState
+    new: RankState
+    pid: int | None
+    exitcode: int | None = None
+    signal_name: str | None = None
+    """e.g. "SIGKILL" when the rank died of a signal."""
+    restart_count: int = 0
+    """How many times this rank has been restarted, alone or with its attempt."""
+    attempt: int = 0
+    failure: ProcessFailure | None = None
+    caused_by_us: bool = False
+    """True when the exit was our own doing (terminate, kill, teardown after another failure)."""
+    t: float = 0.0
+    """Wall-clock time of the transition (``time.time()``), for display."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankStats:
+    """One psutil sample of a rank and its descendants."""
+
+    rank: int
+    pid: int
+    status: str
+    """psutil status ("running", "sleeping", "stopped", "zombie", "disk-sleep", "gone")."""
+    cpu_percent: float
+    """Rank plus descendants; 100.0 is one full core."""
+    rss_bytes: int
+    """Rank plus descendants."""
+    num_threads: int
+    num_descendants: int
+    cpu_affinity: tuple[int, ...]
+    cpu_num: int | None
+    numa_node: int | None
+    uptime_s: float
+    t: float
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationScheduled:
+    """``signal_name`` was sent to ``ranks``; SIGKILL follows at ``deadline`` if they live."""
+
+    ranks: tuple[int, ...]
+    signal_name: str
+    timeout_s: float
+    deadline: float
+    """``time.monotonic()`` value at which SIGKILL will be sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationFinished:
+    """The escalation for ``ranks`` is over: they exited in time, or were SIGKILLed."""
+
+    ranks: tuple[int, ...]
+    killed: tuple[int, ...]
+    """Ranks that outlived the deadline and got SIGKILL."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankRestarted:
+    """A rank runs again: alone (``whole_attempt`` False) or as part of a new attempt."""
+
+    rank: int
+    pid: int
+    restart_count: int
+    attempt: int
+    whole_attempt: bool
+    stdout_path: str
+    stderr_path: str
+    error_file: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptStarted:
+    """A new attempt (``attempt_<n>`` directory, TORCHELASTIC_RESTART_COUNT=n) started."""
+
+    attempt: int
+    log_dir: str
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TimerExpired:
+    """torch's file-timer watchdog killed a rank that overran an expiry-timer scope."""
+
+    rank: int
+    pid: int
+    scope: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    """Every rank of the attempt reached a final state and no restart is pending."""
+
+    result: RunProcsResult
+    attempt: int
+    root_cause_rank: int | None
+    """The rank whose failure came first (earliest real exit time), None on success."""
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorNotice:
+    """Something a person should read: a refused command, a warning, a watchdog message."""
+
+    message: str
+    severity: Literal["information", "warning", "error"] = "information"
+
+
+Event = Union[
+    RankOutput,
+    RankStateChanged,
+    RankStats,
+    EscalationScheduled,
+    EscalationFinished,
+    RankRestarted,
+    AttemptStarted,
+    TimerExpired,
+    RunFinished,
+    SupervisorNotice,
+]
+
+
+class EventSink(Protocol):
+    """Receives every event of one Supervisor."""
+
+    def __call__(self, event: Event, /) -> None:
+        """Called on an engine thread. Must not block and must be thread-safe."""
+
+

@@ -1,0 +1,139 @@
+"""The one interface a UI holds: commands in, events out, a snapshot for late subscribers.
+
+``Supervisor`` (a run in this process) and ``engine.testing.ScriptedSupervisor`` (a scripted
+run for UI tests) both implement ``SupervisorHandle``; a detached supervisor behind a Unix
+socket can implement it later. UI code must not care which one it holds.
+
+Commands are plain data so they can be logged, compared in tests and sent over a wire.
+``execute`` never blocks for the length of an escalation: it sends the signal, schedules the
+SIGKILL and returns; progress arrives as events.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Union
+
+from engine.events import EventSink
+from engine.states import RankState
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRanks:
+    """Send ``sig`` to each rank in ``ranks`` (and its process group / descendants)."""
+
+    ranks: tuple[int, ...]
+    sig: int
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateRanks:
+    """Send ``sig`` to ``ranks`` (None: all), SIGKILL whoever is alive after ``timeout_s``.
+
+    ``timeout_s`` None means the supervisor's configured term timeout.
+    """
+
+    ranks: tuple[int, ...] | None = None
+    sig: int = signal.SIGTERM
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KillRanks:
+    """SIGKILL ``ranks`` (None: all) at once."""
+
+    ranks: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRank:
+    """Stop ``rank`` if alive (with escalation) and start it again with the same args and env.
+
+    Its earlier stdout, stderr and error.json are kept, not overwritten.
+    """
+
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class RestartAll:
+    """Stop every rank and start a new attempt (attempt_<n+1>, restart count + 1)."""
+
+
+Command = Union[SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """Whether a command was accepted; ``message`` says why not, in words for a person."""
+
+    ok: bool
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """What is known of one rank right now (for a UI that subscribes after the start)."""
+
+    rank: int
+    state: RankState
+    pid: int | None
+    restart_count: int
+    attempt: int
+    stdout_path: str
+    """"" when the stream is not redirected to a file."""
+    stderr_path: str
+    error_file: str
+    exitcode: int | None = None
+    signal_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """The run as a whole."""
+
+    name: str
+    """Role name, also the default log line prefix ("[{name}{rank}]:")."""
+    nprocs: int
+    run_id: str
+    log_dir: str
+    """The run's directory (``<log_dir>/<run_id>_xxxxxxxx``)."""
+    attempt: int
+    term_timeout_s: float
+    command: tuple[str, ...] = ()
+    """The entrypoint and its arguments, for display."""
+    filtered_stdout_path: str = ""
+    filtered_stderr_path: str = ""
+    stdout_filters: tuple[str, ...] = ()
+    stderr_filters: tuple[str, ...] = ()
+    log_line_prefixes: dict[int, str] = field(default_factory=dict)
+    ranks: tuple[RankInfo, ...] = ()
+    finished: bool = False
+
+
+class SupervisorHandle(Protocol):
+    """What the TUI (and the headless CLI) need of a supervisor."""
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        """Add a sink for every later event; returns a function that removes it."""
+
+    def start(self) -> None:
+        """Start the ranks (idempotent)."""
+
+    def execute(self, command: Command) -> CommandResult:
+        """Carry out a command without blocking for its escalation; safe from any thread."""
+
+    def snapshot(self) -> RunInfo:
+        """The run and every rank as they are now."""
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Terminate every live rank with escalation, wait for them, release resources.
+
+        Blocks up to about ``2 * timeout`` (call it from a worker thread in a UI).
+        """
+
+
+def signal_rank(handle: SupervisorHandle, rank: int, sig: int) -> CommandResult:
+    """Shorthand for ``handle.execute(SignalRanks((rank,), sig))``."""
+    return handle.execute(SignalRanks((rank,), sig))

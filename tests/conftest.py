@@ -1,0 +1,55 @@
+"""Shared fixtures: real processes, real files, bounded waits."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+BIN = Path(__file__).parent / "bin"
+"""Tiny child programs, run with ``sys.executable``."""
+
+PYTHON = sys.executable
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02
+) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+@pytest.fixture
+def bin_path() -> Callable[[str], str]:
+    """``bin_path("echo_rank.py")`` -> absolute path of a child program."""
+    return lambda name: str(BIN / name)
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_torchelastic_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test run launched from inside a torchrun job must not leak its run id or restart
+    # count into the layouts the tests check.
+    for key in list(os.environ):
+        if key.startswith("TORCHELASTIC_"):
+            monkeypatch.delenv(key, raising=False)

@@ -1,0 +1,23 @@
+"""The engine stays UI-free and light: checked in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _loaded_after(stmt: str, names: tuple[str, ...]) -> list[str]:
+    code = f"import sys; {stmt}; print([m for m in {names!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return eval(out.stdout.strip())  # noqa: S307 - our own literal list
+
+
+def test_engine_imports_no_ui_and_no_torch() -> None:
+    assert _loaded_after("import engine", ("textual", "rich", "tui", "torch")) == []
+
+
+def test_engine_events_and_states_are_plain() -> None:
+    loaded = _loaded_after(
+        "import engine.events, engine.states, engine.handle", ("textual", "rich", "torch")
+    )
+    assert loaded == []
