@@ -15,6 +15,9 @@ BIN = Path(__file__).parent / "bin"
 
 PYTHON = sys.executable
 
+collect_ignore = ["bench"]
+"""Benchmarks print figures; they are run by hand, never collected as tests."""
+
 
 def wait_until(
     predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02
