@@ -1,0 +1,293 @@
+"""No orphans, even when rankvisor itself is SIGKILLed.
+
+PR_SET_PDEATHSIG (set on every rank by the spawner) kills a rank when rankvisor dies, but
+not the rank's own children: a DataLoader worker, a compile worker, or a ``setsid`` daemon
+the rank started would be re-parented to init and live on. So each Supervisor starts one
+tiny guard process:
+
+* it is not our child in any way that matters: its own session (a Ctrl-C or a hang-up
+  aimed at our terminal does not reach it) and no death signal;
+* it holds the read end of a pipe whose only write end lives in the supervisor (not
+  inheritable, so no rank holds it open). The kernel closes that end when we die, however
+  we die, and the guard reads EOF;
+* we tell it, line by line, which processes are ranks (``R pid pgid starttime``) and which
+  descendants the stats sampler has seen (``D pid starttime``); it pins each one with a
+  pidfd, after checking the starttime, so a recycled pid is never hit;
+* every rank also carries ``RANKVISOR_GUARD=<token>`` in its environment, inherited by all
+  its descendants, including ones that left the process group or whose parent is gone.
+
+On EOF the guard SIGKILLs every rank's process group, every pinned process, and then
+sweeps /proc for processes carrying the token, until a sweep finds nothing new. A clean
+``Supervisor.shutdown`` closes the pipe too, so the same sweep removes stragglers.
+
+This file is also the guard program itself (``python -I -S engine/guard.py FD TOKEN``): it
+imports only the stdlib, so the guard starts in a few milliseconds and never imports the
+engine.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+__all__ = ["GUARD_ENV", "Guard", "starttime"]
+
+GUARD_ENV = "RANKVISOR_GUARD"
+"""Environment variable every rank (and so every descendant) carries."""
+
+_PRUNE_ABOVE = 256
+"""Pinned processes beyond which the guard closes the pidfds of those already dead."""
+
+
+def starttime(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22).
+
+    Together with the pid it names one process for ever: a recycled pid gets a new one.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    try:
+        # The command name (field 2) may contain spaces and ')' : split after the last ')'.
+        return int(data.rsplit(b")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+class Guard:
+    """The supervisor's side of the guard: starts it, feeds it, and lets it go.
+
+    All methods are thread-safe and never block for long (one small pipe write). If the
+    guard died (someone killed it), feeding it becomes a no-op and ``alive`` turns False;
+    the ranks still have PDEATHSIG.
+    """
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(16)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._wfd: int | None = None
+        self._sent: set[int] = set()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What every rank's environment must contain."""
+        return {GUARD_ENV: self.token}
+
+    @property
+    def pid(self) -> int | None:
+        """The guard's pid, None before start."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the guard process is still there."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start the guard process (idempotent)."""
+        with self._lock:
+            if self._proc is not None:
+                return
+            rfd, wfd = os.pipe()  # both non-inheritable (PEP 446): ranks never hold them
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", os.path.abspath(__file__), str(rfd), self.token],
+                    pass_fds=(rfd,),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    # Its own session: terminal signals aimed at us must not reach it.
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            finally:
+                os.close(rfd)
+            self._wfd = wfd
+
+    def add_rank(self, pid: int, pgid: int | None = None) -> None:
+        """Pin a rank process; on our death its process group is killed too."""
+        st = starttime(pid)
+        if st is not None:
+            self._send(f"R {pid} {pgid if pgid is not None else pid} {st}\n")
+
+    def add_descendants(self, pids: list[int]) -> None:
+        """Pin descendants the first time they are seen (others are already pinned)."""
+        lines = []
+        for pid in pids:
+            if pid in self._sent:
+                continue
+            st = starttime(pid)
+            if st is not None:
+                self._sent.add(pid)
+                lines.append(f"D {pid} {st}\n")
+        if lines:
+            self._send("".join(lines))
+
+    def forget(self, pid: int) -> None:
+        """A rank was reaped: the guard can drop its pidfd."""
+        self._sent.discard(pid)
+        self._send(f"X {pid}\n")
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Close our end: the guard kills whatever still carries our token, then exits.
+
+        Waits up to ``wait_s`` for that sweep so a caller that then checks for leftovers
+        sees them gone.
+        """
+        with self._lock:
+            wfd, self._wfd = self._wfd, None
+            proc = self._proc
+        if wfd is not None:
+            os.close(wfd)
+        if proc is not None:
+            try:
+                proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass  # the guard lives on and finishes its sweep on its own
+
+    def _send(self, text: str) -> None:
+        with self._lock:
+            if self._wfd is None:
+                return
+            try:
+                os.write(self._wfd, text.encode())
+            except OSError:
+                # EPIPE: the guard is gone; stop feeding it.
+                os.close(self._wfd)
+                self._wfd = None
+
+
+# --------------------------------------------------------------------------------------
+# The guard program. Only the stdlib, and nothing that could block on our dead parent.
+
+
+def _pin(pid: int, st: int) -> int | None:
+    """A pidfd for ``pid`` if it is still the process that started at ``st``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    # Opened first, checked second: if the starttime matches now, the pidfd refers to it.
+    if starttime(pid) != st:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _kill_fd(fd: int) -> None:
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass  # already dead
+
+
+def _dead(fd: int) -> bool:
+    # A pidfd polls readable once its process has exited.
+    r, _, _ = select.select([fd], [], [], 0)
+    return bool(r)
+
+
+def _sweep_token(token: bytes, killed: set[tuple[int, int]]) -> int:
+    """SIGKILL every process whose environment carries our token; count the new ones."""
+    needle = b"\0" + GUARD_ENV.encode() + b"=" + token + b"\0"
+    me = os.getpid()
+    found = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = b"\0" + f.read()
+        except OSError:
+            continue  # not ours to read, or gone
+        if not env.endswith(b"\0"):
+            env += b"\0"
+        if needle not in env:
+            continue
+        st = starttime(pid)
+        if st is None or (pid, st) in killed:
+            continue
+        fd = _pin(pid, st)
+        if fd is None:
+            continue
+        _kill_fd(fd)
+        os.close(fd)
+        killed.add((pid, st))
+        found += 1
+    return found
+
+
+def _guard_main(rfd: int, token: str) -> None:
+    # Terminal-generated signals are for the supervisor, never for us.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
+        signal.signal(sig, signal.SIG_IGN)
+    pinned: dict[int, tuple[int, int]] = {}  # pid -> (pidfd, starttime)
+    groups: dict[int, int] = {}  # rank pid -> its process group
+    buf = b""
+    while True:
+        chunk = os.read(rfd, 65536)  # blocks until a line or EOF (the supervisor is gone)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            parts = line.split()
+            try:
+                if parts[0] == b"R":
+                    pid, pgid, st = int(parts[1]), int(parts[2]), int(parts[3])
+                    fd = _pin(pid, st)
+                    if fd is not None:
+                        pinned[pid] = (fd, st)
+                        groups[pid] = pgid
+                elif parts[0] == b"D":
+                    pid, st = int(parts[1]), int(parts[2])
+                    if pid not in pinned:
+                        fd = _pin(pid, st)
+                        if fd is not None:
+                            pinned[pid] = (fd, st)
+                elif parts[0] == b"X":
+                    pid = int(parts[1])
+                    groups.pop(pid, None)
+                    entry = pinned.pop(pid, None)
+                    if entry is not None:
+                        os.close(entry[0])
+            except (IndexError, ValueError):
+                continue
+        if len(pinned) > _PRUNE_ABOVE:
+            for pid, (fd, _) in list(pinned.items()):
+                if pid not in groups and _dead(fd):
+                    os.close(fd)
+                    del pinned[pid]
+
+    # EOF: the supervisor has gone (or shut down). Kill groups first so nothing forks on.
+    killed: set[tuple[int, int]] = set()
+    for pid, pgid in groups.items():
+        # A group id is not reused while any member lives, so this reaches the rank's
+        # group (leader possibly already dead from PDEATHSIG) or, if empty, nothing.
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid, (fd, st) in pinned.items():
+        _kill_fd(fd)
+        killed.add((pid, st))
+    # Then sweep for the token until a pass finds nothing new. A process that forked
+    # during a pass has a child carrying the token, which the next pass catches.
+    for _ in range(50):
+        if _sweep_token(token.encode(), killed) == 0:
+            break
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    _guard_main(int(sys.argv[1]), sys.argv[2])

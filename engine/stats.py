@@ -1,0 +1,289 @@
+"""Per-rank process statistics (psutil), sampled on one background thread.
+
+Why a thread of its own: sampling reads a handful of /proc files per process, which is
+cheap but not free, and must never sit on the monitor's path (exits are noticed within
+milliseconds) or on a UI thread.
+
+What one sample of a rank covers: the rank's process plus every descendant (DataLoader
+workers, compile workers, anything the rank forks): CPU % and RSS summed over the tree;
+threads, status, affinity, current CPU (and its NUMA node) and uptime of the rank itself.
+Descendants are found through ``/proc/<pid>/task/<tid>/children`` (a few small reads per
+rank) rather than psutil's ``children()``, which scans every process on the machine once
+per call; on kernels without that file we fall back to psutil.
+
+CPU % is our own delta of user+system time over wall time between two samples, per pid,
+so a descendant that appears between samples is counted from its first sighting and one
+that vanished simply stops counting. A dead or zombie rank is a *state* ("zombie",
+"gone"), never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import psutil
+
+from engine.events import RankStats
+
+__all__ = ["StatsSampler", "cpu_to_numa_node", "descendants"]
+
+_GONE = "gone"
+
+
+def _parse_cpulist(text: str) -> list[int]:
+    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def cpu_to_numa_node(sys_root: str = "/sys/devices/system/node") -> dict[int, int]:
+    """Map each CPU to its NUMA node, from sysfs. Empty when the machine shows no nodes."""
+    mapping: dict[int, int] = {}
+    try:
+        names = os.listdir(sys_root)
+    except OSError:
+        return mapping
+    for name in names:
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        try:
+            with open(os.path.join(sys_root, name, "cpulist")) as f:
+                for cpu in _parse_cpulist(f.read()):
+                    mapping[cpu] = int(name[4:])
+        except (OSError, ValueError):
+            continue
+    return mapping
+
+
+def _children_of(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` (any of its threads), or None if the kernel can't say."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # the process is gone: no children to report
+    kids: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task"):
+                return kids  # the whole process went away while we read
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # that thread ended while we read
+            return None  # CONFIG_PROC_CHILDREN is off
+        except OSError:
+            continue
+        kids.extend(int(x) for x in data.split())
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid`` right now (breadth first), without ``pid`` itself."""
+    out: list[int] = []
+    queue = [pid]
+    seen = {pid}
+    while queue:
+        parent = queue.pop()
+        kids = _children_of(parent)
+        if kids is None:
+            try:
+                kids = [c.pid for c in psutil.Process(parent).children(recursive=False)]
+            except psutil.Error:
+                kids = []
+        for k in kids:
+            if k not in seen:
+                seen.add(k)
+                out.append(k)
+                queue.append(k)
+    return out
+
+
+@dataclass(slots=True)
+class _Tracked:
+    rank: int
+    proc: psutil.Process
+    # pid -> (psutil.Process, cpu seconds at the last sample); the rank itself included.
+    cpu_seen: dict[int, tuple[psutil.Process, float]] = field(default_factory=dict)
+    last_t: float = 0.0
+
+
+class StatsSampler:
+    """Samples tracked ranks every ``interval`` seconds and hands RankStats to ``sink``.
+
+    ``track``/``untrack`` are called by the supervisor as ranks start and are reaped; they
+    are thread-safe. ``sample_once`` is public so tests and benchmarks can drive it without
+    the thread.
+
+    Args:
+        sink: Called with each RankStats, on the sampler thread (must not block).
+        interval: Seconds between samples.
+    """
+
+    def __init__(
+        self, sink: Callable[[RankStats], None] | None = None, interval: float = 1.0
+    ) -> None:
+        self._sink = sink
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._tracked: dict[int, _Tracked] = {}
+        self._numa = cpu_to_numa_node()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_descendants: Callable[[int, list[int]], None] | None = None
+
+    def on_descendants(self, callback: Callable[[int, list[int]], None] | None) -> None:
+        """Also report each rank's descendant pids after every sample (the guard wants them)."""
+        self._on_descendants = callback
+
+    def track(self, rank: int, pid: int) -> None:
+        """Start sampling ``rank`` (pid is our own unreaped child, so it can't be recycled)."""
+        try:
+            proc = psutil.Process(pid)
+        except psutil.Error:
+            return  # already gone and reaped: nothing to sample
+        with self._lock:
+            self._tracked[rank] = _Tracked(rank, proc)
+
+    def untrack(self, rank: int) -> None:
+        """Stop sampling ``rank`` (call before or when its pid is reaped)."""
+        with self._lock:
+            self._tracked.pop(rank, None)
+
+    def tracked(self) -> tuple[int, ...]:
+        """Ranks currently sampled."""
+        with self._lock:
+            return tuple(sorted(self._tracked))
+
+    def start(self) -> None:
+        """Start the sampling thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._run, name="rankvisor-stats", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread; waits at most one sample's length for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(2.0, self._interval * 2))
+            self._thread = None
+
+    def _run(self) -> None:
+        # Event.wait doubles as an interruptible sleep: stop() wakes us at once.
+        while not self._stop.wait(self._interval):
+            try:
+                self.sample_once()
+            except Exception:  # noqa: BLE001 - a bad sample must not end sampling
+                continue
+
+    def sample_once(self, ranks: Iterable[int] | None = None) -> list[RankStats]:
+        """Sample every tracked rank (or ``ranks``), emit the results and return them."""
+        with self._lock:
+            items = [
+                t for r, t in sorted(self._tracked.items()) if ranks is None or r in ranks
+            ]
+        out = [self._sample(t) for t in items]
+        if self._sink is not None:
+            for s in out:
+                self._sink(s)
+        return out
+
+    def _sample(self, tr: _Tracked) -> RankStats:
+        now_wall = time.time()
+        now = time.monotonic()
+        p = tr.proc
+        pid = p.pid
+        try:
+            with p.oneshot():
+                status = p.status()
+                create_time = p.create_time()
+                if status == psutil.STATUS_ZOMBIE:
+                    # Exited, not yet reaped: its memory is gone, its tree is someone else's.
+                    return self._empty(tr, status, now_wall, create_time)
+                mem = p.memory_info().rss
+                threads = p.num_threads()
+                cpu_num = p.cpu_num()
+                affinity = tuple(p.cpu_affinity())
+                own_cpu = _cpu_total(p)
+        except psutil.ZombieProcess:
+            return self._empty(tr, psutil.STATUS_ZOMBIE, now_wall, None)
+        except psutil.Error:
+            return self._empty(tr, _GONE, now_wall, None)
+
+        kids = descendants(pid)
+        if self._on_descendants is not None:
+            self._on_descendants(tr.rank, kids)
+        seen: dict[int, tuple[psutil.Process, float]] = {pid: (p, own_cpu)}
+        rss = mem
+        for k in kids:
+            prev = tr.cpu_seen.get(k)
+            try:
+                kp = prev[0] if prev is not None else psutil.Process(k)
+                with kp.oneshot():
+                    seen[k] = (kp, _cpu_total(kp))
+                    rss += kp.memory_info().rss
+            except psutil.Error:
+                continue  # exited between the listing and the read: it stops counting
+
+        cpu_percent = 0.0
+        if tr.last_t:
+            dt = now - tr.last_t
+            spent = 0.0
+            for k, (_, total) in seen.items():
+                prev = tr.cpu_seen.get(k)
+                if prev is not None:
+                    spent += max(0.0, total - prev[1])
+            cpu_percent = 100.0 * spent / dt if dt > 0 else 0.0
+        tr.cpu_seen = seen
+        tr.last_t = now
+        return RankStats(
+            rank=tr.rank,
+            pid=pid,
+            status=status,
+            cpu_percent=round(cpu_percent, 1),
+            rss_bytes=rss,
+            num_threads=threads,
+            num_descendants=len(kids),
+            cpu_affinity=affinity,
+            cpu_num=cpu_num,
+            numa_node=self._numa.get(cpu_num),
+            uptime_s=max(0.0, now_wall - create_time),
+            t=now_wall,
+        )
+
+    def _empty(
+        self, tr: _Tracked, status: str, now_wall: float, create_time: float | None
+    ) -> RankStats:
+        tr.cpu_seen = {}
+        tr.last_t = 0.0
+        return RankStats(
+            rank=tr.rank,
+            pid=tr.proc.pid,
+            status=status,
+            cpu_percent=0.0,
+            rss_bytes=0,
+            num_threads=0,
+            num_descendants=0,
+            cpu_affinity=(),
+            cpu_num=None,
+            numa_node=None,
+            uptime_s=max(0.0, now_wall - create_time) if create_time else 0.0,
+            t=now_wall,
+        )
+
+
+def _cpu_total(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system

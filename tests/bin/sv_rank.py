@@ -1,0 +1,86 @@
+"""A configurable rank for the supervisor tests: record pids, fork descendants, misbehave.
+
+Flags (all optional):
+  --pid-dir DIR      write DIR/<RANK>.<incarnation>.pids: this pid, then descendants' pids
+  --child MODE       start a sleeping grandchild: "group" (same process group) or "setsid"
+  --ignore-term      ignore SIGTERM (so only SIGKILL ends it)
+  --exit CODE        exit with CODE after --after seconds (default: sleep for ever)
+  --after SECONDS
+  --raise MSG        raise RuntimeError(MSG) after --after, writing error.json like torch's
+                     @record does (without importing torch, which costs seconds)
+  --only-rank R      apply --exit/--raise only on rank R; other ranks sleep
+  --print N          print N numbered lines to stdout first
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--pid-dir")
+    p.add_argument("--child", choices=["group", "setsid"])
+    p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--exit", type=int)
+    p.add_argument("--raise", dest="raise_msg")
+    p.add_argument("--after", type=float, default=0.0)
+    p.add_argument("--only-rank", type=int)
+    p.add_argument("--print", type=int, default=0)
+    a = p.parse_args()
+    rank = int(os.environ.get("RANK", "0"))
+    if a.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for i in range(a.print):
+        print(f"line {i} from rank {rank}")
+    pids = [os.getpid()]
+    if a.child:
+        code = "import time\nwhile True: time.sleep(1)"
+        child = subprocess.Popen(
+            [sys.executable, "-c", code], start_new_session=(a.child == "setsid")
+        )
+        pids.append(child.pid)
+    if a.pid_dir:
+        n = os.environ.get("RANKVISOR_RESTART_COUNT", "0")
+        path = os.path.join(a.pid_dir, f"{rank}.{n}.pids")
+        with open(path + ".tmp", "w") as f:
+            f.write("\n".join(map(str, pids)) + "\n")
+        os.replace(path + ".tmp", path)  # readers never see half a file
+    print(f"rank {rank} ready pid={os.getpid()}", flush=True)
+    applies = a.only_rank is None or a.only_rank == rank
+    if applies and (a.exit is not None or a.raise_msg):
+        time.sleep(a.after)
+        if a.raise_msg:
+            try:
+                raise RuntimeError(a.raise_msg)
+            except RuntimeError as e:
+                _write_error_file(e)
+                raise
+        sys.exit(a.exit)
+    while True:
+        time.sleep(1)
+
+
+def _write_error_file(e: BaseException) -> None:
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {
+        "message": {
+            "message": f"{type(e).__name__}: {e}",
+            "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))},
+        }
+    }
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+if __name__ == "__main__":
+    main()
