@@ -1,0 +1,288 @@
+"""Failures of ranks: ``ProcessFailure``, ``ChildFailedError``, ``record`` (torch's names and schema).
+
+A rank decorated with ``record`` (ours or torch's) writes its uncaught exception to the file
+named by TORCHELASTIC_ERROR_FILE; the parent turns each failed rank into a ``ProcessFailure``
+and picks the root cause. Both directions interoperate with torch: the JSON is the same.
+
+Exceptions::
+
+    Exception
+     └── ChildFailedError      one or more ranks failed; str() is the torch-style report
+
+Fixes over torch (TORCH_SPEC section 13): a corrupt, empty, huge or odd error.json becomes a
+clear fallback message instead of an exception in the supervisor (B2); each failure gets its
+own ``error_file_data`` dict (B1); the real exit time is kept in nanoseconds and drives the
+root cause (B3); ``caused_by_us`` marks ranks killed by our own teardown, which are never the
+root cause when a real failure exists (B6); ``record`` logs properly when there is no file (B5).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import wraps
+from string import Template
+from typing import Any, Callable, Optional, TypeVar
+
+from engine.errors.error_file import read_error_file
+from engine.errors.error_handler import ErrorHandler
+from engine.errors.handlers import get_error_handler
+
+__all__ = ["ChildFailedError", "ErrorHandler", "ProcessFailure", "get_error_handler", "record"]
+
+logger = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+GlobalRank = int
+
+_NOT_AVAILABLE = "<N/A>"
+_NO_TRACEBACK_HINT = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+_NS = 1_000_000_000
+
+
+def _empty_error_data() -> JSON:
+    # A new dict every time: torch shares one module-level dict and mutates it (B1).
+    return {"message": "<NONE>"}
+
+
+@dataclass
+class ProcessFailure:
+    """One failed rank: exit code, pid, and what its error file says.
+
+    ``message`` is a ``str``, or the ``dict`` ``{"message", "extraInfo"}`` when the error file
+    uses torch's dict shape (as in torch). ``timestamp`` is in seconds, from the error file
+    when it has one, else from the exit time.
+
+    Args:
+        local_rank: the rank's local rank.
+        pid: its process id.
+        exitcode: its exit code (negative: killed by that signal).
+        error_file: the path of its error.json (need not exist).
+        exit_time_ns: when the exit was observed (``time.time_ns()``); now when not given.
+        caused_by_us: True when the rank died because we signalled it (teardown).
+    """
+
+    local_rank: int
+    pid: int
+    exitcode: int
+    error_file: str
+    error_file_data: JSON = field(init=False)
+    message: str = field(init=False)
+    timestamp: int = field(init=False)
+    exit_time_ns: Optional[int] = field(default=None, kw_only=True)
+    caused_by_us: bool = field(default=False, kw_only=True)
+    error_file_problem: Optional[str] = field(init=False, default=None, repr=False)
+    """Why an existing error file could not be used (None when it could, or is absent)."""
+    _file_timestamp: Optional[int] = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.exit_time_ns is None:
+            self.exit_time_ns = time.time_ns()
+        self.error_file_data = _empty_error_data()
+        self.message = ""
+        self.timestamp = self.exit_time_ns // _NS
+        if os.path.isfile(self.error_file):
+            content = read_error_file(self.error_file)
+            if content.data is None:
+                self.error_file_problem = content.problem
+                logger.warning("error file %s %s", self.error_file, content.problem)
+            else:
+                self.error_file_data = content.data
+                self.message = content.message  # type: ignore[assignment]  # str or dict
+                if content.timestamp is not None:
+                    self.timestamp = self._file_timestamp = content.timestamp
+        else:
+            self.error_file = _NOT_AVAILABLE
+
+        if not self.message:
+            if self.exitcode < 0:
+                self.message = (
+                    f"Signal {-self.exitcode} ({self.signal_name()}) received by PID {self.pid}"
+                )
+            else:
+                self.error_file_data["errorTraits"] = {
+                    "category": "system_terminated_error",
+                    "retryability": "False",
+                }
+                self.message = _NO_TRACEBACK_HINT
+            if self.error_file_problem:
+                self.message += f" (error file {self.error_file} {self.error_file_problem})"
+
+    def signal_name(self) -> str:
+        """The name of the signal that killed the rank ("SIGKILL"), or "<N/A>"."""
+        if self.exitcode < 0:
+            try:
+                return signal.Signals(-self.exitcode).name
+            except ValueError:
+                return _NOT_AVAILABLE
+        return _NOT_AVAILABLE
+
+    def timestamp_isoformat(self) -> str:
+        """``timestamp`` as local time, "YYYY-MM-DD_HH:MM:SS"."""
+        return datetime.fromtimestamp(self.timestamp).isoformat(sep="_")
+
+    @property
+    def failure_time_ns(self) -> int:
+        """The latest moment the failure can have happened: orders failures for the root cause.
+
+        The exit time, or earlier when the error file's timestamp (whole seconds, written when
+        the exception was recorded) proves the failure came before the exit was seen.
+        """
+        assert self.exit_time_ns is not None
+        if self._file_timestamp is None:
+            return self.exit_time_ns
+        return min(self.exit_time_ns, (self._file_timestamp + 1) * _NS - 1)
+
+    @property
+    def text(self) -> str:
+        """The most useful text for a person: the traceback if recorded, else the message."""
+        if isinstance(self.message, dict):
+            extra = self.message.get("extraInfo")
+            callstack = extra.get("py_callstack") if isinstance(extra, dict) else None
+            if isinstance(callstack, str) and callstack:
+                return callstack
+            return str(self.message.get("message", _NOT_AVAILABLE))
+        return str(self.message)
+
+
+_FAILURE_FORMAT_TEMPLATE = """[${idx}]:
+  time      : ${time}
+  host      : ${hostname}
+  rank      : ${rank} (local_rank: ${local_rank})
+  exitcode  : ${exitcode} (pid: ${pid}) ${signal_name}
+  error_file: ${error_file}
+  traceback : ${message}"""
+
+# The blank lines before and after are part of torch's format.
+_MSG_FORMAT_TEMPLATE = """
+${boarder}
+${title}
+${section}
+Failures:
+${other_failures}
+${section}
+Root Cause (first observed failure):
+${root_failure}
+${boarder}"""
+
+
+class ChildFailedError(Exception):
+    """One or more ranks failed; raised by launchers, reported by ``record`` in the parent.
+
+    Args:
+        name: what failed (the entrypoint or role), used in the title.
+        failures: failures by global rank; must not be empty.
+    """
+
+    def __init__(self, name: str, failures: dict[GlobalRank, ProcessFailure]) -> None:
+        self.name = name
+        self.failures = failures
+        if not self.failures:
+            raise AssertionError("ChildFailedError needs at least one failure")
+        super().__init__(self.format_msg())
+
+    def get_first_failure(self) -> tuple[GlobalRank, ProcessFailure]:
+        """The root cause: the earliest real failure.
+
+        Failures we caused (teardown kills) are skipped unless there is nothing else; among
+        the rest the earliest ``failure_time_ns`` wins, ties going to the first in the dict.
+        """
+        real = {r: f for r, f in self.failures.items() if not f.caused_by_us} or self.failures
+        rank = min(real, key=lambda r: real[r].failure_time_ns)
+        return rank, self.failures[rank]
+
+    def format_msg(self, boarder_delim: str = "=", section_delim: str = "-") -> str:
+        """The report torch prints: every failure, then the root cause, at most 60 wide."""
+        title = f"{self.name} FAILED"
+        root_rank, _ = self.get_first_failure()
+        root_failure_fmt = ""
+        other_failures_fmt: list[str] = []
+        width = len(title)
+        for idx, (rank, failure) in enumerate(self.failures.items()):
+            fmt, w = self._format_failure(idx, rank, failure)
+            width = max(width, w)
+            if rank == root_rank:
+                root_failure_fmt = fmt
+            else:
+                other_failures_fmt.append(fmt)
+        width = min(width, 60)
+        return Template(_MSG_FORMAT_TEMPLATE).substitute(
+            boarder=boarder_delim * width,
+            title=title,
+            section=section_delim * width,
+            root_failure=root_failure_fmt,
+            other_failures="\n".join(other_failures_fmt or ["  <NO_OTHER_FAILURES>"]),
+        )
+
+    def _format_failure(self, idx: int, rank: int, failure: ProcessFailure) -> tuple[str, int]:
+        msg = failure.message
+        if isinstance(msg, dict):
+            extra = msg.get("extraInfo", {})
+            msg = extra.get("py_callstack", msg.get("message", _NOT_AVAILABLE))
+            msg = str(msg).replace("\n", "\n  ")  # indent the traceback under its label
+        signal_name = failure.signal_name()
+        fmt = Template(_FAILURE_FORMAT_TEMPLATE).substitute(
+            idx=idx,
+            time=failure.timestamp_isoformat(),
+            hostname=socket.getfqdn(),
+            rank=rank,
+            local_rank=failure.local_rank,
+            exitcode=failure.exitcode,
+            pid=failure.pid,
+            signal_name=f" ({signal_name})" if signal_name != _NOT_AVAILABLE else "",
+            error_file=failure.error_file,
+            message=msg,
+        )
+        return fmt, max(len(line) for line in fmt.split("\n"))
+
+
+_R = TypeVar("_R")
+
+
+def record(
+    fn: Callable[..., _R], error_handler: Optional[ErrorHandler] = None
+) -> Callable[..., Optional[_R]]:
+    """Decorate a rank's main function so its uncaught exception lands in error.json.
+
+    ``SystemExit(0)`` returns None; other ``SystemExit`` codes pass through (no file); a
+    ``ChildFailedError`` copies the root-cause child's file to ours; any other ``Exception`` is
+    recorded and re-raised. Use it once per process, on the top-level function.
+
+    Args:
+        fn: the function.
+        error_handler: the handler to use; ``get_error_handler()`` when None.
+    """
+    handler = error_handler or get_error_handler()
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Optional[_R]:
+        handler.initialize()
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit as se:
+            # A run_path entrypoint that calls sys.exit(0) is a success, not a failure.
+            if se.code == 0:
+                return None
+            raise
+        except ChildFailedError as e:
+            rank, failure = e.get_first_failure()
+            if failure.error_file != _NOT_AVAILABLE:
+                handler.dump_error_file(failure.error_file, failure.exitcode)
+            else:
+                logger.info(
+                    "local_rank %s FAILED with no error file."
+                    " Decorate your entrypoint fn with @record for traceback info."
+                    " See: https://pytorch.org/docs/stable/elastic/errors.html",
+                    rank,
+                )
+            raise
+        except Exception as e:
+            handler.record_exception(e)
+            raise
+
+    return wrapper
