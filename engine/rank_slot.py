@@ -1,0 +1,161 @@
+"""One rank as the Supervisor sees it: its current process, its state, its files.
+
+A slot outlives the processes that fill it: a restarted rank keeps its slot and its
+``restart_count`` while ``proc`` changes. Every state change goes through ``move``, which
+checks ``engine.states.TRANSITIONS`` and returns the ``RankStateChanged`` event to publish,
+so there is exactly one place where a state can change and it cannot skip a step.
+
+Not thread-safe on its own: the Supervisor's lock guards every slot.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.events import RankStateChanged
+from engine.handle import RankInfo
+from engine.states import RankState, can_move
+
+if TYPE_CHECKING:
+    from engine.errors import ProcessFailure
+
+__all__ = ["AfterExit", "InvalidTransition", "RankSlot", "signal_name"]
+
+AfterExit = Literal["restart", "attempt", None]
+"""What to do once the current process exits: start it again alone, wait for the new
+attempt, or nothing (record the exit)."""
+
+
+class InvalidTransition(RuntimeError):
+    """A move not in ``TRANSITIONS``: a bug in the Supervisor, never a user error."""
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """ "SIGKILL" for -9; None for normal exits and unknown signal numbers."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class RankSlot:
+    """The mutable record of one rank.
+
+    Attributes:
+        rank: Local rank (== global rank: one node).
+        argv: The command line, entrypoint first; the same for every incarnation.
+        env: The per-rank environment additions (over ``os.environ``) of the current
+            incarnation, ``TORCHELASTIC_ERROR_FILE`` included.
+        state: Where the rank is (see ``engine.states``).
+        proc: The current process (A's ``RankProcess``), None before the first spawn.
+        attempt: The attempt (``attempt_<n>``) this incarnation belongs to.
+        incarnation: Restarts of this rank alone within the attempt; names ``restart_<k>``.
+        restart_count: Every restart of this rank, alone or with its attempt.
+        stop_reason: Why we signalled the current process ("terminate", "kill", "restart",
+            "attempt", "teardown", "shutdown", "watchdog"); None when we did not. A rank
+            that exits after we signalled it is not the root cause of anything.
+        after_exit: What the monitor does when the current process exits.
+    """
+
+    rank: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    state: RankState = RankState.STARTING
+    proc: Any = None
+    attempt: int = 0
+    incarnation: int = 0
+    restart_count: int = 0
+    stdout_path: str = ""
+    stderr_path: str = ""
+    error_file: str = ""
+    exitcode: int | None = None
+    exit_time_ns: int | None = None
+    failure: ProcessFailure | None = None
+    stop_reason: str | None = None
+    after_exit: AfterExit = None
+    history: list[tuple[RankState, RankState, float]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else int(self.proc.pid)
+
+    @property
+    def caused_by_us(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def alive(self) -> bool:
+        return self.state.is_alive
+
+    def move(self, new: RankState) -> RankStateChanged:
+        """Change state, checked against ``TRANSITIONS``; return the event to publish."""
+        old = self.state
+        if not can_move(old, new):
+            raise InvalidTransition(f"rank {self.rank}: {old.value} -> {new.value}")
+        self.state = new
+        now = time.time()
+        self.history.append((old, new, now))
+        final = new.is_final
+        return RankStateChanged(
+            rank=self.rank,
+            old=old,
+            new=new,
+            pid=self.pid,
+            exitcode=self.exitcode if final else None,
+            signal_name=signal_name(self.exitcode) if final else None,
+            restart_count=self.restart_count,
+            attempt=self.attempt,
+            failure=self.failure if final else None,
+            caused_by_us=self.caused_by_us if final else False,
+            t=now,
+        )
+
+    def begin_incarnation(
+        self, attempt: int, incarnation: int, paths: tuple[str, str, str]
+    ) -> None:
+        """Reset the per-process fields before a (re)spawn into ``paths`` (out, err, error)."""
+        self.attempt = attempt
+        self.incarnation = incarnation
+        self.stdout_path, self.stderr_path, self.error_file = paths
+        self.env["TORCHELASTIC_ERROR_FILE"] = self.error_file
+        self.proc = None
+        self.exitcode = None
+        self.exit_time_ns = None
+        self.failure = None
+        self.stop_reason = None
+        self.after_exit = None
+
+    def info(self) -> RankInfo:
+        """The plain-data view a UI gets from ``snapshot()``."""
+        final = self.state.is_final
+        return RankInfo(
+            rank=self.rank,
+            state=self.state,
+            pid=self.pid,
+            restart_count=self.restart_count,
+            attempt=self.attempt,
+            stdout_path=self.stdout_path,
+            stderr_path=self.stderr_path,
+            error_file=self.error_file,
+            exitcode=self.exitcode if final else None,
+            signal_name=signal_name(self.exitcode) if final else None,
+        )
+
+
+def incarnation_dir(attempt_rank_dir: str, incarnation: int) -> str:
+    """Where incarnation ``k`` of a rank writes: the rank dir itself for 0, else restart_<k>/.
+
+    The first incarnation uses torch's layout (``attempt_<n>/<rank>/stdout.log``); a rank
+    restarted alone writes to ``attempt_<n>/<rank>/restart_<k>/``, so no file once written
+    is moved or overwritten and a path always names the same incarnation.
+    """
+    if incarnation == 0:
+        return attempt_rank_dir
+    return os.path.join(attempt_rank_dir, f"restart_{incarnation}")

@@ -1,0 +1,116 @@
+"""StatsSampler on real processes: trees, CPU, memory, placement, and death as a state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.events import RankStats
+from engine.stats import StatsSampler, cpu_to_numa_node, descendants
+from tests.conftest import BIN, wait_until
+
+BUSY = "import time\nt = time.time()\nwhile time.time() - t < 60: pass"
+
+
+def _rank_with_child(tmp_path: Path) -> subprocess.Popen[bytes]:
+    p = subprocess.Popen(
+        [sys.executable, str(BIN / "sv_rank.py"), "--pid-dir", str(tmp_path), "--child", "group"],
+        stdout=subprocess.DEVNULL,
+    )
+    wait_until(lambda: (tmp_path / "0.0.pids").exists())
+    return p
+
+
+def test_sample_covers_the_rank_and_its_descendants(tmp_path: Path) -> None:
+    p = _rank_with_child(tmp_path)
+    try:
+        child = int((tmp_path / "0.0.pids").read_text().split()[1])
+        assert descendants(p.pid) == [child]
+        got: list[RankStats] = []
+        s = StatsSampler(got.append)
+        s.track(3, p.pid)
+        s.sample_once()
+        (st,) = got
+        assert (st.rank, st.pid, st.num_descendants) == (3, p.pid, 1)
+        assert st.status in ("sleeping", "running")
+        assert st.rss_bytes > 0 and st.num_threads >= 1
+        assert st.cpu_affinity == tuple(sorted(os.sched_getaffinity(p.pid)))
+        assert st.cpu_num in st.cpu_affinity
+        numa = cpu_to_numa_node()
+        assert st.numa_node == numa.get(st.cpu_num)
+        assert st.uptime_s >= 0
+        # The tree's memory is the rank's plus the child's: more than the rank alone.
+        import psutil
+
+        assert st.rss_bytes > psutil.Process(p.pid).memory_info().rss
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_cpu_percent_counts_busy_descendants(tmp_path: Path) -> None:
+    # The rank sleeps; its child spins: the rank's figure must include the child.
+    code = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {BUSY!r}])\ntime.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_until(lambda: descendants(p.pid))
+        s = StatsSampler()
+        s.track(0, p.pid)
+        first = s.sample_once()[0]
+        assert first.cpu_percent == 0.0  # primed: no interval yet
+
+        def busy() -> bool:
+            return s.sample_once()[0].cpu_percent > 10.0
+
+        wait_until(busy, timeout=20, interval=0.3)
+    finally:
+        for pid in descendants(p.pid):
+            os.kill(pid, 9)
+        p.kill()
+        p.wait()
+
+
+def test_zombie_and_gone_are_states_not_errors(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    s = StatsSampler()
+    s.track(0, p.pid)
+    # Exited but not reaped by us: a zombie.
+    wait_until(lambda: s.sample_once()[0].status == "zombie")
+    st = s.sample_once()[0]
+    assert (st.rss_bytes, st.num_descendants, st.cpu_percent) == (0, 0, 0.0)
+    p.wait()
+    assert s.sample_once()[0].status == "gone"
+    s.untrack(0)
+    assert s.sample_once() == []
+
+
+def test_thread_publishes_and_stops(tmp_path: Path) -> None:
+    p = _rank_with_child(tmp_path)
+    got: list[RankStats] = []
+    s = StatsSampler(got.append, interval=0.05)
+    seen: dict[int, list[int]] = {}
+    s.on_descendants(lambda rank, pids: seen.__setitem__(rank, pids))
+    s.track(0, p.pid)
+    s.start()
+    try:
+        wait_until(lambda: len(got) >= 3)
+        assert seen[0] and seen[0][0] != p.pid
+    finally:
+        s.stop()
+        p.kill()
+        p.wait()
+    n = len(got)
+    assert not s._thread
+    assert len(got) == n  # nothing after stop
+
+
+def test_numa_map_from_sysfs(tmp_path: Path) -> None:
+    for node, cpus in ((0, "0-1,4"), (1, "2-3,5-6")):
+        d = tmp_path / f"node{node}"
+        d.mkdir()
+        (d / "cpulist").write_text(cpus + "\n")
+    (tmp_path / "possible").write_text("0-1\n")  # not a node directory
+    assert cpu_to_numa_node(str(tmp_path)) == {0: 0, 1: 0, 4: 0, 2: 1, 3: 1, 5: 1, 6: 1}
+    assert cpu_to_numa_node(str(tmp_path / "missing")) == {}
