@@ -1,0 +1,174 @@
+"""Directory change notifications from Linux inotify, through ctypes (no thread, no polling).
+
+Why not watchfiles here: its ``RustNotify.watch`` sleeps ``step_ms`` and takes the GIL on every
+step to look at the collected changes, so a waiting tailer wakes ``1000 / step_ms`` times a
+second. Measured on this project's machines with 16 watched directories: 1.0 % of a core at
+``step_ms=5`` and 2.1 % at 2 ms, while the goal is under 0.2 % idle with a p99 delivery
+latency under 20 ms. A raw inotify descriptor is readable exactly when something changed, so
+the pump can block in ``poll()`` with no timeout cost and wake at once. ``engine.pump`` uses
+watchfiles where this module is unavailable (not Linux), and plain polling where inotify
+does not work (NFS written by other hosts) or is not wanted.
+
+Who calls what: one owner thread reads events; ``watch_dir`` may be called from any thread
+(``inotify_add_watch`` is thread-safe and the maps are updated under a lock).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import struct
+import threading
+from typing import Final, NamedTuple
+
+__all__ = ["DirWatcher", "InotifyEvent", "available"]
+
+IN_MODIFY: Final = 0x00000002
+IN_ATTRIB: Final = 0x00000004
+IN_CLOSE_WRITE: Final = 0x00000008
+IN_MOVED_FROM: Final = 0x00000040
+IN_MOVED_TO: Final = 0x00000080
+IN_CREATE: Final = 0x00000100
+IN_DELETE: Final = 0x00000200
+IN_DELETE_SELF: Final = 0x00000400
+IN_MOVE_SELF: Final = 0x00000800
+IN_Q_OVERFLOW: Final = 0x00004000
+IN_IGNORED: Final = 0x00008000
+IN_ONLYDIR: Final = 0x01000000
+IN_ISDIR: Final = 0x40000000
+IN_NONBLOCK: Final = os.O_NONBLOCK
+IN_CLOEXEC: Final = os.O_CLOEXEC
+
+_MASK: Final = (
+    IN_MODIFY
+    | IN_CLOSE_WRITE
+    | IN_CREATE
+    | IN_MOVED_TO
+    | IN_MOVED_FROM
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+)
+_HEADER: Final = struct.Struct("iIII")
+
+
+class InotifyEvent(NamedTuple):
+    """One event: ``path`` is the directory's path joined with the entry name (or the
+    directory itself for events about it); ``mask`` holds the ``IN_*`` bits."""
+
+    path: str
+    mask: int
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_libc = _load_libc()
+
+
+def available() -> bool:
+    """True where inotify can be used (Linux with a libc that exports it)."""
+    return _libc is not None
+
+
+class DirWatcher:
+    """Watch directories (not recursively) for changes to the entries inside them.
+
+    Raises:
+        OSError: inotify cannot be initialised (no libc support, or the per-user instance
+            limit ``fs.inotify.max_user_instances`` is reached).
+    """
+
+    def __init__(self) -> None:
+        if _libc is None:
+            raise OSError(errno.ENOSYS, "inotify is not available")
+        fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._dirs: dict[int, str] = {}
+        """wd -> directory path."""
+        self._wds: dict[str, int] = {}
+        """directory path -> wd."""
+
+    def fileno(self) -> int:
+        """The descriptor to ``poll()``: readable when events are waiting."""
+        return self._fd
+
+    def watching(self, path: str) -> bool:
+        """True if ``path`` (a directory) is watched."""
+        return path in self._wds
+
+    def watch_dir(self, path: str) -> None:
+        """Watch the directory ``path`` (idempotent).
+
+        Raises:
+            OSError: the directory does not exist, or the watch limit is reached (ENOSPC).
+        """
+        assert _libc is not None
+        with self._lock:
+            if path in self._wds:
+                return
+            wd = _libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK)
+            if wd < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), path)
+            old = self._dirs.get(wd)
+            if old is not None:  # the same directory under another name (a symlink)
+                self._wds.pop(old, None)
+            self._dirs[wd] = path
+            self._wds[path] = wd
+
+    def read(self) -> list[InotifyEvent] | None:
+        """Return the waiting events ([] if none); None if the kernel queue overflowed
+        (events were lost: the caller must look at everything)."""
+        events: list[InotifyEvent] = []
+        overflow = False
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            pos = 0
+            size = len(data)
+            while pos < size:
+                wd, mask, _cookie, length = _HEADER.unpack_from(data, pos)
+                pos += _HEADER.size
+                name = data[pos : pos + length].rstrip(b"\0")
+                pos += length
+                if mask & IN_Q_OVERFLOW:
+                    overflow = True
+                    continue
+                with self._lock:
+                    base = self._dirs.get(wd)
+                    if mask & IN_IGNORED and base is not None:
+                        # The directory was deleted or unmounted: its watch is gone.
+                        del self._dirs[wd]
+                        if self._wds.get(base) == wd:
+                            del self._wds[base]
+                if base is None:
+                    continue
+                path = os.path.join(base, os.fsdecode(name)) if name else base
+                events.append(InotifyEvent(path, mask))
+        return None if overflow else events
+
+    def close(self) -> None:
+        """Release the descriptor and every watch (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,488 @@
+"""``OutputPump``: one thread that tails every rank log file and hands out batches of lines.
+
+API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
+
+    pump = OutputPump(sink, use_inotify=True, poll_interval=0.25,
+                      max_line_chars=65536, sanitize=True)
+    pump.add(rank, "stdout", "/logs/attempt_0/3/stdout.log", attempt=0)
+    pump.add_filter("stdout", ["loss", "NaN"], "/logs/attempt_0/filtered_stdout.log",
+                    prefixes={3: "[trainer3]:"})
+    pump.start()
+    ...
+    pump.add(3, "stdout", "/logs/attempt_1/3/stdout.log", attempt=1)  # rank 3 restarted
+    pump.flush()                      # deliver everything on disk now (tests, snapshots)
+    pump.stop()                       # deliver everything written before stop(), then end
+
+- ``sink(batch: list[RankOutput])`` is called once per wake-up with at most one
+  ``RankOutput`` per (rank, stream), never once per line. A wake-up that reads more than
+  ``batch_chars`` characters (a big backlog) delivers it in several calls, so memory stays
+  bounded; the order of lines within a (rank, stream) is always the file's order.
+  ``RankOutput.lines`` are complete lines (decoded, ``\\r``-collapsed, sanitised unless
+  ``sanitize=False``, cut at ``max_line_chars`` with a marker), ``partial`` the current
+  unterminated line, ``first_line`` the 0-based line index in that file of ``lines[0]``,
+  ``attempt`` the value given to ``add``. A batch may carry only a changed ``partial``.
+- With ``text_batches=True`` the sink gets ``TextBatch`` objects instead (the same fields,
+  with the lines as one ``text`` that ends in ``\\n``): cheaper for a console writer.
+- ``add(rank, stream, path, attempt=0)``: tail ``path`` from its start; it need not exist yet
+  (it is picked up when it appears; one that never appears costs nothing and does not delay
+  ``stop()``). Calling it again for the same (rank, stream) with another path drains the old
+  file first (its last partial line becomes a final line), then follows the new one.
+- ``remove(rank, stream, drain=True)``: stop tailing, delivering what is left first.
+- ``add_filter(stream, needles, path, prefixes=None, *, name="", ranks=None)``: complete lines
+  of ``stream`` that contain any needle (plain, case-sensitive substring, as torch's
+  duplicate filters) are appended, with their rank's prefix, to ``path`` as they arrive, and
+  delivered as ``RankOutput(stream="filtered_stdout" | "filtered_stderr")``. The filtered
+  file gets the display text (sanitised like the console: it is a view for people; the
+  rank's own file keeps every raw byte). ``prefixes`` is a dict or a callable
+  ``rank -> prefix``; missing ranks get ``f"[{name}{rank}]:"``. Calling it again for a
+  stream replaces that stream's filter.
+- ``flush()`` / ``sync()``: read every file to its current end and deliver, on the caller's
+  thread. ``stop()``: idempotent; drains every file, turns partial lines into final lines,
+  closes files.
+
+Wake-ups: inotify (``engine.watch``) by default, a poll every ``poll_interval`` seconds with
+``use_inotify=False`` or ``RANKVISOR_TAIL_POLL=1`` (for filesystems without change
+notifications, such as NFS written from other hosts). Even with inotify every file is looked
+at every ``sweep_interval`` seconds, so a lost notification delays lines, never loses them.
+
+Threads: the pump thread reads and calls ``sink``. ``add``, ``remove``, ``add_filter``,
+``flush`` and ``stop`` may be called from any thread, including from inside ``sink``; reading
+and delivery happen under one re-entrant lock, so ``sink`` calls never overlap. ``sink`` must
+be quick and must not wait for another thread that calls into the pump.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, Collection, Literal, Sequence, Union
+
+from engine.events import RankOutput
+from engine.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
+from engine.watch import Wake, Waker, make_waker
+
+__all__ = ["OutputPump", "Prefixes", "TextBatch"]
+
+logger = logging.getLogger(__name__)
+
+StdStream = Literal["stdout", "stderr"]
+Prefixes = Union[dict[int, str], Callable[[int], str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TextBatch:
+    """``RankOutput`` with its lines as one text (``text_batches=True``)."""
+
+    rank: int
+    stream: str
+    text: str
+    """Complete lines, each ending in ``\\n`` ("" if none)."""
+    count: int
+    """Number of lines in ``text``."""
+    partial: str = ""
+    attempt: int = 0
+    first_line: int = 0
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """The lines without their newlines."""
+        return tuple(self.text.split("\n")[:-1]) if self.text else ()
+
+
+Batch = Union[RankOutput, TextBatch]
+
+
+class _Tail:
+    __slots__ = ("asm", "attempt", "fd", "first_line", "ino", "offset", "path", "rank",
+                 "sent_partial", "stream")
+
+    def __init__(self, rank: int, stream: str, path: str, attempt: int, asm: LineAssembler):
+        self.rank = rank
+        self.stream = stream
+        self.path = path
+        self.attempt = attempt
+        self.asm = asm
+        self.fd: int | None = None
+        self.ino = 0
+        self.offset = 0
+        self.first_line = 0
+        self.sent_partial = ""
+
+
+class _Filter:
+    """One duplicate filter: needles, its output file and the prefix of each rank."""
+
+    def __init__(self, stream: str, needles: Sequence[str], path: str, prefixes: Prefixes,
+                 name: str, ranks: Collection[int] | None) -> None:
+        self.stream = "filtered_" + stream
+        self.needles = [n for n in needles if "\n" not in n]
+        self.every_line = "" in self.needles
+        self.path = path
+        self.ranks = None if ranks is None else frozenset(ranks)
+        self._prefixes = prefixes
+        self._name = name
+        self.count = 0
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
+    def prefix(self, rank: int) -> str:
+        p = self._prefixes
+        if callable(p):
+            return p(rank)
+        if p is not None and rank in p:
+            return p[rank]
+        return f"[{self._name}{rank}]:"
+
+    def match(self, text: str) -> list[str]:
+        """Lines of ``text`` (lines ending in ``\\n``) containing a needle, in order."""
+        if self.every_line:
+            return text.split("\n")[:-1]
+        starts: set[int] = set()
+        find, rfind = text.find, text.rfind
+        for needle in self.needles:
+            i = find(needle)
+            while i >= 0:
+                start = rfind("\n", 0, i) + 1
+                end = find("\n", i)
+                starts.add(start)
+                i = find(needle, end + 1)
+        return [text[s : find("\n", s)] for s in sorted(starts)]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class OutputPump:
+    """Tail many rank log files from one thread; see the module docstring for the API.
+
+    Args:
+        sink: receives one list of batches per wake-up (on the pump thread, or on the
+            thread calling ``flush``/``remove``/``stop``).
+        use_inotify: wake on change notifications; False polls every ``poll_interval``.
+        poll_interval: seconds between looks at the files when polling.
+        max_line_chars: display cap of a line (longer lines are cut with a marker).
+        sanitize: neutralise escape sequences but SGR colours (False: pass them raw).
+        text_batches: give ``sink`` ``TextBatch`` objects instead of ``RankOutput``.
+        chunk_size: bytes per ``os.read``.
+        batch_chars: characters after which a wake-up delivers what it has read so far.
+        debounce: seconds to wait after a notification before reading (batches bursts).
+        sweep_interval: with notifications, look at every file at least this often anyway.
+    """
+
+    def __init__(
+        self,
+        sink: Callable[[list[Batch]], None],
+        *,
+        use_inotify: bool = True,
+        poll_interval: float = 0.25,
+        max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+        sanitize: bool = True,
+        text_batches: bool = False,
+        chunk_size: int = 1 << 18,
+        batch_chars: int = 8 << 20,
+        debounce: float = 0.002,
+        sweep_interval: float = 1.0,
+        name: str = "OutputPump",
+    ) -> None:
+        self._sink = sink
+        forced_poll = os.environ.get("RANKVISOR_TAIL_POLL", "").lower() in ("1", "true", "yes")
+        self._mode = "inotify" if use_inotify and not forced_poll else "poll"
+        self._poll_interval = poll_interval
+        self._cap = max_line_chars
+        self._sanitize = sanitize
+        self._text = text_batches
+        self._chunk = chunk_size
+        self._batch_chars = batch_chars
+        self._debounce = debounce
+        self._sweep = sweep_interval
+        self._name = name
+        self._lock = threading.RLock()
+        self._tails: dict[tuple[int, str], _Tail] = {}
+        self._by_path: dict[str, list[_Tail]] = {}
+        self._filters: dict[str, _Filter] = {}
+        self._waker: Waker | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._stopped = False
+
+    @property
+    def mode(self) -> str:
+        """How the pump wakes up: "inotify", "watchfiles" or "poll" (final after start)."""
+        return self._waker.mode if self._waker is not None else self._mode
+
+    # -- registration ------------------------------------------------------------------
+
+    def add(self, rank: int, stream: StdStream, path: str, attempt: int = 0) -> None:
+        """Tail ``path`` as (rank, stream); see the module docstring."""
+        path = os.path.abspath(path)
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the pump is stopped")
+            old = self._tails.get((rank, stream))
+            if old is not None:
+                if old.path == path and old.attempt == attempt:
+                    return
+                self._drop(old, drain=True)
+            asm = LineAssembler(max_line_chars=self._cap, sanitize=self._sanitize)
+            tail = _Tail(rank, stream, path, attempt, asm)
+            self._tails[(rank, stream)] = tail
+            self._by_path.setdefault(path, []).append(tail)
+            if self._waker is not None:
+                self._waker.watch(path)
+                self._waker.poke()
+
+    def remove(self, rank: int, stream: StdStream, drain: bool = True) -> None:
+        """Stop tailing (rank, stream); with ``drain`` deliver what is left (partial line
+        included) first. Unknown keys are ignored."""
+        with self._lock:
+            tail = self._tails.get((rank, stream))
+            if tail is not None:
+                self._drop(tail, drain)
+
+    def add_filter(
+        self,
+        stream: StdStream,
+        needles: Sequence[str],
+        path: str,
+        prefixes: Prefixes = None,
+        *,
+        name: str = "",
+        ranks: Collection[int] | None = None,
+    ) -> None:
+        """Copy lines of ``stream`` that contain a needle to ``path``; see the module
+        docstring. ``ranks`` limits the filter to those ranks (None: all)."""
+        with self._lock:
+            old = self._filters.pop(stream, None)
+            if old is not None:
+                old.close()
+            if needles:
+                self._filters[stream] = _Filter(stream, needles, path, prefixes, name, ranks)
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def start(self) -> OutputPump:
+        """Start the pump thread (idempotent); returns self."""
+        with self._lock:
+            if self._thread is not None or self._stopped:
+                return self
+            self._waker = make_waker(
+                self._mode, poll_interval=self._poll_interval, debounce=self._debounce
+            )
+            for path in self._by_path:
+                self._waker.watch(path)
+            # Daemon: a caller that forgets stop() must not hang the interpreter at exit
+            # (torch's TailLog does, T8); the files keep every byte regardless.
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        return self
+
+    def flush(self) -> None:
+        """Read every file to its current end and deliver, on the calling thread."""
+        with self._lock:
+            self._cycle(list(self._tails.values()))
+
+    sync = flush
+
+    def stop(self) -> None:
+        """Deliver everything written before this call, then release everything."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopping = True
+        if self._waker is not None:
+            self._waker.poke()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._cycle(list(self._tails.values()), final=True)
+            for tail in self._tails.values():
+                self._close_fd(tail)
+            self._tails.clear()
+            self._by_path.clear()
+            for f in self._filters.values():
+                f.close()
+            self._filters.clear()
+            if self._waker is not None:
+                self._waker.close()
+
+    def stopped(self) -> bool:
+        """True once ``stop()`` has run."""
+        return self._stopped
+
+    # -- the pump thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        waker = self._waker
+        assert waker is not None
+        wake = Wake(None, True)  # first look: files that exist already
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return
+                try:
+                    self._handle(wake)
+                except Exception:  # never let one bad file or sink call kill the pump
+                    logger.exception("output pump cycle failed")
+            wake = waker.wait(self._sweep)
+
+    def _handle(self, wake: Wake) -> None:
+        if wake.paths is None:
+            targets = list(self._tails.values())
+            if self.mode == "poll":
+                for tail in targets:
+                    self._check_replaced(tail)
+        else:
+            seen: set[int] = set()
+            targets = []
+            for path in wake.paths:
+                for tail in self._by_path.get(path, ()):
+                    if wake.created:
+                        self._check_replaced(tail)
+                    seen.add(id(tail))
+                    targets.append(tail)
+            if wake.created:
+                targets += [t for t in self._tails.values() if t.fd is None and id(t) not in seen]
+        self._cycle(targets)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _open(self, tail: _Tail) -> bool:
+        try:
+            fd = os.open(tail.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        tail.fd = fd
+        tail.ino = os.fstat(fd).st_ino
+        tail.offset = 0
+        return True
+
+    def _close_fd(self, tail: _Tail) -> None:
+        if tail.fd is not None:
+            os.close(tail.fd)
+            tail.fd = None
+
+    def _check_replaced(self, tail: _Tail) -> None:
+        """A new file at the tail's path (recreated log dir): finish the old one, follow it."""
+        if tail.fd is None:
+            return
+        try:
+            ino = os.stat(tail.path).st_ino
+        except OSError:
+            return
+        if ino != tail.ino:
+            self._cycle([tail], final=True)
+            self._close_fd(tail)
+            self._open(tail)
+
+    def _drop(self, tail: _Tail, drain: bool) -> None:
+        if drain:
+            self._cycle([tail], final=True)
+        self._close_fd(tail)
+        del self._tails[(tail.rank, tail.stream)]
+        same_path = self._by_path.get(tail.path, [])
+        if tail in same_path:
+            same_path.remove(tail)
+        if not same_path:
+            self._by_path.pop(tail.path, None)
+            if self._waker is not None:
+                self._waker.unwatch(tail.path)
+
+    def _cycle(self, tails: list[_Tail], final: bool = False) -> None:
+        """Read ``tails`` to their end and deliver what they completed."""
+        batch: list[Batch] = []
+        size = 0
+        chunk = self._chunk
+        for tail in tails:
+            if tail.fd is None and not self._open(tail):
+                continue
+            fd = tail.fd
+            assert fd is not None
+            feed = tail.asm.feed_block
+            parts: list[str] = []
+            first = True
+            while True:
+                try:
+                    data = os.read(fd, chunk)
+                except OSError as e:
+                    logger.warning("reading %s failed: %s", tail.path, e)
+                    break
+                if not data:
+                    if first and os.fstat(fd).st_size < tail.offset:
+                        # Truncated in place: the old content is gone, start over.
+                        parts += [x + "\n" for x in tail.asm.close()]
+                        os.lseek(fd, 0, os.SEEK_SET)
+                        tail.offset = 0
+                        first = False
+                        continue
+                    break
+                first = False
+                tail.offset += len(data)
+                block = feed(data)
+                if block:
+                    parts.append(block)
+                    size += len(block)
+                    if size >= self._batch_chars:
+                        self._collect(batch, tail, parts)
+                        parts = []
+                        self._deliver(batch)
+                        batch = []
+                        size = 0
+                if len(data) < chunk:
+                    break
+            if final:
+                parts += [x + "\n" for x in tail.asm.close()]
+            self._collect(batch, tail, parts)
+        if batch:
+            self._deliver(batch)
+
+    def _collect(self, batch: list[Batch], tail: _Tail, parts: list[str]) -> None:
+        text = "".join(parts) if len(parts) != 1 else parts[0]
+        partial = tail.asm.partial
+        if not text and partial == tail.sent_partial:
+            return
+        tail.sent_partial = partial
+        count = text.count("\n")
+        first_line = tail.first_line
+        tail.first_line += count
+        if self._text:
+            batch.append(TextBatch(tail.rank, tail.stream, text, count, partial, tail.attempt,
+                                   first_line))
+        else:
+            lines = tuple(text.split("\n")[:-1]) if text else ()
+            batch.append(RankOutput(tail.rank, tail.stream, lines, partial,  # type: ignore[arg-type]
+                                    tail.attempt, first_line))
+        f = self._filters.get(tail.stream)
+        if text and f is not None and (f.ranks is None or tail.rank in f.ranks):
+            self._filter(batch, f, tail, text)
+
+    def _filter(self, batch: list[Batch], f: _Filter, tail: _Tail, text: str) -> None:
+        matched = f.match(text)
+        if not matched:
+            return
+        prefix = f.prefix(tail.rank)
+        out = prefix + ("\n" + prefix).join(matched) + "\n"
+        data = out.encode("utf-8", "replace")
+        while data:  # complete lines only: the whole batch goes out, retried if short
+            n = os.write(f.fd, data)
+            data = data[n:]
+        first = f.count
+        f.count += len(matched)
+        if self._text:
+            batch.append(TextBatch(tail.rank, f.stream, out, len(matched), "", tail.attempt,
+                                   first))
+        else:
+            lines = tuple(prefix + line for line in matched)
+            batch.append(RankOutput(tail.rank, f.stream, lines, "",  # type: ignore[arg-type]
+                                    tail.attempt, first))
+
+    def _deliver(self, batch: list[Batch]) -> None:
+        try:
+            self._sink(batch)
+        except Exception:
+            logger.exception("output sink failed; %d batches dropped", len(batch))

@@ -1,0 +1,267 @@
+"""Wake-ups for the output pump: inotify, watchfiles, or a slow poll, behind one small API.
+
+A waker answers one question for the pump thread: "when should I look at the files again,
+and which ones?". ``wait(timeout)`` blocks until a watched file changes, ``poke()`` is called
+(from any thread), or ``timeout`` passes, and returns a ``Wake`` naming the changed paths
+(or ``paths=None``: look at every file).
+
+- ``InotifyWaker`` (Linux, the default): blocks in ``poll()`` on an inotify descriptor and a
+  self-pipe, so an idle pump costs nothing and a change wakes it at once (plus ``debounce``
+  to batch a burst of writes).
+- ``RustNotifyWaker`` (watchfiles; used where ctypes inotify is unavailable, e.g. macOS):
+  watchfiles' own loop steps every ``step_ms``, which costs some idle CPU.
+- ``PollWaker``: wakes every ``interval`` and asks to look at everything. The fallback for
+  filesystems where change notifications do not arrive (NFS written by other hosts).
+
+Files that do not exist yet: the waker watches the nearest existing ancestor directory and
+moves the watch down as directories appear, so a file is picked up as soon as it is created.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from typing import NamedTuple
+
+from engine import inotify
+
+__all__ = ["InotifyWaker", "PollWaker", "RustNotifyWaker", "Wake", "Waker", "make_waker"]
+
+logger = logging.getLogger(__name__)
+
+
+class Wake(NamedTuple):
+    """Why ``wait`` returned."""
+
+    paths: frozenset[str] | None
+    """Paths that changed; None means look at every file (poll tick, poke, lost events)."""
+    created: bool = False
+    """Something was created, moved in or removed: retry files not opened yet and check
+    whether an open file was replaced."""
+
+
+class Waker:
+    """The poll waker, and the base of the notifying ones: a self-pipe to wake ``wait``."""
+
+    mode = "poll"
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self._interval = interval
+        self._rd, self._wr = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poller = select.poll()
+        self._poller.register(self._rd, select.POLLIN)
+
+    def watch(self, file_path: str) -> None:
+        """Make sure changes to ``file_path`` (existing or not) will wake ``wait``."""
+
+    def unwatch(self, file_path: str) -> None:
+        """Forget ``file_path`` (its directory may stay watched)."""
+
+    def poke(self) -> None:
+        """Wake ``wait`` now (thread-safe; used by add/remove/stop)."""
+        try:
+            os.write(self._wr, b"!")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full (a wake-up is pending anyway) or closed
+
+    def _drain_pipe(self) -> None:
+        try:
+            while os.read(self._rd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def wait(self, timeout: float) -> Wake:
+        """Block until the next look at the files is due (``timeout`` is ignored here:
+        polling looks every ``interval``)."""
+        if self._poller.poll(self._interval * 1000):
+            self._drain_pipe()
+        return Wake(None)
+
+    def close(self) -> None:
+        """Release descriptors (idempotent)."""
+        for fd in (self._rd, self._wr):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._rd = self._wr = -1
+
+
+PollWaker = Waker
+
+
+def _nearest_existing_dir(path: str) -> str:
+    d = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(d):
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    return d
+
+
+class InotifyWaker(Waker):
+    """Wake on inotify events for the directories of the watched files."""
+
+    mode = "inotify"
+
+    def __init__(self, debounce: float = 0.002) -> None:
+        super().__init__()
+        self._dirs = inotify.DirWatcher()
+        self._poller.register(self._dirs.fileno(), select.POLLIN)
+        self._debounce = debounce
+        self._lock = threading.Lock()
+        self._files: set[str] = set()
+        self._unresolved: set[str] = set()
+        """Files whose own directory is not watched yet (it does not exist)."""
+
+    def watch(self, file_path: str) -> None:
+        with self._lock:
+            self._files.add(file_path)
+            self._unresolved.add(file_path)
+        self._resolve()
+
+    def unwatch(self, file_path: str) -> None:
+        with self._lock:
+            self._files.discard(file_path)
+            self._unresolved.discard(file_path)
+
+    def _resolve(self) -> None:
+        with self._lock:
+            pending = list(self._unresolved)
+        for path in pending:
+            own = os.path.dirname(os.path.abspath(path))
+            target = _nearest_existing_dir(path)
+            try:
+                self._dirs.watch_dir(target)
+            except OSError as e:
+                # Out of watches (ENOSPC) or a race with a removal: the pump's periodic
+                # sweep still reads the file, only later.
+                logger.warning("cannot watch %s for %s: %s", target, path, e)
+                continue
+            if target == own:
+                with self._lock:
+                    self._unresolved.discard(path)
+
+    def wait(self, timeout: float) -> Wake:
+        ready = self._poller.poll(None if timeout is None else timeout * 1000)
+        if not ready:
+            return Wake(None)  # a safety sweep: nothing is lost if an event was
+        poked = False
+        for fd, _ in ready:
+            if fd == self._rd:
+                poked = True
+        if poked:
+            self._drain_pipe()
+        if self._debounce:
+            time.sleep(self._debounce)  # let a burst of writes land: one read for all of it
+        events = self._dirs.read()
+        if events is None:  # the kernel queue overflowed: events were lost
+            self._mark_all_unresolved()
+            return Wake(None, True)
+        created = False
+        paths = set()
+        for path, mask in events:
+            paths.add(path)
+            if mask & ~(inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE):
+                created = True
+        if created:
+            if any(m & (inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF) for _, m in events):
+                self._mark_all_unresolved()
+            self._resolve()
+        if poked:
+            return Wake(None, True)
+        return Wake(frozenset(paths), created)
+
+    def _mark_all_unresolved(self) -> None:
+        # A watched directory went away (or events were lost): files in it must be watched
+        # again through an ancestor until it comes back.
+        with self._lock:
+            self._unresolved.update(self._files)
+
+    def close(self) -> None:
+        super().close()
+        self._dirs.close()
+
+
+class RustNotifyWaker(Waker):
+    """Wake through watchfiles' RustNotify (portable; steps every ``step_ms`` while waiting)."""
+
+    mode = "watchfiles"
+
+    def __init__(self, step_ms: int = 5, debounce_ms: int = 10) -> None:
+        super().__init__()
+        self._step_ms = step_ms
+        self._debounce_ms = debounce_ms
+        self._files: set[str] = set()
+        self._watched: tuple[str, ...] = ()
+        self._notify: object | None = None
+        self._poked = threading.Event()
+
+    def watch(self, file_path: str) -> None:
+        self._files.add(file_path)
+
+    def unwatch(self, file_path: str) -> None:
+        self._files.discard(file_path)
+
+    def poke(self) -> None:
+        self._poked.set()
+
+    def is_set(self) -> bool:
+        """The stop_event protocol RustNotify checks every step: true when poked."""
+        return self._poked.is_set()
+
+    def wait(self, timeout: float) -> Wake:
+        from watchfiles._rust_notify import RustNotify
+
+        dirs = tuple(sorted({_nearest_existing_dir(f) for f in self._files}))
+        if dirs != self._watched or self._notify is None:
+            if self._notify is not None:
+                self._notify.close()  # type: ignore[attr-defined]
+            self._notify = RustNotify(list(dirs), False, False, 50, False, True) if dirs else None
+            self._watched = dirs
+        if self._notify is None:
+            self._poked.wait(timeout)
+            self._poked.clear()
+            return Wake(None, True)
+        result = self._notify.watch(  # type: ignore[attr-defined]
+            self._debounce_ms, self._step_ms, max(1, int(timeout * 1000)), self
+        )
+        if self._poked.is_set() or result == "stop":
+            self._poked.clear()
+            return Wake(None, True)
+        if isinstance(result, str):  # "timeout" or "signal"
+            return Wake(None)
+        paths = frozenset(path for _, path in result)
+        created = any(change != 2 for change, _ in result)  # 2: modified
+        return Wake(paths, created)
+
+    def close(self) -> None:
+        super().close()
+        if self._notify is not None:
+            self._notify.close()  # type: ignore[attr-defined]
+            self._notify = None
+
+
+def make_waker(mode: str, *, poll_interval: float, debounce: float) -> Waker:
+    """Build the waker for ``mode`` ("inotify", "watchfiles" or "poll"), falling back to the
+    next one that works ("inotify" -> "watchfiles" -> "poll")."""
+    if mode == "inotify":
+        if inotify.available():
+            try:
+                return InotifyWaker(debounce=debounce)
+            except OSError as e:
+                logger.warning("inotify unavailable (%s); polling every %ss", e, poll_interval)
+                return PollWaker(poll_interval)
+        mode = "watchfiles"
+    if mode == "watchfiles":
+        try:
+            import watchfiles._rust_notify  # noqa: F401
+        except ImportError:
+            return PollWaker(poll_interval)
+        return RustNotifyWaker(debounce_ms=max(1, int(debounce * 1000)))
+    return PollWaker(poll_interval)
