@@ -23,7 +23,7 @@ from engine.states import RankState, can_move
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
 
-__all__ = ["AfterExit", "InvalidTransition", "RankSlot", "signal_name"]
+__all__ = ["AfterExit", "InvalidTransition", "RankSlot", "incarnation_dir", "signal_name"]
 
 AfterExit = Literal["restart", "attempt", None]
 """What to do once the current process exits: start it again alone, wait for the new
@@ -56,7 +56,7 @@ class RankSlot:
         state: Where the rank is (see ``engine.states``).
         proc: The current process (A's ``RankProcess``), None before the first spawn.
         attempt: The attempt (``attempt_<n>``) this incarnation belongs to.
-        incarnation: Restarts of this rank alone within the attempt; names ``restart_<k>``.
+        incarnation: Restarts of this rank alone within the attempt.
         restart_count: Every restart of this rank, alone or with its attempt.
         stop_reason: Why we signalled the current process ("terminate", "kill", "restart",
             "attempt", "teardown", "shutdown", "watchdog"); None when we did not. A rank
@@ -80,6 +80,8 @@ class RankSlot:
     failure: ProcessFailure | None = None
     stop_reason: str | None = None
     after_exit: AfterExit = None
+    user_signals: set[int] = field(default_factory=set)
+    """Signals a person sent with SignalRanks: dying of one of them is our doing too."""
     history: list[tuple[RankState, RankState, float]] = field(default_factory=list)
 
     @property
@@ -131,6 +133,7 @@ class RankSlot:
         self.failure = None
         self.stop_reason = None
         self.after_exit = None
+        self.user_signals = set()
 
     def info(self) -> RankInfo:
         """The plain-data view a UI gets from ``snapshot()``."""
@@ -149,13 +152,15 @@ class RankSlot:
         )
 
 
-def incarnation_dir(attempt_rank_dir: str, incarnation: int) -> str:
-    """Where incarnation ``k`` of a rank writes: the rank dir itself for 0, else restart_<k>/.
+def incarnation_dir(attempt_rank_dir: str, restart_count: int | None) -> str:
+    """Where a rank writes: its attempt's rank dir, or ``restart_<k>/`` inside it.
 
-    The first incarnation uses torch's layout (``attempt_<n>/<rank>/stdout.log``); a rank
-    restarted alone writes to ``attempt_<n>/<rank>/restart_<k>/``, so no file once written
-    is moved or overwritten and a path always names the same incarnation.
+    An attempt's first incarnation of a rank uses torch's layout
+    (``attempt_<n>/<rank>/stdout.log``); a rank restarted alone writes to
+    ``attempt_<n>/<rank>/restart_<k>/``, k being its restart count after this restart
+    (the ``RANKVISOR_RESTART_COUNT`` it sees). No file once written is moved or overwritten,
+    so a path always names the same incarnation.
     """
-    if incarnation == 0:
+    if not restart_count:
         return attempt_rank_dir
-    return os.path.join(attempt_rank_dir, f"restart_{incarnation}")
+    return os.path.join(attempt_rank_dir, f"restart_{restart_count}")
