@@ -1,0 +1,473 @@
+"""RankvisorApp: the Textual app over a ``SupervisorHandle``; ``run_tui`` and ``make_app``.
+
+Data flows one way. Engine threads call the ``EngineBridge`` (a sink); log batches and stats
+wait in bounded per-rank buffers until the drain tick (about 15 Hz) folds them into the
+``RunView`` in one go, and lifecycle events arrive as ``EngineEvent`` messages at once.
+Commands flow the other way: a key becomes a ``Command`` that a thread worker hands to
+``handle.execute``; the UI thread never waits on the engine, and this module never touches a
+process itself.
+
+Quitting while ranks run asks first, then ``handle.shutdown()`` (terminate with escalation,
+bounded wait) runs on a worker while the panes show the countdown; ``run_tui`` prints the
+root-cause summary on the normal terminal afterwards and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, ClassVar, Iterable
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+
+from engine.events import (
+    EscalationScheduled,
+    RankStateChanged,
+    RunFinished,
+    SupervisorNotice,
+    TimerExpired,
+)
+from engine.handle import (
+    Command,
+    CommandResult,
+    KillRanks,
+    RestartAll,
+    RestartRank,
+    SignalRanks,
+    SupervisorHandle,
+    TerminateRanks,
+)
+from engine.states import RankState
+from tui.bridge import EngineBridge
+from tui.messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
+from tui.model import RunView
+from tui.report import format_summary
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.errors import ErrorsScreen
+from tui.screens.help import HelpScreen
+from tui.screens.main import MainScreen
+from tui.screens.signal_picker import SignalPicker
+
+__all__ = ["RankvisorApp", "make_app", "run_tui"]
+
+DRAIN_HZ = 15.0
+
+
+class _ShutdownDone(Message):
+    """``handle.shutdown()`` returned on the worker thread."""
+
+
+class RankvisorApp(App[int]):
+    """Live panes of every rank, and keys that act on them through the handle.
+
+    Args:
+        handle: The supervisor (real, scripted, or one day remote).
+        clock: Monotonic clock for countdowns and elapsed time (inject a fixed one in tests).
+        drain_hz: How often buffered log lines are drawn.
+        start_handle: Call ``handle.start()`` once mounted (on a worker thread, or on the UI
+            thread when ``sync_start``: the scripted engine in tests, for deterministic frames).
+        buffer_lines: Lines kept in memory per rank for the panes (the zoomed view reads disk).
+    """
+
+    CSS_PATH = "app.tcss"
+    TITLE = "rankvisor"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("t", "terminate", "Term"),
+        Binding("K", "kill", "Kill"),
+        Binding("s", "signal", "Signal"),
+        Binding("r", "restart", "Restart"),
+        Binding("e", "errors", "Errors"),
+        Binding("f", "filtered", "Filtered"),
+        Binding("slash", "search", "Search", show=False),
+        Binding("T", "terminate_all", "Term all", show=False),
+        Binding("R", "restart_all", "Restart all", show=False),
+        Binding("space", "toggle_follow", "Pause", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "request_quit", "Quit"),
+        Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "request_quit", "Quit", show=False),
+    ]
+
+    def __init__(
+        self,
+        handle: SupervisorHandle,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        drain_hz: float = DRAIN_HZ,
+        start_handle: bool = True,
+        sync_start: bool = False,
+        buffer_lines: int = 5_000,
+    ) -> None:
+        super().__init__()
+        self.handle = handle
+        self.clock = clock
+        self.bridge = EngineBridge()
+        # Subscribe before the snapshot, so that nothing between the two is lost.
+        self._unsubscribe = handle.subscribe(self.bridge)
+        self.run_view = RunView(handle.snapshot(), buffer_lines=buffer_lines)
+        self._drain_hz = drain_hz
+        self._start_handle = start_handle
+        self._sync_start = sync_start
+        self._started_at = clock()
+        self._paused = False
+        self._status = ""
+        self._last_second = -1
+        self.shutting_down = False
+        self.shut_down = False
+        """True once ``handle.shutdown()`` returned (run_tui calls it if the app did not)."""
+        self.selected = 0
+        self.main_screen = MainScreen(self.run_view)
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen[Any]:
+        return self.main_screen
+
+    def on_mount(self) -> None:
+        self.bridge.attach(self)
+        self.set_interval(1 / self._drain_hz, self._tick, name="drain")
+        if self._start_handle:
+            if self._sync_start:
+                self.handle.start()
+            else:
+                self._start_worker()
+        self.call_after_refresh(self._tick)
+
+    @work(thread=True, group="engine", exit_on_error=False, description="start ranks")
+    def _start_worker(self) -> None:
+        self.handle.start()
+
+    def on_unmount(self) -> None:
+        self.bridge.detach()
+        self._unsubscribe()
+
+    # -- data in ---------------------------------------------------------------------------
+
+    def _drain(self, upto: int | None = None) -> set[int]:
+        """Fold buffered output and stats into the model; returns the ranks that changed."""
+        drained = self.bridge.drain(upto)
+        if not drained:
+            return set()
+        run = self.run_view
+        changed: set[int] = set()
+        for rank, count in drained.skipped.items():
+            if 0 <= rank < len(run.ranks):
+                run.ranks[rank].buffer.mark(
+                    f"… {count} lines not drawn (the UI fell behind; all are on disk: enter)"
+                )
+                changed.add(rank)
+        for output in drained.outputs:
+            if run.add_output(output):
+                changed.add(output.rank)
+        for stats in drained.stats:
+            changed |= run.apply(stats)
+        if drained.filtered:
+            refresh = getattr(self.screen, "on_filtered_lines", None)
+            if callable(refresh):
+                refresh(drained.filtered)
+        return changed
+
+    def _tick(self) -> None:
+        """The drain tick: draw what arrived since the last one."""
+        changed = self._drain()
+        now = self.clock()
+        second = int(now - self._started_at)
+        if changed or second != self._last_second or self._any_countdown():
+            self._last_second = second
+            self._show(changed, now)
+
+    def _any_countdown(self) -> bool:
+        return any(view.escalation_deadline is not None for view in self.run_view.ranks)
+
+    def _show(self, changed: set[int] | None, now: float | None = None) -> None:
+        if not self.main_screen.is_mounted:
+            return
+        now = self.clock() if now is None else now
+        root = self.run_view.root_cause()
+        with self.batch_update():
+            self.main_screen.show_ranks(changed, now, root)
+            self.main_screen.show_summary(
+                elapsed=now - self._started_at, paused=self._paused, status=self._status
+            )
+            for screen in self.screen_stack:
+                if screen is not self.main_screen:
+                    update = getattr(screen, "on_run_changed", None)
+                    if callable(update):
+                        update(changed)
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        changed = self._drain(upto=message.seq)
+        event = message.event
+        changed |= self.run_view.apply(event)
+        if isinstance(event, SupervisorNotice):
+            self.notify(event.message, severity=event.severity, timeout=6)
+        elif isinstance(event, TimerExpired):
+            self.notify(
+                f"watchdog: rank {event.rank} overran {event.scope!r} and was killed",
+                severity="warning",
+            )
+        elif isinstance(event, RunFinished):
+            root = self.run_view.root_cause()
+            if root is None and self.run_view.exit_code() == 0:
+                self.notify("all ranks finished successfully", timeout=6)
+            elif root is not None:
+                self.notify(
+                    f"run finished: rank {root} failed first (e: errors)", severity="error",
+                    timeout=8,
+                )
+        elif isinstance(event, EscalationScheduled):
+            pass
+        elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
+            self._paused_sync()
+        self._show(changed)
+        errors = next((s for s in self.screen_stack if isinstance(s, ErrorsScreen)), None)
+        if errors is not None:
+            errors.refresh_report()
+
+    def _paused_sync(self) -> None:
+        if self._paused:
+            self.main_screen.set_paused(True)
+
+    def absorb_pending(self) -> None:
+        """After the app stopped: fold what is still buffered, for the printed summary."""
+        self._drain()
+        for message in self.bridge.take_early():
+            self.run_view.apply(message.event)
+
+    # -- commands out ----------------------------------------------------------------------
+
+    def run_command(self, command: Command) -> None:
+        """Hand ``command`` to the engine on a worker thread; refusals become notifications."""
+        self._command_worker(command)
+
+    @work(thread=True, group="commands", exit_on_error=False, description="engine command")
+    def _command_worker(self, command: Command) -> None:
+        try:
+            result = self.handle.execute(command)
+        except Exception as error:  # a bug in a handle must not take the UI down
+            result = CommandResult(False, f"{type(error).__name__}: {error}")
+        self.post_message(CommandFinished(command, result))
+
+    def on_command_finished(self, message: CommandFinished) -> None:
+        if not message.result.ok:
+            self.notify(message.result.message or "refused", severity="warning", timeout=5)
+        elif message.result.message:
+            self.notify(message.result.message, timeout=3)
+
+    # -- selection -------------------------------------------------------------------------
+
+    def on_rank_selected(self, message: RankSelected) -> None:
+        self.selected = message.rank
+
+    def on_zoom_requested(self, message: ZoomRequested) -> None:
+        self.selected = message.rank
+        self.action_zoom()
+
+    def _target(self) -> int:
+        """The rank keys act on: the zoomed one on the zoom screen, else the selected one."""
+        rank = getattr(self.screen, "rank", None)
+        return rank if isinstance(rank, int) else self.selected
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A dialog is up: its own keys only (a stray 't' must not terminate anything).
+        if isinstance(self.screen, ModalScreen) and action not in ("request_quit",):
+            return False
+        if action in ("terminate", "kill", "signal", "restart", "terminate_all", "restart_all"):
+            if self.shutting_down:
+                return False
+        return True
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_terminate(self) -> None:
+        """SIGTERM the selected rank; SIGKILL follows after the term timeout."""
+        self.run_command(TerminateRanks((self._target(),)))
+
+    def action_kill(self) -> None:
+        """SIGKILL the selected rank now."""
+        self.run_command(KillRanks((self._target(),)))
+
+    def action_signal(self) -> None:
+        """Pick a signal for the selected rank."""
+        rank = self._target()
+
+        def send(sig: int | None) -> None:
+            if sig is not None:
+                self.run_command(SignalRanks((rank,), sig))
+
+        self.push_screen(SignalPicker(rank), send)
+
+    def action_restart(self) -> None:
+        """Restart the selected rank (its earlier logs are kept)."""
+        self.run_command(RestartRank(self._target()))
+
+    def action_terminate_all(self) -> None:
+        alive = len(self.run_view.alive)
+        timeout = self.run_view.term_timeout_s
+        self._confirm(
+            "Terminate all ranks?",
+            f"SIGTERM to {alive} running rank(s), SIGKILL after {timeout:g}s for any still alive.",
+            lambda: self.run_command(TerminateRanks(None)),
+        )
+
+    def action_restart_all(self) -> None:
+        self._confirm(
+            "Restart all ranks?",
+            f"Stop every rank and start attempt {self.run_view.attempt + 1}. "
+            "Logs of earlier attempts stay on disk.",
+            lambda: self.run_command(RestartAll()),
+        )
+
+    def _confirm(self, title: str, question: str, then: Callable[[], None]) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                then()
+
+        self.push_screen(ConfirmScreen(title, question), answered)
+
+    def action_zoom(self) -> None:
+        from tui.screens.zoom import ZoomScreen
+
+        if isinstance(self.screen, ZoomScreen):
+            return
+        self.push_screen(ZoomScreen(self.run_view, self.selected))
+
+    def action_filtered(self) -> None:
+        from tui.screens.filtered import FilteredScreen
+
+        if not isinstance(self.screen, FilteredScreen):
+            self._push_view(FilteredScreen(self.run_view))
+
+    def action_errors(self) -> None:
+        if not isinstance(self.screen, ErrorsScreen):
+            self._push_view(ErrorsScreen(self.run_view))
+
+    def _push_view(self, screen: Screen[Any]) -> None:
+        # Views replace each other instead of piling up: escape always returns to the grid.
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, ModalScreen):
+            self.pop_screen()
+        self.push_screen(screen)
+
+    def action_search(self) -> None:
+        """Search the zoomed rank's log (zooms first from the grid)."""
+        from tui.screens.zoom import ZoomScreen
+
+        if not isinstance(self.screen, ZoomScreen):
+            self.action_zoom()
+        self.call_after_refresh(lambda: self.screen.run_action("start_search"))
+
+    def action_toggle_follow(self) -> None:
+        handler = getattr(self.screen, "action_toggle_follow", None)
+        if self.screen is not self.main_screen and callable(handler):
+            handler()
+            return
+        self._paused = not self._paused
+        self.main_screen.set_paused(self._paused)
+        self._show(None)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_request_quit(self) -> None:
+        """Quit; while ranks run, ask, then terminate them with escalation first."""
+        if self.shutting_down:
+            if self.run_view.alive:
+                self._confirm(
+                    "Kill all now?",
+                    "Shutdown is waiting for ranks to exit after SIGTERM. SIGKILL them now?",
+                    lambda: self.run_command(KillRanks(None)),
+                )
+            return
+        alive = len(self.run_view.alive)
+        if not alive:
+            self._begin_shutdown()
+            return
+        timeout = self.run_view.term_timeout_s
+        self._confirm(
+            "Quit rankvisor?",
+            f"{alive} rank(s) still running. They will get SIGTERM, and SIGKILL after "
+            f"{timeout:g}s if still alive.",
+            self._begin_shutdown,
+        )
+
+    def _begin_shutdown(self) -> None:
+        self.shutting_down = True
+        self._status = "shutting down" if self.run_view.alive else "closing"
+        self._show(None)
+        self._shutdown_worker()
+
+    @work(thread=True, group="shutdown", exclusive=True, exit_on_error=False)
+    def _shutdown_worker(self) -> None:
+        try:
+            self.handle.shutdown()
+        finally:
+            self.shut_down = True
+            # A message, not call_from_thread: it queues behind the engine events posted
+            # during the shutdown, so the model is complete when the app exits.
+            self.post_message(_ShutdownDone())
+
+    @on(_ShutdownDone)
+    def _shutdown_done(self) -> None:
+        self._drain()
+        self.exit(self.run_view.exit_code())
+
+    # -- command palette -------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        commands: list[tuple[str, str, Callable[[], Any]]] = [
+            ("Zoom selected rank", "Full log of the selected rank from disk", self.action_zoom),
+            ("SIGTERM selected rank", "Escalates to SIGKILL after the term timeout", self.action_terminate),
+            ("SIGKILL selected rank", "Kill the selected rank now", self.action_kill),
+            ("Send signal to selected rank", "USR1, USR2, INT, STOP, CONT, HUP, QUIT, TERM, KILL", self.action_signal),
+            ("Restart selected rank", "Earlier logs are kept", self.action_restart),
+            ("Terminate all ranks", "SIGTERM, then SIGKILL after the timeout (asks first)", self.action_terminate_all),
+            ("Restart all ranks", "A new attempt (asks first)", self.action_restart_all),
+            ("Error view", "Tracebacks of failed ranks, root cause first", self.action_errors),
+            ("Filtered view", "filtered_stdout.log / filtered_stderr.log", self.action_filtered),
+            ("Search the zoomed log", "Plain text; n / N for next / previous", self.action_search),
+            ("Pause / resume following", "Hold the panes still to read", self.action_toggle_follow),
+            ("Toggle grid / list layout", "Panes for every rank, or tiles beside one pane", lambda: self.main_screen.action_toggle_layout()),
+            ("Help: keys", "Every key of rankvisor", self.action_help),
+            ("Quit rankvisor", "Asks first while ranks run", self.action_request_quit),
+        ]
+        for title, help_text, callback in commands:
+            yield SystemCommand(title, help_text, callback)
+
+
+def make_app(
+    handle: SupervisorHandle,
+    *,
+    clock: Callable[[], float] | None = None,
+    **kwargs: Any,
+) -> RankvisorApp:
+    """The app as tests build it: synchronous start and a fixed clock unless told otherwise,
+    so a snapshot shows the same frame on every run."""
+    kwargs.setdefault("sync_start", True)
+    return RankvisorApp(handle, clock=clock or (lambda: 1000.0), **kwargs)
+
+
+def run_tui(handle: SupervisorHandle, *, mouse: bool = True, **kwargs: Any) -> int:
+    """Run the app until the user quits; print the root-cause summary; return the exit code.
+
+    The ranks never outlive this call: if the app ends without having shut the handle down
+    (an exception, a signal), it is shut down here, with escalation.
+    """
+    app = RankvisorApp(handle, **kwargs)
+    code: int | None = None
+    try:
+        code = app.run(mouse=mouse)
+    finally:
+        if not app.shut_down:
+            handle.shutdown()
+        app.absorb_pending()
+    sys.stdout.write(format_summary(app.run_view))
+    sys.stdout.flush()
+    return code if isinstance(code, int) else app.run_view.exit_code()

@@ -1,0 +1,436 @@
+"""What the UI knows about the run: pure Python, no Textual, fed by engine events.
+
+``RunView.apply(event)`` folds one engine event into the view and says which ranks changed;
+widgets read the view and never keep their own copy of a rank's state. ``LineBuffer`` is the
+bounded ring of a rank's recent output that the panes render (the files on disk stay the
+record; the zoomed view reads them).
+
+Everything here runs on the UI thread (the bridge hands events over); nothing is locked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final, Iterable, Literal
+
+from engine.events import (
+    AttemptStarted,
+    EscalationFinished,
+    EscalationScheduled,
+    Event,
+    RankOutput,
+    RankRestarted,
+    RankStateChanged,
+    RankStats,
+    RunFinished,
+    SupervisorNotice,
+    TimerExpired,
+)
+from engine.handle import RankInfo, RunInfo
+from engine.states import RankState
+
+__all__ = ["Incarnation", "LineBuffer", "LineKind", "RankView", "RunView", "format_bytes"]
+
+LineKind = Literal["stdout", "stderr", "marker"]
+"""A buffered line is program output on one stream, or a marker the UI inserted."""
+
+CPU_HISTORY: Final = 48
+"""CPU samples kept per rank for the sparkline (one a second by default)."""
+
+
+def format_bytes(n: int | None) -> str:
+    """``1234567 -> "1.2M"``: short, for a one-line header."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if value < 1024 or unit == "T":
+            if unit == "B":
+                return f"{int(value)}B"
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+        value /= 1024
+    return f"{value:.0f}T"  # pragma: no cover - loop always returns
+
+
+class LineBuffer:
+    """The last ``max_lines`` lines of one rank (both streams, arrival order) plus a partial.
+
+    Lines are stored raw (ANSI included) and rendered lazily by the widget that shows them.
+    ``evicted`` counts lines that fell off the front, so ``evicted + index`` is a stable id for
+    a line for as long as it is buffered (widgets key their render caches on it).
+    """
+
+    __slots__ = ("_lines", "evicted", "partial", "partial_stream", "width", "total", "version")
+
+    def __init__(self, max_lines: int = 5_000) -> None:
+        self._lines: deque[tuple[LineKind, str]] = deque(maxlen=max_lines)
+        self.evicted = 0
+        """How many lines have fallen off the front."""
+        self.partial = ""
+        """The current unterminated line (a progress bar mid-redraw), drawn after the lines."""
+        self.partial_stream: LineKind = "stdout"
+        self.width = 0
+        """Longest line seen (characters, an upper bound of cells for most text)."""
+        self.total = 0
+        """Lines ever appended (markers included)."""
+        self.version = 0
+        """Bumped on every change, so a widget can tell whether it must repaint."""
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @property
+    def max_lines(self) -> int:
+        return self._lines.maxlen or 0
+
+    def __getitem__(self, index: int) -> tuple[LineKind, str]:
+        return self._lines[index]
+
+    def extend(self, kind: LineKind, lines: Iterable[str]) -> None:
+        """Append complete lines of one stream."""
+        before = len(self._lines)
+        added = 0
+        width = self.width
+        for line in lines:
+            self._lines.append((kind, line))
+            added += 1
+            if len(line) > width:
+                width = len(line)
+        if not added:
+            return
+        self.width = width
+        self.total += added
+        self.evicted += max(0, before + added - self.max_lines)
+        self.version += 1
+
+    def set_partial(self, kind: LineKind, partial: str) -> None:
+        if partial != self.partial or kind != self.partial_stream:
+            self.partial = partial
+            self.partial_stream = kind
+            self.width = max(self.width, len(partial))
+            self.version += 1
+
+    def mark(self, text: str) -> None:
+        """Insert a UI marker line (restart separator, skipped-lines note)."""
+        self.partial = ""
+        self.extend("marker", (text,))
+
+    def tail(self, count: int, kind: LineKind | None = None) -> list[str]:
+        """The last ``count`` lines (of one stream when ``kind`` is given), oldest first."""
+        out: list[str] = []
+        for line_kind, text in reversed(self._lines):
+            if kind is None or line_kind == kind:
+                out.append(text)
+                if len(out) >= count:
+                    break
+        out.reverse()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Incarnation:
+    """One run of a rank's process: where its logs went (kept on disk after a restart)."""
+
+    attempt: int
+    restart_count: int
+    stdout_path: str
+    stderr_path: str
+    error_file: str
+
+
+@dataclass(slots=True, eq=False)
+class RankView:
+    """One rank as the UI shows it."""
+
+    rank: int
+    state: RankState = RankState.STARTING
+    pid: int | None = None
+    exitcode: int | None = None
+    signal_name: str | None = None
+    restart_count: int = 0
+    attempt: int = 0
+    caused_by_us: bool = False
+    failure: Any = None
+    """The engine's ``ProcessFailure`` (torch-compatible) when the rank failed."""
+    failed_at: float | None = None
+    """Wall-clock time of the failure (error.json timestamp when there is one)."""
+    stdout_path: str = ""
+    stderr_path: str = ""
+    error_file: str = ""
+    earlier: list[Incarnation] = field(default_factory=list)
+    """Earlier incarnations, oldest first (their logs stay on disk)."""
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    num_threads: int | None = None
+    numa_node: int | None = None
+    proc_status: str | None = None
+    cpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=CPU_HISTORY))
+    escalation_signal: str | None = None
+    escalation_deadline: float | None = None
+    """``time.monotonic()`` value at which SIGKILL follows, while an escalation runs."""
+    timer_scope: str | None = None
+    """The watchdog scope this rank overran, if torch's file timer killed it."""
+    last_line: str = ""
+    lines_seen: int = 0
+    buffer: LineBuffer = field(default_factory=LineBuffer)
+
+    @property
+    def exit_label(self) -> str:
+        """``"exit 3"``, ``"SIGKILL"`` or ``""`` while alive."""
+        if self.state.is_alive or self.exitcode is None:
+            return ""
+        if self.signal_name:
+            return self.signal_name
+        if self.exitcode < 0:
+            return f"signal {-self.exitcode}"
+        return f"exit {self.exitcode}"
+
+    @property
+    def failed(self) -> bool:
+        return self.state in (RankState.FAILED, RankState.SIGNALLED)
+
+    def countdown(self, now: float) -> int | None:
+        """Whole seconds left before SIGKILL, or None when no escalation runs."""
+        if self.escalation_deadline is None or not self.state.is_alive:
+            return None
+        return max(0, math.ceil(self.escalation_deadline - now))
+
+    def incarnation(self) -> Incarnation:
+        return Incarnation(
+            self.attempt, self.restart_count, self.stdout_path, self.stderr_path, self.error_file
+        )
+
+
+_STATE_ORDER: Final = (
+    RankState.RUNNING,
+    RankState.STARTING,
+    RankState.TERMINATING,
+    RankState.RESTARTING,
+    RankState.SUCCEEDED,
+    RankState.FAILED,
+    RankState.SIGNALLED,
+)
+
+
+class RunView:
+    """The run and all its ranks, folded from engine events."""
+
+    def __init__(self, info: RunInfo, *, buffer_lines: int = 5_000) -> None:
+        self.name = info.name
+        self.nprocs = info.nprocs
+        self.run_id = info.run_id
+        self.log_dir = info.log_dir
+        self.attempt = info.attempt
+        self.term_timeout_s = info.term_timeout_s
+        self.command = info.command
+        self.filtered_stdout_path = info.filtered_stdout_path
+        self.filtered_stderr_path = info.filtered_stderr_path
+        self.stdout_filters = info.stdout_filters
+        self.stderr_filters = info.stderr_filters
+        self.prefixes = dict(info.log_line_prefixes)
+        self.finished = info.finished
+        self.root_cause_rank: int | None = None
+        self.result: Any = None
+        self.notices: deque[SupervisorNotice] = deque(maxlen=100)
+        self.ranks: list[RankView] = [
+            RankView(rank=r, buffer=LineBuffer(buffer_lines)) for r in range(info.nprocs)
+        ]
+        for rank_info in info.ranks:
+            self._merge_info(rank_info)
+
+    def _merge_info(self, info: RankInfo) -> None:
+        if not 0 <= info.rank < len(self.ranks):
+            return
+        view = self.ranks[info.rank]
+        view.state = info.state
+        view.pid = info.pid
+        view.restart_count = info.restart_count
+        view.attempt = info.attempt
+        view.stdout_path = info.stdout_path
+        view.stderr_path = info.stderr_path
+        view.error_file = info.error_file
+        view.exitcode = info.exitcode
+        view.signal_name = info.signal_name
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def counts(self) -> dict[RankState, int]:
+        """How many ranks are in each state, in display order, zero counts left out."""
+        found: dict[RankState, int] = {}
+        for view in self.ranks:
+            found[view.state] = found.get(view.state, 0) + 1
+        return {state: found[state] for state in _STATE_ORDER if state in found}
+
+    @property
+    def alive(self) -> list[RankView]:
+        return [view for view in self.ranks if view.state.is_alive]
+
+    def failures(self) -> list[RankView]:
+        """Failed ranks, the root cause first, then by time of failure, then by rank."""
+        failed = [view for view in self.ranks if view.failed]
+        root = self.root_cause()
+
+        def key(view: RankView) -> tuple[int, int, float, int]:
+            return (
+                0 if view.rank == root else 1,
+                1 if view.caused_by_us else 0,
+                view.failed_at if view.failed_at is not None else math.inf,
+                view.rank,
+            )
+
+        return sorted(failed, key=key)
+
+    def root_cause(self) -> int | None:
+        """The rank that failed first: the engine's verdict if given, else the earliest
+        failure the engine did not cause itself (ties go to the lowest rank)."""
+        engine_says = self.root_cause_rank
+        if engine_says is not None and 0 <= engine_says < len(self.ranks):
+            view = self.ranks[engine_says]
+            # A rank we stopped ourselves is not a cause (terminate-all, quit, teardown).
+            if view.failed and not view.caused_by_us:
+                return engine_says
+        candidates = [view for view in self.ranks if view.failed and not view.caused_by_us]
+        if not candidates:
+            return None
+        best = min(
+            candidates,
+            key=lambda v: (v.failed_at if v.failed_at is not None else math.inf, v.rank),
+        )
+        return best.rank
+
+    def exit_code(self) -> int:
+        """The process exit code the CLI returns: 0 when every rank succeeded, 1 otherwise
+        (torchrun's convention)."""
+        if self.ranks and all(view.state is RankState.SUCCEEDED for view in self.ranks):
+            return 0
+        return 1
+
+    # -- folding events --------------------------------------------------------------------
+
+    def add_output(self, event: RankOutput) -> bool:
+        """Append a batch of a rank's stdout/stderr; False for other streams or ranks."""
+        if event.stream not in ("stdout", "stderr") or not 0 <= event.rank < len(self.ranks):
+            return False
+        view = self.ranks[event.rank]
+        kind: LineKind = "stdout" if event.stream == "stdout" else "stderr"
+        if event.lines:
+            view.buffer.extend(kind, event.lines)
+            view.lines_seen += len(event.lines)
+            view.last_line = event.lines[-1]
+        if event.partial or view.buffer.partial_stream == kind:
+            view.buffer.set_partial(kind, event.partial)
+            if event.partial:
+                view.last_line = event.partial
+        return True
+
+    def apply(self, event: Event) -> set[int]:
+        """Fold one event in; returns the ranks whose display changed (-1: the run)."""
+        if isinstance(event, RankOutput):
+            return {event.rank} if self.add_output(event) else set()
+        if isinstance(event, RankStats):
+            return self._apply_stats(event)
+        if isinstance(event, RankStateChanged):
+            return self._apply_state(event)
+        if isinstance(event, EscalationScheduled):
+            for rank in event.ranks:
+                if 0 <= rank < len(self.ranks):
+                    self.ranks[rank].escalation_signal = event.signal_name
+                    self.ranks[rank].escalation_deadline = event.deadline
+            return set(event.ranks) | {-1}
+        if isinstance(event, EscalationFinished):
+            for rank in event.ranks:
+                if 0 <= rank < len(self.ranks):
+                    self.ranks[rank].escalation_deadline = None
+            return set(event.ranks) | {-1}
+        if isinstance(event, RankRestarted):
+            return self._apply_restart(event)
+        if isinstance(event, AttemptStarted):
+            self.attempt = event.attempt
+            self.finished = False
+            self.root_cause_rank = None
+            self.result = None
+            return {-1}
+        if isinstance(event, TimerExpired):
+            if 0 <= event.rank < len(self.ranks):
+                self.ranks[event.rank].timer_scope = event.scope
+            return {event.rank, -1}
+        if isinstance(event, RunFinished):
+            self.finished = True
+            self.result = event.result
+            self.root_cause_rank = event.root_cause_rank
+            return {-1} | {view.rank for view in self.ranks}
+        if isinstance(event, SupervisorNotice):
+            self.notices.append(event)
+            return {-1}
+        return set()
+
+    def _apply_stats(self, event: RankStats) -> set[int]:
+        if not 0 <= event.rank < len(self.ranks):
+            return set()
+        view = self.ranks[event.rank]
+        view.cpu_percent = event.cpu_percent
+        view.rss_bytes = event.rss_bytes
+        view.num_threads = event.num_threads
+        view.numa_node = event.numa_node
+        view.proc_status = event.status
+        view.cpu_history.append(event.cpu_percent)
+        return {event.rank}
+
+    def _apply_state(self, event: RankStateChanged) -> set[int]:
+        if not 0 <= event.rank < len(self.ranks):
+            return set()
+        view = self.ranks[event.rank]
+        view.state = event.new
+        if event.pid is not None:
+            view.pid = event.pid
+        view.restart_count = event.restart_count
+        view.attempt = event.attempt
+        if event.new.is_final:
+            view.exitcode = event.exitcode
+            view.signal_name = event.signal_name
+            view.caused_by_us = event.caused_by_us
+            view.escalation_deadline = None
+            view.proc_status = None
+            view.cpu_percent = None
+            if event.new is not RankState.SUCCEEDED:
+                view.failure = event.failure
+                view.failed_at = _failure_time(event.failure, event.t)
+        elif event.new is RankState.STARTING:
+            # A new incarnation: the old exit is history now.
+            view.exitcode = None
+            view.signal_name = None
+            view.caused_by_us = False
+            view.failure = None
+            view.failed_at = None
+            view.timer_scope = None
+            view.escalation_deadline = None
+        return {event.rank, -1}
+
+    def _apply_restart(self, event: RankRestarted) -> set[int]:
+        if not 0 <= event.rank < len(self.ranks):
+            return set()
+        view = self.ranks[event.rank]
+        if view.stdout_path or view.stderr_path:
+            previous = view.incarnation()
+            if not view.earlier or view.earlier[-1] != previous:
+                view.earlier.append(previous)
+        view.pid = event.pid
+        view.restart_count = event.restart_count
+        view.attempt = event.attempt
+        view.stdout_path = event.stdout_path
+        view.stderr_path = event.stderr_path
+        view.error_file = event.error_file
+        why = f"attempt {event.attempt}" if event.whole_attempt else f"restart {event.restart_count}"
+        view.buffer.mark(f"── {why} · pid {event.pid} ──")
+        view.last_line = ""
+        return {event.rank, -1}
+
+
+def _failure_time(failure: Any, fallback: float) -> float | None:
+    """The failure's own timestamp (error.json or exit time), else the event's time."""
+    stamp = getattr(failure, "timestamp", None)
+    if isinstance(stamp, (int, float)) and stamp > 0:
+        return float(stamp)
+    return fallback or None

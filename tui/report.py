@@ -1,0 +1,53 @@
+"""The summary printed on the normal terminal after the app closes, so the root cause is not
+lost with the alternate screen: the earliest failure first, with its traceback, then the rest.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from engine.states import RankState
+from tui.model import RunView
+from tui.widgets.ansi import plain_text
+from tui.widgets.failure_report import failure_details
+
+__all__ = ["format_summary"]
+
+
+def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
+    """Plain text (no colours, no escapes from the ranks) ending with a newline."""
+    out: list[str] = []
+    counts = ", ".join(f"{n} {state.value}" for state, n in run.counts().items())
+    verdict = "succeeded" if run.exit_code() == 0 else "did not succeed"
+    out.append(f"rankvisor: {run.name} ({run.nprocs} ranks, attempt {run.attempt}) {verdict}: {counts}")
+    failures = run.failures()
+    root = run.root_cause()
+    for view in failures:
+        details = failure_details(view)
+        head = "root cause" if view.rank == root else "also failed"
+        when = ""
+        if details.timestamp:
+            when = " at " + datetime.fromtimestamp(details.timestamp).strftime("%Y-%m-%d %H:%M:%S")
+        by_us = " (stopped by rankvisor)" if view.caused_by_us else ""
+        out.append(
+            f"  {head}: rank {view.rank} (pid {view.pid}) {view.exit_label or view.state.value}{when}{by_us}"
+        )
+        if view.rank != root:
+            continue
+        if details.message:
+            out.append(f"    {plain_text(details.message)}")
+        if details.callstack:
+            out.extend("    " + plain_text(line) for line in details.callstack.splitlines())
+        else:
+            tail = view.buffer.tail(stderr_lines, "stderr")
+            if tail:
+                out.append("    last stderr lines:")
+                out.extend("      " + plain_text(line) for line in tail)
+        if details.error_file and details.has_error_file:
+            out.append(f"    error file: {details.error_file}")
+    if any(v.state is RankState.SUCCEEDED for v in run.ranks) and failures:
+        ok = [str(v.rank) for v in run.ranks if v.state is RankState.SUCCEEDED]
+        out.append(f"  succeeded: rank {', '.join(ok)}")
+    if run.log_dir:
+        out.append(f"  logs: {run.log_dir}")
+    return "\n".join(out) + "\n"

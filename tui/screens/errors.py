@@ -1,0 +1,103 @@
+"""ErrorsScreen (e): every failed rank, the root cause (earliest failure) first and marked.
+
+Ranks with an error.json (torch's ``@record``) show its traceback in Rich's traceback style;
+the others show their exit code or signal and the last lines of their stderr (from the pane's
+buffer, or the end of stderr.log when the buffer holds none).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from tui.model import RankView, RunView
+from tui.widgets.failure_report import render_failure
+from tui.widgets.run_summary import RunSummary
+
+__all__ = ["ErrorsScreen", "stderr_tail"]
+
+TAIL_LINES: Final = 12
+_TAIL_BYTES: Final = 16 * 1024
+
+
+def stderr_tail(view: RankView, count: int = TAIL_LINES) -> list[str]:
+    """The rank's last stderr lines: from its buffer, else from the end of stderr.log."""
+    lines = view.buffer.tail(count, "stderr")
+    if lines or not view.stderr_path:
+        return lines
+    try:
+        with open(view.stderr_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _TAIL_BYTES))
+            data = f.read(_TAIL_BYTES)
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace").splitlines()
+    if size > _TAIL_BYTES and text:
+        text = text[1:]  # the first line is probably cut
+    return text[-count:]
+
+
+class ErrorsScreen(Screen[None]):
+    """The failures of the run, most important first."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("j,down", "scroll(1)", "Scroll", show=False),
+        Binding("k,up", "scroll(-1)", "Scroll", show=False),
+    ]
+
+    def __init__(self, run: RunView) -> None:
+        super().__init__()
+        self.run = run
+        self._shown: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield RunSummary()
+        yield VerticalScroll(id="failures")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.refresh_report()
+
+    def action_scroll(self, lines: int) -> None:
+        self.query_one("#failures").scroll_relative(y=lines, animate=False)
+
+    def refresh_report(self) -> None:
+        """Rebuild the report if the set of failures changed."""
+        failures = self.run.failures()
+        root = self.run.root_cause()
+        key = (root, tuple((v.rank, v.state, v.exitcode, v.restart_count, id(v.failure)) for v in failures))
+        if key == self._shown:
+            return
+        self._shown = key
+        box = self.query_one("#failures", VerticalScroll)
+        box.remove_children()
+        box.border_title = Text(f"errors · {len(failures)} failed rank(s)")
+        if not failures:
+            alive = len(self.run.alive)
+            words = "No rank has failed." + (f" {alive} still running." if alive else "")
+            box.mount(Static(Text(words, "italic"), classes="no-failures"))
+            return
+        width = max(40, self.size.width - 6)
+        for view in failures:
+            block = Static(
+                render_failure(
+                    view,
+                    root_cause=view.rank == root,
+                    stderr_tail=stderr_tail(view),
+                    width=width,
+                    log_dir=self.run.log_dir,
+                ),
+                classes="failure",
+            )
+            block.set_class(view.rank == root, "-root-cause")
+            box.mount(block)

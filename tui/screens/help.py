@@ -1,0 +1,86 @@
+"""HelpScreen (?): every key, grouped, plus where the logs are."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+__all__ = ["KEY_HELP", "HelpScreen"]
+
+KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
+    (
+        "Move",
+        (
+            ("↑ ↓ ← → / k j h l", "select a rank"),
+            ("pgup pgdn home end", "page through many ranks"),
+            ("enter", "zoom: the rank's full log from disk"),
+            ("escape", "back"),
+            ("g", "grid of panes / tiles beside one pane"),
+            ("space", "pause / resume following the logs"),
+        ),
+    ),
+    (
+        "Act on the selected rank",
+        (
+            ("t", "SIGTERM, then SIGKILL after the term timeout (countdown on the pane)"),
+            ("K", "SIGKILL now"),
+            ("s", "send a signal: USR1 USR2 INT STOP CONT HUP QUIT TERM KILL"),
+            ("r", "restart it (its earlier logs are kept)"),
+        ),
+    ),
+    (
+        "Act on all ranks (asks first)",
+        (
+            ("T", "terminate all, with escalation"),
+            ("R", "restart all as a new attempt"),
+            ("q", "quit: terminates running ranks with escalation"),
+        ),
+    ),
+    (
+        "Views",
+        (
+            ("e", "errors: tracebacks, root cause first"),
+            ("f", "filtered_stdout.log / filtered_stderr.log"),
+            ("/  n  N", "search the zoomed log; next / previous match"),
+            ("o", "zoomed or filtered view: stdout, stderr, or both"),
+            ("[  ]", "zoomed view: earlier / later incarnation of the rank"),
+            ("ctrl+p", "command palette (every action is there)"),
+            ("?", "this help"),
+        ),
+    ),
+)
+
+
+def help_table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for group, rows in KEY_HELP:
+        table.add_row(Text(group, style="bold underline"), "")
+        for keys, words in rows:
+            table.add_row(Text(keys, style="bold cyan"), Text(words))
+        table.add_row("", "")
+    table.add_row(
+        Text("Mouse", style="bold underline"),
+        Text("click a pane or tile to select it, double-click to zoom, wheel to scroll"),
+    )
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and what they do; any of escape, ? or q closes it."""
+
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help") as scroll:
+            scroll.border_title = Text("rankvisor · keys")
+            scroll.border_subtitle = Text("escape close")
+            yield Static(help_table())

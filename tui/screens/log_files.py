@@ -1,0 +1,252 @@
+"""LogFilesScreen: shared by the zoomed view and the filtered view.
+
+Shows a stdout file and a stderr file from disk (one of them, or both stacked: ``o``), live,
+with search: ``/`` opens the search bar, enter finds the first match after the top of the
+view, ``n`` / ``N`` go to the next / previous one. A pattern is plain text, or a regular
+expression when written ``/like this/``; it is case-insensitive unless it has a capital.
+The search itself runs in the log store on a worker thread and is cancelled when a new one
+starts or the screen closes; matches on screen are highlighted as they are drawn.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Final, Literal
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from tui.widgets.file_log import FileLog
+
+__all__ = ["LogFilesScreen", "Streams", "parse_pattern"]
+
+Streams = Literal["stdout", "stderr", "both"]
+_NEXT: Final[dict[str, Streams]] = {"stdout": "stderr", "stderr": "both", "both": "stdout"}
+POLL_S: Final = 0.25
+"""How often the files are checked for new lines while the screen is shown."""
+
+
+def parse_pattern(raw: str) -> tuple[str, bool, bool, re.Pattern[str]] | None:
+    """``raw`` -> (pattern, regex, case_sensitive, compiled) or None if empty or invalid."""
+    regex = len(raw) >= 2 and raw.startswith("/") and raw.endswith("/")
+    pattern = raw[1:-1] if regex else raw
+    if not pattern:
+        return None
+    case_sensitive = any(ch.isupper() for ch in pattern)
+    flags = 0 if case_sensitive else re.IGNORECASE
+    try:
+        compiled = re.compile(pattern if regex else re.escape(pattern), flags)
+    except re.error:
+        return None
+    return pattern, regex, case_sensitive, compiled
+
+
+class LogFilesScreen(Screen[None]):
+    """Base: subclasses say which files (``paths``) and what the title line says."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("slash", "start_search", "Search"),
+        Binding("n", "find(False)", "Next"),
+        Binding("N", "find(True)", "Previous"),
+        Binding("o", "cycle_streams", "Streams"),
+        Binding("tab", "focus_next", "Switch", show=False),
+    ]
+
+    streams: reactive[Streams] = reactive("stdout", init=False)
+
+    def __init__(self, streams: Streams = "stdout") -> None:
+        super().__init__()
+        self.set_reactive(LogFilesScreen.streams, streams)
+        self._search: tuple[str, bool, bool, re.Pattern[str]] | None = None
+        self._cancel: threading.Event | None = None
+        self.status = ""
+
+    # -- what subclasses provide -----------------------------------------------------------
+
+    def paths(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        """((stdout path, label), (stderr path, label))."""
+        raise NotImplementedError
+
+    def title_text(self) -> Text:
+        raise NotImplementedError
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="view-title")
+        yield Vertical(id="logs")
+        yield Input(placeholder="search: text, or /regex/ · enter find · escape close", id="search")
+        yield Footer(compact=True, show_command_palette=False)
+
+    async def on_mount(self) -> None:
+        self.query_one("#search").display = False
+        await self.mount_logs()
+        self.set_interval(POLL_S, self.poll, name="poll files")
+        self.update_title()
+
+    async def mount_logs(self) -> None:
+        """(Re)create the two FileLogs for the current paths."""
+        box = self.query_one("#logs", Vertical)
+        await box.remove_children()
+        (out_path, out_label), (err_path, err_label) = self.paths()
+        await box.mount(
+            FileLog(out_path, label=out_label, id="stdout-log"),
+            FileLog(err_path, label=err_label, id="stderr-log"),
+        )
+        self._apply_streams()
+        if self._search is not None:
+            for log in self.logs():
+                log.set_highlight(self._search[3])
+
+    def logs(self) -> list[FileLog]:
+        return list(self.query(FileLog).results(FileLog))
+
+    def visible_logs(self) -> list[FileLog]:
+        return [log for log in self.logs() if log.display]
+
+    def active_log(self) -> FileLog | None:
+        focused = self.focused
+        if isinstance(focused, FileLog) and focused.display:
+            return focused
+        visible = self.visible_logs()
+        return visible[0] if visible else None
+
+    def _apply_streams(self) -> None:
+        for log in self.logs():
+            wanted = self.streams == "both" or log.id == f"{self.streams}-log"
+            log.display = wanted
+        visible = self.visible_logs()
+        if visible and not isinstance(self.focused, Input):
+            visible[0].focus()
+
+    def watch_streams(self) -> None:
+        self._apply_streams()
+        self.update_title()
+
+    def action_cycle_streams(self) -> None:
+        self.streams = _NEXT[self.streams]
+
+    def poll(self) -> None:
+        for log in self.visible_logs():
+            log.poll()
+
+    def update_title(self) -> None:
+        title = self.title_text()
+        title.append(f"  │ showing {self.streams} (o)", "dim")
+        if self.status:
+            title.append(f"  │ {self.status}", "bold yellow")
+        self.query_one("#view-title", Static).update(title)
+
+    def action_toggle_follow(self) -> None:
+        for log in self.visible_logs():
+            log.paused = not log.paused
+
+    def on_run_changed(self, changed: set[int] | None) -> None:
+        """The app calls this after engine events (the title shows the rank's state)."""
+        self.update_title()
+
+    # -- search ----------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        search = self.query_one("#search", Input)
+        if search.display:
+            search.display = False
+            self.active_log_focus()
+            return
+        self._cancel_search()
+        self.app.pop_screen()
+
+    def active_log_focus(self) -> None:
+        log = self.active_log()
+        if log is not None:
+            log.focus()
+
+    def action_start_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.display = True
+        search.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        parsed = parse_pattern(event.value)
+        event.input.display = False
+        self.active_log_focus()
+        if parsed is None:
+            self._search = None
+            for log in self.logs():
+                log.set_highlight(None)
+            self.set_status("invalid pattern" if event.value.strip("/") else "")
+            return
+        self._search = parsed
+        for log in self.logs():
+            log.set_highlight(parsed[3])
+        log = self.active_log()
+        if log is not None:
+            self._run_search(log, int(log.scroll_y), backwards=False)
+
+    def action_find(self, backwards: bool) -> None:
+        log = self.active_log()
+        if self._search is None or log is None:
+            self.action_start_search()
+            return
+        if log.current_match is not None:
+            start = log.current_match - 1 if backwards else log.current_match + 1
+        else:
+            start = int(log.scroll_y)
+        if start < 0:
+            self.set_status("no earlier match")
+            return
+        self._run_search(log, start, backwards=backwards)
+
+    def set_status(self, status: str) -> None:
+        self.status = status
+        self.update_title()
+
+    def _cancel_search(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+            self._cancel = None
+
+    def _run_search(self, log: FileLog, start: int, *, backwards: bool) -> None:
+        if log.source is None or self._search is None:
+            self.set_status("nothing to search yet")
+            return
+        self._cancel_search()
+        self._cancel = threading.Event()
+        self.set_status("searching…")
+        self._search_worker(log, start, backwards, self._cancel)
+
+    @work(thread=True, exclusive=True, group="search", exit_on_error=False)
+    def _search_worker(
+        self, log: FileLog, start: int, backwards: bool, cancel: threading.Event
+    ) -> None:
+        assert self._search is not None and log.source is not None
+        pattern, regex, case_sensitive, _ = self._search
+        found: int | None = None
+        for index in log.source.search(
+            pattern, regex=regex, case_sensitive=case_sensitive, start=start,
+            backwards=backwards, cancel=cancel,
+        ):
+            found = index
+            break
+        if cancel.is_set():
+            return
+        self.app.call_from_thread(self._search_done, log, found, backwards)
+
+    def _search_done(self, log: FileLog, found: int | None, backwards: bool) -> None:
+        if found is None:
+            self.set_status("no earlier match" if backwards else "no further match")
+            return
+        log.go_to(found)
+        self.set_status(f"match at line {found + 1:,}")
+
+    def on_unmount(self) -> None:
+        self._cancel_search()

@@ -1,0 +1,210 @@
+"""MainScreen: every rank at once, as a grid of panes or as tiles beside a focused pane.
+
+Layout is chosen from the terminal size: a grid while every pane still gets a usable size
+(4 ranks in 80x24, 16 in 160x48), otherwise compact tiles (one line per rank, latest line
+included, paged) beside one full pane for the selected rank. ``g`` flips between the two.
+The app pushes data in with ``show_ranks``; this screen only lays out and navigates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final, Literal
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Container, Grid, Horizontal
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from tui.messages import RankSelected, ZoomRequested
+from tui.model import RunView
+from tui.widgets.rank_pane import RankPane
+from tui.widgets.rank_tiles import RankTiles
+from tui.widgets.run_summary import RunSummary
+
+__all__ = ["MainScreen", "choose_grid"]
+
+MAX_GRID: Final = 16
+"""Beyond this many ranks there is no grid, only tiles and a focused pane."""
+MIN_PANE_WIDTH: Final = 30
+MIN_PANE_HEIGHT: Final = 7
+"""Border, header and four log lines."""
+
+Layout = Literal["auto", "grid", "list"]
+
+
+def choose_grid(n: int, width: int, height: int) -> tuple[int, int] | None:
+    """Columns and rows for ``n`` panes in ``width`` x ``height`` cells, or None if some pane
+    would be too small to read. Prefers panes about three times wider than tall."""
+    if n < 1 or n > MAX_GRID:
+        return None
+    best: tuple[float, int, int] | None = None
+    for cols in range(1, n + 1):
+        rows = math.ceil(n / cols)
+        pane_w, pane_h = width / cols, height / rows
+        if pane_w < MIN_PANE_WIDTH or pane_h < MIN_PANE_HEIGHT:
+            continue
+        score = min(pane_w, 3 * pane_h)
+        if best is None or score > best[0]:
+            best = (score, cols, rows)
+    return None if best is None else (best[1], best[2])
+
+
+class MainScreen(Screen[None]):
+    """The overview: a pane per rank (or tiles), the summary bar, the footer."""
+
+    BINDINGS = [
+        Binding("up,k", "move(0, -1)", "Up", show=False),
+        Binding("down,j", "move(0, 1)", "Down", show=False),
+        Binding("left,h", "move(-1, 0)", "Left", show=False),
+        Binding("right,l", "move(1, 0)", "Right", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First rank", show=False),
+        Binding("end", "jump(-1)", "Last rank", show=False),
+        Binding("enter", "app.zoom", "Zoom"),
+        Binding("g", "toggle_layout", "Grid/list", show=False),
+    ]
+
+    selected: reactive[int] = reactive(0, init=False)
+    layout_choice: reactive[Layout] = reactive("auto", init=False)
+
+    def __init__(self, run: RunView) -> None:
+        super().__init__()
+        self.run = run
+        self.mode: Literal["grid", "list"] = "grid"
+        self.grid_shape = (1, 1)
+        self._root_cause: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield RunSummary()
+        with Container(id="body"):
+            if len(self.run.ranks) <= MAX_GRID:
+                with Grid(id="grid"):
+                    for view in self.run.ranks:
+                        yield RankPane(view, id=f"rank-{view.rank}", classes="grid-pane")
+            with Horizontal(id="split"):
+                yield RankTiles(self.run.ranks, id="tiles")
+                yield RankPane(self.run.ranks[0], id="focus")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self._relayout()
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def _relayout(self) -> None:
+        body = self.query_one("#body")
+        width, height = body.size.width or self.size.width, body.size.height or self.size.height - 2
+        shape = choose_grid(len(self.run.ranks), width, height)
+        mode: Literal["grid", "list"]
+        if self.layout_choice == "list" or len(self.run.ranks) > MAX_GRID:
+            mode = "list"
+        elif self.layout_choice == "grid":
+            mode = "grid"
+            n = len(self.run.ranks)
+            cols = shape[0] if shape else min(4, n)
+            shape = shape or (cols, math.ceil(n / cols))
+        else:
+            mode = "grid" if shape else "list"
+        self.mode = mode
+        self.set_class(mode == "grid", "-grid")
+        self.set_class(mode == "list", "-list")
+        if mode == "grid" and shape is not None:
+            self.grid_shape = shape
+            grid = self.query_one("#grid", Grid)
+            grid.styles.grid_size_columns = shape[0]
+            grid.styles.grid_size_rows = shape[1]
+        self.query_one("#split").display = mode == "list"
+        if self.query("#grid"):
+            self.query_one("#grid").display = mode == "grid"
+        self._show_selection()
+        self.show_ranks(None, self.app_now(), self._root_cause)
+
+    def watch_layout_choice(self) -> None:
+        self._relayout()
+
+    def action_toggle_layout(self) -> None:
+        self.layout_choice = "list" if self.mode == "grid" else "grid"
+
+    # -- selection -------------------------------------------------------------------------
+
+    def watch_selected(self, old: int, new: int) -> None:
+        self._show_selection(old)
+        self.post_message(RankSelected(new))
+
+    def _show_selection(self, old: int | None = None) -> None:
+        if old is not None and self.query(f"#rank-{old}"):
+            self.query_one(f"#rank-{old}", RankPane).remove_class("-selected")
+        if self.query(f"#rank-{self.selected}"):
+            self.query_one(f"#rank-{self.selected}", RankPane).add_class("-selected")
+        tiles = self.query_one(RankTiles)
+        tiles.selected = self.selected
+        focus = self.query_one("#focus", RankPane)
+        if focus.rank != self.selected:
+            focus.bind(self.run.ranks[self.selected])
+            focus.show(self.app_now(), root_cause=self._root_cause == self.selected)
+        focus.add_class("-selected")
+
+    def action_move(self, dx: int, dy: int) -> None:
+        n = len(self.run.ranks)
+        if self.mode == "grid":
+            cols = self.grid_shape[0]
+            target = self.selected + dx + dy * cols
+        else:
+            tiles = self.query_one(RankTiles)
+            step = tiles.rows if tiles.columns > 1 else 1
+            target = self.selected + dy + dx * step
+        if 0 <= target < n:
+            self.selected = target
+
+    def action_page(self, direction: int) -> None:
+        tiles = self.query_one(RankTiles)
+        page = max(1, tiles.scrollable_content_region.height) * (
+            tiles.columns if self.mode == "list" else 1
+        )
+        self.selected = max(0, min(len(self.run.ranks) - 1, self.selected + direction * page))
+
+    def action_jump(self, rank: int) -> None:
+        self.selected = rank % len(self.run.ranks)
+
+    def on_rank_selected(self, message: RankSelected) -> None:
+        if message.rank != self.selected and 0 <= message.rank < len(self.run.ranks):
+            self.selected = message.rank
+            message.stop()
+
+    def on_zoom_requested(self, message: ZoomRequested) -> None:
+        self.selected = message.rank
+
+    # -- data ------------------------------------------------------------------------------
+
+    def app_now(self) -> float:
+        clock = getattr(self.app, "clock", None)
+        return clock() if callable(clock) else 0.0
+
+    def show_ranks(self, changed: set[int] | None, now: float, root_cause: int | None) -> None:
+        """Redraw what changed (``None``: everything); cheap for unchanged ranks."""
+        self._root_cause = root_cause
+        if self.mode == "grid":
+            for pane in self.query(".grid-pane").results(RankPane):
+                pane.show(now, root_cause=pane.rank == root_cause)
+                if changed is None or pane.rank in changed:
+                    pane.sync_log()
+        else:
+            self.query_one(RankTiles).show(now, root_cause)
+            focus = self.query_one("#focus", RankPane)
+            focus.show(now, root_cause=focus.rank == root_cause)
+            if changed is None or focus.rank in changed:
+                focus.sync_log()
+
+    def show_summary(self, *, elapsed: float, paused: bool, status: str) -> None:
+        self.query_one(RunSummary).show(self.run, elapsed=elapsed, paused=paused, status=status)
+
+    def set_paused(self, paused: bool) -> None:
+        for pane in self.query(RankPane):
+            pane.log_view.paused = paused

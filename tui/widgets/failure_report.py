@@ -1,0 +1,220 @@
+"""A failed rank as a readable report: error.json traceback in Rich's traceback style, or the
+exit code / signal and the last stderr lines when the rank left no error.json.
+
+Everything a rank wrote (messages, tracebacks, stderr lines) is put into ``Text`` objects,
+never parsed as markup. ``failure_details`` and ``parse_callstack`` are plain functions, also
+used by the summary printed after quitting.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Sequence
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.text import Text
+
+from tui.model import RankView
+from tui.widgets.ansi import display_text
+
+__all__ = [
+    "FailureDetails",
+    "Frame",
+    "failure_details",
+    "parse_callstack",
+    "render_failure",
+]
+
+_FRAME: Final = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+), in (?P<name>.*)$')
+_CHAIN: Final = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    filename: str
+    lineno: int
+    name: str
+    code: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """One exception of a (possibly chained) traceback."""
+
+    frames: tuple[Frame, ...]
+    exception: str
+    chained_by: str = ""
+    """The sentence that introduced this exception in a chain, "" for the first."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureDetails:
+    message: str
+    callstack: str
+    timestamp: float | None
+    error_file: str
+    has_error_file: bool
+
+
+def failure_details(view: RankView) -> FailureDetails:
+    """What the failure (torch's ``ProcessFailure`` or alike) says, tolerant of odd shapes."""
+    failure: Any = view.failure
+    data = getattr(failure, "error_file_data", None) or {}
+    message = ""
+    callstack = ""
+    timestamp: float | None = None
+    if isinstance(data, dict):
+        inner = data.get("message")
+        if isinstance(inner, dict):
+            message = str(inner.get("message", "") or "")
+            extra = inner.get("extraInfo") or {}
+            if isinstance(extra, dict):
+                callstack = str(extra.get("py_callstack", "") or "")
+                try:
+                    timestamp = float(extra.get("timestamp"))  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    timestamp = None
+        elif isinstance(inner, str):
+            message = inner
+    if not message:
+        message = str(getattr(failure, "message", "") or "")
+    if timestamp is None:
+        timestamp = view.failed_at
+    error_file = str(getattr(failure, "error_file", "") or view.error_file or "")
+    return FailureDetails(message, callstack, timestamp, error_file, bool(data))
+
+
+def parse_callstack(callstack: str) -> list[Stack]:
+    """Python's formatted traceback text back into frames, chained exceptions split."""
+    stacks: list[Stack] = []
+    frames: list[Frame] = []
+    exception: list[str] = []
+    chained_by = ""
+    lines = callstack.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if stripped in _CHAIN:
+            if frames or exception:
+                stacks.append(Stack(tuple(frames), "\n".join(exception).strip(), chained_by))
+            frames, exception, chained_by = [], [], stripped
+        elif stripped.startswith("Traceback (most recent call last)"):
+            pass
+        elif match := _FRAME.match(line):
+            code = ""
+            if i + 1 < len(lines) and lines[i + 1].startswith("    ") and not _FRAME.match(lines[i + 1]):
+                code = lines[i + 1].strip()
+                i += 1
+                # Skip the ^^^^ markers Python 3.11+ puts under the failing expression.
+                while i + 1 < len(lines) and set(lines[i + 1].strip()) <= set("^~ ") and lines[i + 1].strip():
+                    i += 1
+            frames.append(Frame(match["file"], int(match["line"]), match["name"], code))
+        elif stripped:
+            exception.append(line)
+        i += 1
+    if frames or exception:
+        stacks.append(Stack(tuple(frames), "\n".join(exception).strip(), chained_by))
+    return stacks
+
+
+def _when(timestamp: float | None) -> str:
+    if not timestamp:
+        return ""
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _render_stack(stack: Stack, width: int) -> RenderableType:
+    parts: list[RenderableType] = []
+    for frame in stack.frames:
+        where = Text()
+        folder, _, base = frame.filename.rpartition("/")
+        if folder:
+            where.append(folder + "/", "dim")
+        where.append(base, "bold magenta")
+        where.append(":")
+        where.append(str(frame.lineno), "bold")
+        where.append(" in ")
+        where.append(frame.name, "bold green")
+        parts.append(where)
+        if frame.code:
+            parts.append(
+                Syntax(
+                    frame.code, "python", theme="ansi_dark", line_numbers=False,
+                    word_wrap=True, background_color="default", code_width=width - 8,
+                    padding=(0, 0, 0, 2),
+                )
+            )
+    panel = Panel(
+        Group(*parts) if parts else Text("(no frames)", "dim"),
+        title=Text("Traceback (most recent call last)", "bold"),
+        border_style="red",
+        expand=True,
+        padding=(0, 1),
+    )
+    exception = Text(stack.exception or "(no exception line)", "bold red")
+    if stack.chained_by:
+        return Group(Text(stack.chained_by, "italic dim"), panel, exception)
+    return Group(panel, exception)
+
+
+def render_failure(
+    view: RankView,
+    *,
+    root_cause: bool,
+    stderr_tail: Sequence[str],
+    width: int = 100,
+    log_dir: str = "",
+) -> RenderableType:
+    """The report block of one failed rank."""
+    details = failure_details(view)
+    title = Text()
+    if root_cause:
+        title.append(" ROOT CAUSE ", "bold reverse red")
+        title.append(" ")
+    title.append(f"rank {view.rank}", "bold")
+    title.append(f"  {view.exit_label or view.state.value}", "bold red")
+    if view.pid is not None:
+        title.append(f"  pid {view.pid}")
+    if view.restart_count:
+        title.append(f"  restart {view.restart_count}")
+    when = _when(details.timestamp)
+    if when:
+        title.append(f"  at {when}", "dim")
+    if view.caused_by_us:
+        title.append("  (stopped by rankvisor)", "dim")
+    parts: list[RenderableType] = [title]
+    if details.message:
+        parts.append(Text(details.message, "red"))
+    if details.callstack:
+        for stack in parse_callstack(details.callstack):
+            parts.append(_render_stack(stack, width))
+    else:
+        if view.signal_name:
+            why = f"killed by {view.signal_name}"
+        elif view.exitcode is not None:
+            why = f"exited with code {view.exitcode}"
+        else:
+            why = "failed"
+        parts.append(Text(f"No error.json: the rank {why}. Last stderr lines:", "italic"))
+        if stderr_tail:
+            tail = Text("\n").join(display_text(line).copy() for line in stderr_tail)
+            parts.append(Panel(tail, border_style="dim", expand=True, padding=(0, 1)))
+        else:
+            parts.append(Text("  (stderr is empty)", "dim"))
+    if details.error_file and details.has_error_file:
+        parts.append(Text(f"error file: {_relative(details.error_file, log_dir)}", "dim"))
+    return Group(*parts)
+
+
+def _relative(path: str, log_dir: str) -> str:
+    if log_dir and path.startswith(log_dir.rstrip("/") + "/"):
+        return path[len(log_dir.rstrip("/")) + 1 :]
+    return path

@@ -1,0 +1,191 @@
+"""RankPane: one rank in the grid, a one-line header over its live log.
+
+The border carries the rank and its state (coloured by state through TCSS classes such as
+``-running`` and ``-failed``) and, during an escalation, the SIGKILL countdown. The header line
+shows pid, CPU % with a sparkline, RSS, NUMA node and restart count. Panes never keep state of
+their own: ``show(view, now)`` redraws from the ``RankView``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Iterable
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from engine.states import RankState
+from tui.messages import RankSelected, ZoomRequested
+from tui.model import RankView, format_bytes
+from tui.widgets.rank_log import RankLog
+
+__all__ = ["GLYPHS", "RankHeader", "RankPane", "sparkline", "state_label"]
+
+GLYPHS: Final = {
+    RankState.STARTING: "○",
+    RankState.RUNNING: "●",
+    RankState.TERMINATING: "◑",
+    RankState.RESTARTING: "↻",
+    RankState.SUCCEEDED: "✔",
+    RankState.FAILED: "✖",
+    RankState.SIGNALLED: "⊘",
+}
+
+_BARS: Final = " ▁▂▃▄▅▆▇█"
+STATE_CLASSES: Final = tuple(f"-{state.value}" for state in RankState)
+
+
+def sparkline(values: Iterable[float], width: int, top: float = 100.0) -> str:
+    """The last ``width`` values as block characters, 0..``top`` (or the max if higher)."""
+    data = list(values)[-width:] if width > 0 else []
+    if not data:
+        return ""
+    top = max(top, max(data), 1e-9)
+    steps = len(_BARS) - 1
+    return "".join(_BARS[max(0, min(steps, round(v / top * steps)))] for v in data)
+
+
+def state_label(view: RankView, now: float, *, root_cause: bool = False) -> str:
+    """``"running"``, ``"failed · exit 1"``, ``"terminating · SIGKILL in 27s"``, ..."""
+    words = view.state.value
+    if view.state is RankState.RUNNING and view.proc_status == "stopped":
+        words = "stopped (SIGSTOP)"
+    if view.exit_label:
+        words += f" · {view.exit_label}"
+    countdown = view.countdown(now)
+    if countdown is not None:
+        words += f" · SIGKILL in {countdown}s"
+    if view.timer_scope:
+        words += f" · timer {view.timer_scope}"
+    if root_cause:
+        words += " · ROOT CAUSE"
+    return words
+
+
+class RankHeader(Static):
+    """pid, CPU % and sparkline, RSS, NUMA node, restarts: one line."""
+
+    DEFAULT_CSS = """
+    RankHeader {
+        height: 1;
+        width: 1fr;
+        background: $boost;
+        color: $text-muted;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    """
+
+    _view: RankView | None = None
+
+    def show(self, view: RankView) -> None:
+        self._view = view
+        self.refresh()
+
+    def render(self) -> Text:
+        if self._view is None:
+            return Text()
+        return header_text(self._view, width=self.size.width)
+
+
+def header_text(view: RankView, *, width: int = 40) -> Text:
+    """The header line of a rank, fitted to ``width`` by the sparkline's length.
+
+    Only our own words and numbers: nothing here comes from the rank's output."""
+    head = f"pid {view.pid}" if view.pid is not None else "pid -"
+    alive = view.state.is_alive
+    has_cpu = alive and view.cpu_percent is not None
+    for compact in (False, True):
+        tail = ""
+        if alive:
+            if view.rss_bytes is not None:
+                tail += f" {format_bytes(view.rss_bytes)}" if compact else f"  rss {format_bytes(view.rss_bytes)}"
+            if view.numa_node is not None:
+                tail += f" N{view.numa_node}" if compact else f"  numa {view.numa_node}"
+        else:
+            tail += f"  {view.exit_label or view.state.value}"
+            if view.caused_by_us:
+                tail += " (by rankvisor)"
+        if view.restart_count:
+            tail += f" ↻{view.restart_count}" if compact else f"  ↻{view.restart_count}"
+        cpu = ""
+        if has_cpu:
+            cpu = f" {view.cpu_percent:3.0f}% " if compact else f"  cpu {view.cpu_percent:3.0f}% "
+        room = width - len(head) - len(cpu) - len(tail)
+        if room >= 6 or not has_cpu:
+            break
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(head, style="bold")
+    if has_cpu:
+        text.append(cpu)
+        text.append(sparkline(view.cpu_history, max(3, min(24, room))), style="green")
+    text.append(tail)
+    return text
+
+
+class RankPane(Vertical):
+    """One rank: header plus live log, bordered and coloured by state."""
+
+    DEFAULT_CSS = """
+    RankPane {
+        border: round $panel-lighten-2;
+        border-title-align: left;
+        border-subtitle-align: right;
+        height: 1fr;
+        width: 1fr;
+        padding: 0;
+    }
+    """
+
+    def __init__(self, view: RankView, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rank = view.rank
+        self._view = view
+        self._shown: tuple[object, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        yield RankHeader()
+        yield RankLog(self._view.buffer)
+
+    @property
+    def log_view(self) -> RankLog:
+        return self.query_one(RankLog)
+
+    def bind(self, view: RankView) -> None:
+        """Show another rank (the focused pane beside the tiles)."""
+        self._view = view
+        self.rank = view.rank
+        self._shown = ()
+        self.log_view.buffer = view.buffer
+
+    def show(self, now: float, *, root_cause: bool = False) -> None:
+        """Redraw header, border and state class from the rank's view (cheap if unchanged)."""
+        view = self._view
+        key = (
+            view.rank, view.state, view.pid, view.exitcode, view.signal_name, view.restart_count,
+            view.cpu_percent, view.rss_bytes, view.numa_node, view.proc_status, len(view.cpu_history),
+            view.countdown(now), view.timer_scope, root_cause, view.caused_by_us,
+        )
+        if key == self._shown:
+            return
+        self._shown = key
+        state_class = f"-{view.state.value}"
+        for name in STATE_CLASSES:
+            self.set_class(name == state_class, name)
+        self.set_class(root_cause, "-root-cause")
+        # Text, not str: a str border title is parsed as markup, and the timer scope in the
+        # label comes from the rank's own code.
+        self.border_title = Text(f"{GLYPHS[view.state]} rank {view.rank}")
+        self.border_subtitle = Text(state_label(view, now, root_cause=root_cause))
+        self.query_one(RankHeader).show(view)
+
+    def sync_log(self) -> None:
+        self.log_view.sync()
+
+    def on_click(self, event: events.Click) -> None:
+        if event.chain >= 2:
+            self.post_message(ZoomRequested(self.rank))
+        else:
+            self.post_message(RankSelected(self.rank))

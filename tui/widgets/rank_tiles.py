@@ -1,0 +1,201 @@
+"""RankTiles: every rank as a one-line tile (state, CPU, RSS, latest line), for many ranks.
+
+Tiles are laid out column-major in as many columns as fit (a 160-column terminal shows two
+columns of tiles beside the focused pane); when there are more rows than fit, the list
+scrolls (paging with pgup/pgdn, and it keeps the selected tile in view). Drawn on the Line
+API, so 64 or 512 ranks cost the same per frame: only visible rows render.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.geometry import Region, Size
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from engine.states import RankState
+from tui.messages import RankSelected, ZoomRequested
+from tui.model import RankView, format_bytes
+from tui.widgets.ansi import plain_text
+from tui.widgets.rank_pane import GLYPHS
+
+__all__ = ["RankTiles"]
+
+TILE_MIN_WIDTH: Final = 40
+"""Narrowest tile worth a column of its own."""
+
+
+_SHORT: Final = {
+    RankState.STARTING: "start",
+    RankState.RUNNING: "run",
+    RankState.TERMINATING: "term",
+    RankState.RESTARTING: "restart",
+    RankState.SUCCEEDED: "ok",
+    RankState.FAILED: "failed",
+    RankState.SIGNALLED: "killed",
+}
+
+
+def tile_status(view: RankView, now: float) -> str:
+    """Eight characters at most: ``run``, ``kill 27s``, ``exit 1``, ``SIGKILL``, ``ok``."""
+    countdown = view.countdown(now)
+    if countdown is not None:
+        return f"kill {countdown}s"
+    if view.state is RankState.RUNNING and view.proc_status == "stopped":
+        return "stopped"
+    if view.exit_label and view.state is not RankState.SUCCEEDED:
+        return view.exit_label
+    return _SHORT[view.state]
+
+
+class RankTiles(ScrollView, can_focus=False):
+    """A compact tile per rank, coloured by state, with a cursor on the selected rank."""
+
+    COMPONENT_CLASSES = {
+        "ranktiles--selected",
+        "ranktiles--root-cause",
+        *(f"ranktiles--{state.value}" for state in RankState),
+    }
+
+    DEFAULT_CSS = """
+    RankTiles {
+        overflow: hidden auto;
+        scrollbar-size: 1 1;
+        background: $surface;
+        border: round $panel-lighten-2;
+        border-title-align: left;
+    }
+    RankTiles > .ranktiles--selected { background: $accent 35%; text-style: bold; }
+    RankTiles > .ranktiles--root-cause { text-style: bold reverse; }
+    RankTiles > .ranktiles--starting { color: $primary; }
+    RankTiles > .ranktiles--running { color: $success; }
+    RankTiles > .ranktiles--terminating { color: $warning; }
+    RankTiles > .ranktiles--restarting { color: $warning; }
+    RankTiles > .ranktiles--succeeded { color: $text-muted; }
+    RankTiles > .ranktiles--failed { color: $error; }
+    RankTiles > .ranktiles--signalled { color: $error; }
+    """
+
+    selected: reactive[int] = reactive(0, init=False)
+
+    def __init__(self, ranks: list[RankView], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._ranks = ranks
+        self._root_cause: int | None = None
+        self._now = 0.0
+        self.border_title = Text(f"{len(ranks)} ranks")
+
+    # -- layout ----------------------------------------------------------------------------
+
+    @property
+    def columns(self) -> int:
+        width = self.scrollable_content_region.width or TILE_MIN_WIDTH
+        return max(1, min(len(self._ranks), width // TILE_MIN_WIDTH))
+
+    @property
+    def rows(self) -> int:
+        return max(1, math.ceil(len(self._ranks) / self.columns))
+
+    def position(self, rank: int) -> tuple[int, int]:
+        """(column, row) of a rank's tile."""
+        return divmod(rank, self.rows)
+
+    def rank_at(self, column: int, row: int) -> int | None:
+        rank = column * self.rows + row
+        return rank if 0 <= rank < len(self._ranks) and row < self.rows else None
+
+    def on_resize(self) -> None:
+        self._update_size()
+
+    def on_mount(self) -> None:
+        self._update_size()
+
+    def _update_size(self) -> None:
+        self.virtual_size = Size(self.scrollable_content_region.width, self.rows)
+        self.scroll_to_selected()
+
+    # -- updating --------------------------------------------------------------------------
+
+    def show(self, now: float, root_cause: int | None) -> None:
+        self._now = now
+        self._root_cause = root_cause
+        self.refresh()
+
+    def watch_selected(self, old: int, new: int) -> None:
+        self.scroll_to_selected()
+        self.refresh()
+
+    def scroll_to_selected(self) -> None:
+        if not self._ranks:
+            return
+        _, row = self.position(self.selected)
+        self.scroll_to_region(Region(0, row, 1, 1), animate=False, immediate=True)
+
+    # -- rendering -------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        row = self.scroll_offset.y + y
+        if row >= self.rows:
+            return Strip.blank(width, base)
+        columns = self.columns
+        tile_width = width // columns
+        segments: list[Segment] = []
+        used = 0
+        for column in range(columns):
+            rank = self.rank_at(column, row)
+            cell = tile_width if column < columns - 1 else width - used
+            if rank is None:
+                segments.append(Segment(" " * cell, base))
+            else:
+                segments.extend(self._tile(self._ranks[rank], cell, base))
+            used += cell
+        return Strip(segments, width)
+
+    def _tile(self, view: RankView, width: int, base: Style) -> list[Segment]:
+        state_style = self.get_component_rich_style(f"ranktiles--{view.state.value}", partial=True)
+        row_style = base
+        if view.rank == self.selected:
+            row_style = base + self.get_component_rich_style("ranktiles--selected", partial=True)
+        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        rank_style = state_style
+        if view.rank == self._root_cause:
+            rank_style = state_style + self.get_component_rich_style(
+                "ranktiles--root-cause", partial=True
+            )
+        text.append(f"{view.rank:>3} ", rank_style)
+        text.append(f"{GLYPHS[view.state]} ", state_style)
+        text.append(f"{tile_status(view, self._now):<8.8} ", state_style)
+        if view.state.is_alive and view.cpu_percent is not None:
+            text.append(f"{view.cpu_percent:4.0f}% {format_bytes(view.rss_bytes):>5} ")
+        else:
+            text.append(" " * 12)
+        text.append(plain_text(view.last_line).strip(), "dim" if not view.state.is_alive else "")
+        text.truncate(width - 1, overflow="ellipsis", pad=True)
+        text.append(" ")
+        segments = list(text.render(self.app.console))
+        return list(Segment.apply_style(segments, row_style))
+
+    # -- mouse -----------------------------------------------------------------------------
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        width = self.scrollable_content_region.width
+        column = min(self.columns - 1, offset.x // max(1, width // self.columns))
+        rank = self.rank_at(column, self.scroll_offset.y + offset.y)
+        if rank is None:
+            return
+        if event.chain >= 2:
+            self.post_message(ZoomRequested(rank))
+        else:
+            self.post_message(RankSelected(rank))
