@@ -1,8 +1,10 @@
 """A configurable rank for the supervisor tests: record pids, fork descendants, misbehave.
 
 Flags (all optional):
-  --pid-dir DIR      write DIR/<RANK>.<incarnation>.pids: this pid, then descendants' pids
-  --child MODE       start a sleeping grandchild: "group" (same process group) or "setsid"
+  --pid-dir DIR      write DIR/<RANK>.<RANKVISOR_RESTART_COUNT>.pids: this pid, then its
+                     descendants' pids, and DIR/<RANK>.<RANKVISOR_RESTART_COUNT>.env.json
+  --child MODE       start a sleeping grandchild: "group" (same process group), "setsid"
+                     (its own session), or "both" (one of each)
   --ignore-term      ignore SIGTERM (so only SIGKILL ends it)
   --exit CODE        exit with CODE after --after seconds (default: sleep for ever)
   --after SECONDS
@@ -27,7 +29,7 @@ import traceback
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pid-dir")
-    p.add_argument("--child", choices=["group", "setsid"])
+    p.add_argument("--child", choices=["group", "setsid", "both"])
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--exit", type=int)
     p.add_argument("--raise", dest="raise_msg")
@@ -41,18 +43,19 @@ def main() -> None:
     for i in range(a.print):
         print(f"line {i} from rank {rank}")
     pids = [os.getpid()]
-    if a.child:
+    modes = {"group": [False], "setsid": [True], "both": [False, True]}.get(a.child or "", [])
+    for new_session in modes:
         code = "import time\nwhile True: time.sleep(1)"
-        child = subprocess.Popen(
-            [sys.executable, "-c", code], start_new_session=(a.child == "setsid")
-        )
+        child = subprocess.Popen([sys.executable, "-c", code], start_new_session=new_session)
         pids.append(child.pid)
     if a.pid_dir:
         n = os.environ.get("RANKVISOR_RESTART_COUNT", "0")
         path = os.path.join(a.pid_dir, f"{rank}.{n}.pids")
         with open(path + ".tmp", "w") as f:
             f.write("\n".join(map(str, pids)) + "\n")
-        os.replace(path + ".tmp", path)  # readers never see half a file
+        with open(os.path.join(a.pid_dir, f"{rank}.{n}.env.json"), "w") as f:
+            json.dump(dict(os.environ), f)
+        os.replace(path + ".tmp", path)  # readers never see half a file (env first)
     print(f"rank {rank} ready pid={os.getpid()}", flush=True)
     applies = a.only_rank is None or a.only_rank == rank
     if applies and (a.exit is not None or a.raise_msg):

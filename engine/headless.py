@@ -1,0 +1,146 @@
+"""Running one Supervisor to the end from the command line: headless, or under a TUI.
+
+``run_headless`` is ``rankvisor run --headless``: the ranks' output on our stdout/stderr with
+``[role<rank>]:`` prefixes, the way ``torchrun --tee 3`` prints it (``-r``/``-t`` and
+``--local-ranks-filter`` decide what reaches the console, as under torchrun; the files
+always get everything), rankvisor's own notices on stderr as ``[rankvisor] ...`` lines, and
+the torch-style root-cause report on stderr when a rank failed.
+
+Exit status, as torchrun's: 0 when every rank succeeded, 1 when not; 128 + N when we were
+stopped by signal N (SIGTERM, SIGINT, SIGHUP), after the ranks were terminated with
+escalation.
+"""
+
+from __future__ import annotations
+
+import _thread
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
+from engine.run_config import SupervisorConfig
+from engine.supervisor import Supervisor
+
+__all__ = ["exit_status", "format_report", "run_headless", "run_interactive"]
+
+
+def exit_status(finished: RunFinished | None, received_signal: int | None) -> int:
+    """torchrun's status for a finished run, or 128 + N after our own signal N."""
+    if received_signal is not None:
+        return 128 + int(received_signal)
+    if finished is None:
+        return 1
+    return 1 if finished.result.failures else 0
+
+
+def format_report(name: str, finished: RunFinished) -> str:
+    """The root-cause report torch prints, plus one line naming the root cause first."""
+    from engine.errors import ChildFailedError
+
+    failures = finished.result.failures
+    if not failures:
+        return ""
+    rank = finished.root_cause_rank
+    if rank is None or rank not in failures:
+        rank = min(failures)
+    f = failures[rank]
+    how = f"signal {f.signal_name()}" if f.exitcode < 0 else f"exit code {f.exitcode}"
+    text = f.text.strip().splitlines()
+    last = text[-1] if text else ""
+    head = f"rankvisor: root cause: rank {rank} failed first ({how})"
+    if last:
+        head += f": {last}"
+    return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
+
+
+class _HeadlessPrinter:
+    """The event sink of a headless run: rank output and notices to the console."""
+
+    def __init__(self, config: SupervisorConfig, prefixes: dict[int, str],
+                 out: TextIO, err: TextIO) -> None:
+        from engine.console import ConsoleSink
+
+        self._shown = {r: config.console(r) for r in range(config.nprocs)}
+        self._out = ConsoleSink(out, prefixes=prefixes, presanitized=True)
+        self._err = ConsoleSink(err, prefixes=prefixes, presanitized=True)
+        self._errstream = err
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RankOutput):
+            shown = self._shown.get(event.rank, (False, False))
+            if event.stream == "stdout" and shown[0]:
+                self._out((event,))
+            elif event.stream == "stderr" and shown[1]:
+                self._err((event,))
+        elif isinstance(event, SupervisorNotice) and event.severity != "information":
+            with self._err.lock:
+                self._errstream.write(f"[rankvisor] {event.message}\n")
+                self._errstream.flush()
+
+
+def run_headless(
+    config: SupervisorConfig, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run to the end, printing like ``torchrun --tee``; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    sup = Supervisor(config)
+    sup.subscribe(_HeadlessPrinter(config, sup.snapshot().log_line_prefixes, out, err))
+    restore = sup.install_signal_handlers()
+    try:
+        sup.start()
+        # Wait in slices: the main thread must come back to Python now and then so our
+        # signal handlers run promptly.
+        while sup.wait(0.5) is None:
+            pass
+    finally:
+        sup.shutdown()
+        restore()
+    finished = sup.finished
+    status = exit_status(finished, sup.received_signal)
+    if finished is not None and finished.result.failures and sup.received_signal is None:
+        err.write(format_report(_entry_name(config), finished))
+        err.flush()
+    return status
+
+
+def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> int:
+    """Run under the TUI (which starts and shuts down the handle itself).
+
+    SIGTERM/SIGHUP (and a SIGINT sent with ``kill``: the TUI reads Ctrl-C as a key) stop
+    the ranks with escalation; once they are gone the app is interrupted so it exits and
+    the terminal is restored.
+    """
+    sup = Supervisor(config, stdin=subprocess.DEVNULL)
+    restore = sup.install_signal_handlers()
+
+    def close_app_after_signal() -> None:
+        sup.wait()
+        if sup.received_signal is not None:
+            # KeyboardInterrupt in the main thread ends the app's event loop.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _thread.interrupt_main()
+
+    threading.Thread(target=close_app_after_signal, name="rankvisor-tui-exit", daemon=True).start()
+    try:
+        status: Any = run_tui(sup)
+    except KeyboardInterrupt:
+        status = None
+    finally:
+        sup.shutdown()
+        restore()
+    if sup.received_signal is not None:
+        return 128 + int(sup.received_signal)
+    return int(status) if isinstance(status, int) else exit_status(sup.finished, None)
+
+
+def _entry_name(config: SupervisorConfig) -> str:
+    # torchrun's title is the script for python entrypoints, else the program.
+    args = [a for a in config.args if not a.startswith("-")]
+    if config.entrypoint == sys.executable and args:
+        return args[0]
+    return config.entrypoint
