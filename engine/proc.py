@@ -1,0 +1,472 @@
+"""``RankProcess``: one binary rank as an OS process, signalled safely and watched closely.
+
+The low-level handle under ``SubprocessContext`` and the Supervisor. What it guarantees:
+
+* **Own process group.** Each rank starts in a new session (``setsid``), so its pgid is its
+  pid and a group signal reaches everything it forked that stayed in the group.
+* **Never a recycled pid.** The leader is signalled through its pidfd
+  (``signal.pidfd_send_signal``); the group only while the leader is not yet reaped (a
+  zombie still holds its pid, so the pgid cannot have been reused), checked under the same
+  lock the reaper takes. Descendants that left the group are found in /proc *before* the
+  signal and each is signalled through a pidfd opened after checking its start time. Without
+  pidfds (kernel < 5.3) the start-time check is done with /proc and psutil instead.
+* **No orphans if we are killed.** Ranks are forked by one long-lived thread
+  (``engine._spawner``) and get PR_SET_PDEATHSIG=SIGKILL, so they die with this process even
+  on SIGKILL. (Their own children do not inherit it; the Supervisor's guard covers those.)
+* **Exits seen at once.** A watcher thread polls all pidfds, reaps, and stamps
+  ``exit_time_ns`` within about a millisecond of the exit; ``wait_any`` blocks on that.
+* **No fd leaks.** Log files are opened for the spawn and closed in the parent right after
+  (the child has its own copies), so nothing is left open for ranks that exited (torch's P8).
+
+Threads: ``spawn`` may be called from any thread (the fork itself happens on the spawner
+thread); ``poll``/``wait``/``send_signal``/``wait_any`` are thread-safe. The watcher thread
+reaps: nothing else may ``waitpid`` a rank.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from typing import IO, Any, Collection, Iterable, Mapping, Optional, Sequence
+
+import psutil
+
+from engine import _exitwatch, _proctable, _spawner
+
+__all__ = ["RankProcess", "on_spawner_thread", "send_signal_all", "wait_any"]
+
+logger = logging.getLogger(__name__)
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def on_spawner_thread(fn: Any) -> Any:
+    """Run ``fn()`` on the long-lived spawner thread and return its result.
+
+    Use it to start several ranks in one hand-over (``RankProcess.spawn`` calls made inside
+    run inline), or to start processes by other means (``multiprocessing``) that must also
+    get a parent thread that never exits. Exceptions from ``fn`` are re-raised here.
+    """
+    return _spawner.call(fn)
+
+
+class RankProcess:
+    """A started rank. Create it with ``RankProcess.spawn``.
+
+    Attributes:
+        pid: the process id.
+        pgid: its process group id (equal to ``pid``: the rank leads its own session).
+        pidfd: a pidfd for the process, or None where the kernel has none. Valid until
+            ``close()``; pollable, readable once the process has exited.
+        argv: the command line as given (without any trampoline).
+        stdout_path: the file stdout goes to, or None when inherited.
+        stderr_path: the file stderr goes to, or None when inherited.
+        signals_sent: ``(signal number, time.time_ns())`` of every signal delivered by
+            ``send_signal``, in order: lets callers tell exits they caused from others.
+    """
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        argv: tuple[str, ...],
+        stdout_path: Optional[str],
+        stderr_path: Optional[str],
+    ) -> None:
+        self._popen = popen
+        self.pid: int = popen.pid
+        self.pgid: int = popen.pid
+        self.argv = argv
+        self.stdout_path = stdout_path
+        self.stderr_path = stderr_path
+        self.signals_sent: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+        """Held while reaping and while signalling: a pid is never signalled once reaped."""
+        self._exitcode: Optional[int] = None
+        self._exit_time_ns: Optional[int] = None
+        self._closed = False
+        self._starttime: Optional[int] = None
+        """Clock ticks since boot at creation: with the pid, this process's identity. Read
+        lazily, under ``_lock`` and before reaping, so it is always this process's: reading
+        /proc/<pid>/stat right after the spawn costs ~0.4 ms while the exec settles."""
+        try:
+            self.pidfd: Optional[int] = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None  # old kernel: the start-time check protects signals instead
+
+    # -- creation -----------------------------------------------------------------------
+
+    @classmethod
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        env: Optional[Mapping[str, str]],
+        stdout_path: Optional[str],
+        stderr_path: Optional[str],
+        *,
+        cwd: Optional[str] = None,
+        log_mode: str = "w",
+        inherit_env: bool = True,
+        cpu_affinity: Optional[Collection[int]] = None,
+        stdin: Optional[int] = None,
+        pdeathsig: bool = True,
+    ) -> RankProcess:
+        """Start ``argv`` as a new rank (no shell), in its own session and process group.
+
+        Args:
+            argv: program and arguments; the program is looked up on the rank's PATH.
+            env: variables for the rank, laid over ``os.environ`` (as torch does) unless
+                ``inherit_env`` is False.
+            stdout_path: file for stdout, or None to inherit ours (the console).
+            stderr_path: file for stderr, or None to inherit ours. May equal ``stdout_path``
+                (one shared open file, so lines interleave as written).
+            cwd: working directory of the rank.
+            log_mode: "w" truncates the log files (torch), "a" appends (a restarted rank
+                keeping its earlier output).
+            inherit_env: whether ``os.environ`` is the base of the environment.
+            cpu_affinity: CPUs the rank (and every thread it starts) may run on.
+            stdin: as Popen's ``stdin`` (e.g. ``subprocess.DEVNULL`` under a TUI); None
+                inherits ours, as torch does.
+            pdeathsig: give the rank PR_SET_PDEATHSIG=SIGKILL (see ``engine._spawner``).
+
+        Returns:
+            The running rank.
+
+        Raises:
+            FileNotFoundError: the program does not exist (or is not on PATH).
+            PermissionError: the program is not executable.
+            OSError: the log files cannot be opened, or the exec failed.
+        """
+        if log_mode not in ("w", "a"):
+            raise ValueError(f"log_mode must be 'w' or 'a', not {log_mode!r}")
+        argv = tuple(os.fspath(a) for a in argv)
+        if not argv:
+            raise ValueError("argv must name a program")
+        full_env = dict(os.environ) if inherit_env else {}
+        if env:
+            full_env.update(env)
+        affinity = frozenset(cpu_affinity) if cpu_affinity is not None else None
+
+        return _spawner.call(
+            lambda: cls._spawn_here(
+                argv, full_env, stdout_path, stderr_path, cwd, log_mode, affinity, stdin, pdeathsig
+            )
+        )
+
+    @classmethod
+    def _spawn_here(
+        cls,
+        argv: tuple[str, ...],
+        env: dict[str, str],
+        stdout_path: Optional[str],
+        stderr_path: Optional[str],
+        cwd: Optional[str],
+        log_mode: str,
+        affinity: Optional[frozenset[int]],
+        stdin: Optional[int],
+        pdeathsig: bool,
+    ) -> RankProcess:
+        # Runs on the spawner thread: the thread the rank's death signal is tied to.
+        program = _resolve_program(argv[0], env.get("PATH"), cwd)
+        prefix: tuple[str, ...] = ()
+        preexec = None
+        if pdeathsig:
+            prefix = _spawner.pdeathsig_prefix()
+            preexec = _spawner.preexec_pdeathsig(os.getpid())
+        # With a trampoline the program is exec'd by it, so pass the resolved path.
+        cmd = [*prefix, program if prefix else argv[0], *argv[1:]]
+        files = _open_logs(stdout_path, stderr_path, log_mode)
+        old_affinity = None
+        try:
+            if affinity is not None:
+                # Children inherit the forking thread's mask, so set it on this thread only
+                # (sched_setaffinity(0) is per thread) for the fork: no window in which the
+                # rank runs unbound, and nothing to do in the child.
+                old_affinity = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, affinity)
+            popen = subprocess.Popen(
+                cmd,
+                executable=None if prefix else program,
+                env=env,
+                cwd=cwd,
+                stdin=stdin,
+                stdout=files[0],
+                stderr=files[1],
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
+        finally:
+            if old_affinity is not None:
+                os.sched_setaffinity(0, old_affinity)
+            for f in {id(f): f for f in files if f is not None}.values():
+                f.close()  # the child holds its own copies
+        proc = cls(popen, argv, stdout_path, stderr_path)
+        # Watched (and discarded if the caller gave up) when the spawner job ends.
+        _spawner.current_job_note(proc)
+        return proc
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        """The exit code once the rank exited (negative: killed by that signal), else None."""
+        return self._exitcode
+
+    @property
+    def exit_time_ns(self) -> Optional[int]:
+        """``time.time_ns()`` when the exit was observed (within ~1 ms of it), else None."""
+        return self._exit_time_ns
+
+    @property
+    def create_time(self) -> Optional[float]:
+        """When the process started, seconds since the epoch (psutil's convention)."""
+        with self._lock:
+            ticks = self._identity_locked()
+        if ticks is None:
+            return None
+        return psutil.boot_time() + ticks / _CLK_TCK
+
+    @property
+    def popen(self) -> subprocess.Popen[bytes]:
+        """The underlying Popen (for torch-compatible callers). Do not ``wait()`` on it."""
+        return self._popen
+
+    def _observe_exit(self, now_ns: int) -> bool:
+        # Called by the watcher once the pidfd is readable (the process has exited): keep
+        # its identity for create_time before the reap frees the pid.
+        with self._lock:
+            if self._exitcode is None:
+                self._identity_locked()
+            return self._reap_locked(now_ns)
+
+    def _identity_locked(self) -> Optional[int]:
+        # Caller holds _lock and the process is not reaped: the pid is still ours.
+        if self._starttime is None and self._exitcode is None:
+            entry = _proctable.read_entry(self.pid)
+            self._starttime = entry.starttime if entry else None
+        return self._starttime
+
+    def _reap_locked(self, now_ns: int) -> bool:
+        if self._exitcode is not None:
+            return True
+        code = self._popen.poll()
+        if code is None:
+            return False
+        self._exit_time_ns = now_ns
+        self._exitcode = code
+        return True
+
+    def poll(self) -> Optional[int]:
+        """The exit code if the rank has exited, else None. Never blocks."""
+        if self._exitcode is None:
+            with self._lock:
+                newly = self._exitcode is None and self._reap_locked(time.time_ns())
+            if newly:
+                _exitwatch.watcher().notify()
+        return self._exitcode
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Block until the rank exits or ``timeout`` seconds pass; the exit code or None."""
+        wait_any([self], timeout)
+        return self._exitcode
+
+    def is_alive(self) -> bool:
+        """True until the rank's exit has been observed."""
+        return self.poll() is None
+
+    def fileno(self) -> int:
+        """The pidfd, so a rank can be passed to ``select``/``poll`` (readable on exit).
+
+        Raises:
+            OSError: the kernel has no pidfds, or ``close()`` was called.
+        """
+        if self.pidfd is None:
+            raise OSError(errno.EBADF, "no pidfd for this process")
+        return self.pidfd
+
+    # -- signals --------------------------------------------------------------------------
+
+    def send_signal(
+        self,
+        sig: int,
+        *,
+        group: bool = True,
+        _table: Optional[_proctable.ProcTable] = None,
+    ) -> bool:
+        """Send ``sig`` to the rank, and with ``group`` to its group and descendants.
+
+        Args:
+            sig: the signal number.
+            group: also signal the process group and every descendant found in /proc before
+                the signal (including ones that left the group with ``setsid``).
+
+        Returns:
+            True if the rank was alive and got the signal; False (nothing sent) if it had
+            already exited.
+        """
+        with self._lock:
+            if self._reap_locked(time.time_ns()):
+                return False
+            if self._closed:
+                return False
+            strays: list[_proctable.ProcEntry] = []
+            if group:
+                # Find descendants first: once the rank dies they are re-parented and can no
+                # longer be told apart from anyone else's processes.
+                table = _table if _table is not None else _proctable.scan()
+                strays = [
+                    e for e in _proctable.descendants(self.pid, table) if e.pgid != self.pgid
+                ]
+            if group:
+                # The group includes the leader for good: a session leader cannot change its
+                # pgid. Safe from recycling: the leader is not reaped (we hold the reaper's
+                # lock), so its pid, and with it this pgid, cannot belong to anyone else.
+                try:
+                    os.killpg(self.pgid, sig)
+                except ProcessLookupError:
+                    return False
+                except PermissionError:  # a member changed uid; the leader is still ours
+                    if not self._signal_leader(sig):
+                        return False
+                _proctable.signal_checked(strays, sig)
+            elif not self._signal_leader(sig):
+                return False
+            self.signals_sent.append((int(sig), time.time_ns()))
+            return True
+
+    def _signal_leader(self, sig: int) -> bool:
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, sig)
+            else:
+                # No pidfd: we hold the reaper's lock and the process is not reaped, so the
+                # pid cannot have been recycled; os.kill is safe.
+                os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def descendants(self) -> list[psutil.Process]:
+        """The rank's live descendants (children first), checked against recycled pids."""
+        found = []
+        for entry in _proctable.descendants(self.pid, _proctable.scan()):
+            try:
+                proc = psutil.Process(entry.pid)
+            except psutil.Error:
+                continue
+            now = _proctable.read_entry(entry.pid)
+            if now is not None and now.starttime == entry.starttime:
+                found.append(proc)
+        return found
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the pidfd. Only once the rank has exited; idempotent.
+
+        Raises:
+            RuntimeError: the rank is still running (its pidfd is what keeps signals safe).
+        """
+        if self._closed:
+            return
+        if self.poll() is None:
+            raise RuntimeError(f"rank process {self.pid} is still running")
+        _exitwatch.watcher().remove(self)
+        with self._lock:
+            self._closed = True
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+
+    def discard(self) -> None:
+        """SIGKILL the rank and its group (used when the caller of a spawn gave up)."""
+        self.send_signal(signal.SIGKILL, group=True)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and self._exitcode is not None:
+            if self.pidfd is not None:
+                try:
+                    os.close(self.pidfd)
+                except OSError:
+                    pass
+            self._closed = True
+
+    def __repr__(self) -> str:
+        state = "running" if self._exitcode is None else f"exitcode={self._exitcode}"
+        return f"<RankProcess pid={self.pid} {state} argv={list(self.argv)!r}>"
+
+
+def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> list[RankProcess]:
+    """Block until at least one of ``procs`` has exited, or ``timeout`` seconds pass.
+
+    Args:
+        procs: the ranks to watch.
+        timeout: seconds; None waits for ever, 0 only checks.
+
+    Returns:
+        Every one of ``procs`` that has exited (empty on timeout, or if ``procs`` is empty).
+    """
+    procs = list(procs)
+    if not procs:
+        return []
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    cond = _exitwatch.watcher().cond
+    with cond:
+        while True:
+            done = [p for p in procs if p._exitcode is not None]
+            if done:
+                return done
+            if deadline is None:
+                cond.wait()
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                # One direct check, in case an exit happened but the watcher has not run yet.
+                return [p for p in procs if p.poll() is not None]
+            cond.wait(remaining)
+
+
+def send_signal_all(
+    procs: Iterable[RankProcess], sig: int, *, group: bool = True
+) -> list[RankProcess]:
+    """``send_signal`` to many ranks with one /proc scan; returns those that got it."""
+    procs = list(procs)
+    table = _proctable.scan() if group and procs else None
+    return [p for p in procs if p.send_signal(sig, group=group, _table=table)]
+
+
+def _resolve_program(name: str, path: Optional[str], cwd: Optional[str]) -> str:
+    """Find the program as exec would, raising a clear error naming it when it cannot run."""
+    if os.sep in name:
+        candidate = name if os.path.isabs(name) or cwd is None else os.path.join(cwd, name)
+        if not os.path.exists(candidate):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", name)
+        if os.path.isdir(candidate):
+            raise PermissionError(errno.EACCES, "Is a directory, not a program", name)
+        if not os.access(candidate, os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied (not executable)", name)
+        return name
+    found = shutil.which(name, path=path if path is not None else os.defpath)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "Not found on PATH (or not executable)", name)
+    return found
+
+
+def _open_logs(
+    stdout_path: Optional[str], stderr_path: Optional[str], mode: str
+) -> tuple[Optional[IO[bytes]], Optional[IO[bytes]]]:
+    out = open(stdout_path, mode + "b") if stdout_path else None  # noqa: SIM115
+    try:
+        if stderr_path and stderr_path == stdout_path:
+            err = out
+        else:
+            err = open(stderr_path, mode + "b") if stderr_path else None  # noqa: SIM115
+    except BaseException:
+        if out is not None:
+            out.close()
+        raise
+    return out, err
