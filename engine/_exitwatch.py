@@ -54,7 +54,7 @@ class ExitWatcher:
         self._thread: Optional[threading.Thread] = None
 
     def add_many(self, procs: Iterable[Watched]) -> None:
-        """Start watching ``procs`` (once each, right after they were spawned)."""
+        """Start watching ``procs`` (right after they were spawned; idempotent)."""
         procs = list(procs)
         if not procs:
             return
@@ -63,9 +63,12 @@ class ExitWatcher:
             for proc in procs:
                 fd = proc.pidfd
                 if fd is None:
-                    self._no_fd.append(proc)
-                    wake = True  # the loop must switch to its polling period
-                else:
+                    if proc not in self._no_fd:  # adding twice is harmless
+                        self._no_fd.append(proc)
+                        wake = True  # the loop must switch to its polling period
+                elif self._by_fd.get(fd) is not proc:
+                    if fd in self._by_fd:  # a closed rank's number, reused: replace it
+                        self._epoll.unregister(fd)
                     self._by_fd[fd] = proc
                     self._epoll.register(fd, select.EPOLLIN)
             if self._thread is None:
