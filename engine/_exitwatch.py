@@ -68,7 +68,7 @@ class ExitWatcher:
                         wake = True  # the loop must switch to its polling period
                 elif self._by_fd.get(fd) is not proc:
                     if fd in self._by_fd:  # a closed rank's number, reused: replace it
-                        self._epoll.unregister(fd)
+                        _unregister(self._epoll, fd)
                     self._by_fd[fd] = proc
                     self._epoll.register(fd, select.EPOLLIN)
             if self._thread is None:
@@ -88,7 +88,7 @@ class ExitWatcher:
             fd = proc.pidfd
             if fd is not None and self._by_fd.get(fd) is proc:
                 del self._by_fd[fd]
-                self._epoll.unregister(fd)
+                _unregister(self._epoll, fd)
             elif proc in self._no_fd:
                 self._no_fd.remove(proc)
 
@@ -135,6 +135,13 @@ class ExitWatcher:
                 for proc in exited:
                     self.remove(proc)
                 self.notify()
+
+
+def _unregister(epoll: select.epoll, fd: int) -> None:
+    try:
+        epoll.unregister(fd)
+    except OSError:
+        pass  # closed already: the kernel dropped it from the set itself
 
 
 _watcher: Optional[ExitWatcher] = None
