@@ -1,0 +1,157 @@
+"""``rankvisor``: bad input refused in one line before anything starts; headless runs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN
+
+ROOT = Path(__file__).parents[1]
+SV_RANK = str(BIN / "sv_rank.py")
+
+
+def rankvisor(*args: str, timeout: float = 60, env: dict[str, str] | None = None,
+              prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "tui", *args], cwd=ROOT, capture_output=True, text=True,
+        timeout=timeout, env=env,
+    )
+
+
+def assert_refused(res: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert res.returncode == 2, res
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("rankvisor"), lines
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert res.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["run", "--headless", "missing_script.py"], ["missing_script.py", "does not exist"]),
+        (["run", "-r", "0:3,x", SV_RANK], ["--redirects", "'x'"]),
+        (["run", "-t", "0:3,1:9", SV_RANK], ["--tee", "'1:9'"]),
+        (["run", "--local-ranks-filter", "0,a", SV_RANK], ["--local-ranks-filter", "'a'"]),
+        (["run", "--nproc-per-node", "2", "--local-ranks-filter", "5", SV_RANK], ["rank 5"]),
+        (["run", "--nproc-per-node", "0", SV_RANK], ["--nproc-per-node", "at least 1"]),
+        (["run", "--nproc-per-node", "four", SV_RANK], ["--nproc-per-node", "'four'"]),
+        (["run", "--nnodes", "2", SV_RANK], ["--nnodes", "one node"]),
+        (["run", "--no-python", "no-such-program-xyz"], ["no-such-program-xyz", "not found"]),
+        (["run", "-m", "no_such_module_xyz"], ["no_such_module_xyz"]),
+        (["run", "--max-restarts", "x", SV_RANK], ["--max-restarts"]),
+        (["run"], ["script"]),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(argv: list[str], words: list[str]) -> None:
+    assert_refused(rankvisor(*argv), *words)
+
+
+def test_log_dir_that_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert_refused(rankvisor("run", "--log-dir", str(f), SV_RANK), "is a file")
+    assert_refused(rankvisor("run", "--log-dir", str(f / "sub"), SV_RANK), "is a file")
+
+
+def test_log_dir_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    if os.geteuid() != 0:
+        assert_refused(rankvisor("run", "--log-dir", str(locked / "logs"), SV_RANK), "cannot create it")
+        assert_refused(rankvisor("run", "--log-dir", str(locked), SV_RANK), "not writable")
+        return
+    # root may write anywhere, so make the permission check see what a user would see.
+    from tui.cli import main
+
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(locked) else real_access(p, mode)
+    )
+    for log_dir, words in ((locked / "logs", "cannot create it"), (locked, "not writable")):
+        assert main(["run", "--log-dir", str(log_dir), SV_RANK]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = rankvisor("run", "--master-port", str(port), "--log-dir", str(tmp_path / "l"), SV_RANK)
+    assert_refused(res, str(port), "already in use")
+    assert not (tmp_path / "l").exists()  # nothing started, nothing created
+
+
+def test_headless_success_prints_prefixed_lines(tmp_path: Path) -> None:
+    res = rankvisor(
+        "--nproc_per_node", "2", "--headless", "--log-dir", str(tmp_path), "--role", "w",
+        SV_RANK, "--print", "2", "--exit", "0",
+    )
+    assert res.returncode == 0, res.stderr
+    out = sorted(res.stdout.splitlines())
+    assert "[w0]:line 0 from rank 0" in out and "[w1]:line 1 from rank 1" in out
+    (run_dir,) = tmp_path.iterdir()
+    assert (run_dir / "attempt_0" / "1" / "stdout.log").read_text().startswith("line 0 from rank 1")
+
+
+def test_redirect_tee_filter_and_prefix_template(tmp_path: Path) -> None:
+    res = rankvisor(
+        "run", "--headless", "--nproc-per-node", "3", "--log-dir", str(tmp_path),
+        "-r", "3", "-t", "0:1,2:1", "--local-ranks-filter", "0,1",
+        "--log-line-prefix-template", "<${role_name}:${rank}>",
+        "--filter-stdout", "line 1", "--filter-stdout", "line 1",
+        SV_RANK, "--print", "2", "--exit", "0",
+    )
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.splitlines()
+    # Rank 0 is tee'd; rank 1 is redirected only; rank 2 is filtered off the console.
+    assert "<default:0>line 0 from rank 0" in out
+    assert not [ln for ln in out if ":1>" in ln or ":2>" in ln]
+    (run_dir,) = tmp_path.iterdir()
+    for r in range(3):  # the files have everything, whatever the console shows
+        assert "line 1 from rank" in (run_dir / "attempt_0" / str(r) / "stdout.log").read_text()
+    filtered = (run_dir / "attempt_0" / "filtered_stdout.log").read_text().splitlines()
+    assert sorted(filtered) == [f"<default:{r}>line 1 from rank {r}" for r in range(3)]
+
+
+def test_failure_exits_1_with_the_root_cause_report(tmp_path: Path) -> None:
+    res = rankvisor(
+        "run", "--headless", "--nproc-per-node", "3", "--log-dir", str(tmp_path),
+        "--term-timeout", "5", SV_RANK, "--raise", "rank one broke", "--only-rank", "1",
+    )
+    assert res.returncode == 1
+    assert "rankvisor: root cause: rank 1 failed first (exit code 1)" in res.stderr
+    assert "RuntimeError: rank one broke" in res.stderr
+    report = res.stderr.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in report
+    assert "error.json" in report
+
+
+def test_serve_without_the_web_extra_is_refused_cleanly() -> None:
+    try:
+        import tui.serve  # noqa: F401
+    except ImportError:
+        assert_refused(rankvisor("serve"), "serve")
+    else:
+        pytest.skip("tui.serve is installed")
+
+
+def test_help_mentions_the_torchrun_flags() -> None:
+    res = rankvisor("run", "--help")
+    assert res.returncode == 0
+    for flag in ("--nproc-per-node", "--log-dir", "--redirects", "--tee", "--local-ranks-filter",
+                 "--max-restarts", "--master-port", "--headless", "--term-timeout",
+                 "--filter-stdout", "--no-unbuffered"):
+        assert flag in res.stdout
