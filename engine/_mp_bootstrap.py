@@ -1,0 +1,236 @@
+"""The child side of a function rank: the first code of ours that runs in the new process.
+
+``MultiprocessContext`` starts each rank as a stdlib ``multiprocessing`` process whose target
+is :func:`run_rank`. This module is deliberately light (stdlib only, no torch): under
+``spawn`` the child imports it, and nothing else of ours, before the user's code, which is
+what makes a trivial rank show life in a fraction of the time torch's children need (they
+import torch first).
+
+Order of events in the child, and why:
+
+1. ``PR_SET_PDEATHSIG``: from now on the kernel kills this rank if the thread that started
+   it dies, so a killed supervisor leaves no orphan. A parent that died before the call is
+   caught by comparing ``getppid()`` with the pid the parent recorded.
+2. ``setsid()``: the rank leads its own session and process group, so the supervisor can
+   signal the rank and every descendant with one ``killpg`` (and Ctrl-C in the terminal
+   reaches the supervisor only, as for binary ranks).
+3. The redirect of file descriptors 1 and 2 to stdout.log / stderr.log, for the life of the
+   process: every later byte (imports of the user's modules, C ``printf``, ``os.system``
+   children, the final traceback, faulthandler's dump on SIGSEGV) lands in the files.
+   torch redirects only around the call and too late (its T9).
+4. The rank's environment (``LOCAL_RANK``, ``TORCHELASTIC_ERROR_FILE``...).
+5. Inside ``record`` (error.json on an exception): NUMA binding, then unpickling the
+   function and its arguments (this imports the user's module, after all of the above),
+   the call, and writing the return value to a per-rank file, atomically (temp + rename).
+   The parent reads that file after the exit; no pipe, so a large return value cannot
+   deadlock and the child never waits for the parent.
+
+Exit codes follow torch: an exception exits 1 (after the traceback is printed to stderr),
+``sys.exit(n)`` exits ``n``; a signal death is ``-signum``. Unlike torch, a
+``KeyboardInterrupt`` (SIGINT) is not swallowed into exit 0: the rank dies of SIGINT.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Final
+
+__all__ = ["RankSpec", "run_rank"]
+
+_PR_SET_PDEATHSIG: Final = 1
+"""From <linux/prctl.h>."""
+
+PDEATHSIG: Final = signal.SIGKILL
+"""Sent by the kernel to a rank when the supervisor thread that started it dies.
+
+SIGKILL rather than torch's SIGINT: a rank must not outlive its supervisor, whatever
+handlers the user's code installs (torch's SIGINT becomes a swallowed KeyboardInterrupt)."""
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything one rank needs, sent to the child as the process target's argument."""
+
+    local_rank: int
+    return_file: str
+    """Where the pickled return value goes (written to ``<return_file>.tmp``, then renamed)."""
+    stdout: str = ""
+    """stdout.log path; "" leaves the stream on the console, as torch does."""
+    stderr: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    payload: bytes | None = None
+    """``pickle.dumps((fn, args))``, unpickled only after the redirect and the env are in
+    place (spawn, forkserver). None under fork, where ``fn``/``args`` travel as objects."""
+    fn: Callable[..., Any] | None = None
+    args: tuple[Any, ...] = ()
+    parent_pid: int | None = None
+    """The supervisor's pid when it is this process's parent (spawn, fork); None under
+    forkserver, where the fork server is the parent."""
+    cpus: frozenset[int] | None = None
+    """The CPUs the rank may use (``engine.numa.plan``); None leaves its affinity alone."""
+
+
+def run_rank(spec: RankSpec) -> None:
+    """Run one function rank to completion (the ``multiprocessing.Process`` target).
+
+    Args:
+        spec: The rank's function, arguments, environment and file paths.
+
+    Raises:
+        SystemExit: With the exit code the rank must have (1 after an exception).
+    """
+    _die_with_parent(spec.parent_pid)
+    _lead_own_session()
+    if spec.payload is None:
+        _forget_parent_state()
+    _redirect_for_life(1, spec.stdout)
+    _redirect_for_life(2, spec.stderr)
+    os.environ.update(spec.env)
+    try:
+        _run_recorded(spec)
+    except SystemExit:
+        raise  # sys.exit(n): multiprocessing turns the code into the exit status
+    except KeyboardInterrupt as e:
+        _print_user_traceback(e)
+        _flush_all()
+        # Die of the signal, as CPython itself does for an uncaught KeyboardInterrupt, so
+        # the parent sees -SIGINT rather than a success without a return value (torch P1).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        raise SystemExit(1) from None  # not reached unless SIGINT is blocked
+    except BaseException as e:
+        # Printed here, while fd 2 still points at stderr.log, so the traceback is on disk.
+        _print_user_traceback(e)
+        raise SystemExit(1) from None
+    finally:
+        _flush_all()
+
+
+def _print_user_traceback(e: BaseException) -> None:
+    """Print ``e``'s traceback to stderr without our own frames above the user's code."""
+    from engine import errors
+
+    ours = {__file__, errors.__file__}
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    # Nothing left means the error is in our code (e.g. an unpicklable return value):
+    # then the whole traceback is the useful one.
+    traceback.print_exception(type(e), e, tb or e.__traceback__)
+
+
+def _run_recorded(spec: RankSpec) -> None:
+    # Imported here, not at module top: under spawn the parent's modules are not needed
+    # until the redirect is in place, and ``record`` reads TORCHELASTIC_ERROR_FILE at
+    # call time from the environment set above.
+    from engine.errors import record
+
+    def body() -> None:
+        _bind_numa(spec)
+        if spec.payload is not None:
+            fn, args = pickle.loads(spec.payload)  # imports the user's module
+        else:
+            fn, args = spec.fn, spec.args
+        assert fn is not None
+        _store_return(spec.return_file, fn(*args))
+
+    record(body)()
+    if not os.path.exists(spec.return_file):
+        # ``record`` turns sys.exit(0) into a plain return (torch does the same and hands
+        # back None): the function ended on purpose, so its return value is None.
+        _store_return(spec.return_file, None)
+
+
+def _bind_numa(spec: RankSpec) -> None:
+    if spec.cpus is None:
+        return
+    from engine.numa import bind_current_process
+
+    # Before the user's module is imported, so thread pools it creates at import time
+    # (OpenMP, BLAS) start with the right CPU set.
+    bind_current_process(spec.cpus)
+
+
+def _store_return(path: str, value: object) -> None:
+    """Write ``value`` pickled to ``path`` so the parent never sees a partial file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    from engine.redirects import get_libc
+
+    libc = get_libc()
+    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(PDEATHSIG), 0, 0, 0) != 0:
+        return
+    # The parent may have died between the fork and the prctl; the kernel would then never
+    # send the signal. Reparenting shows it.
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(128 + int(PDEATHSIG))
+
+
+def _forget_parent_state() -> None:
+    """Under fork, drop what the child copied of the supervisor's own bookkeeping.
+
+    The copy of a started context would otherwise be "closed" by the exit hook when the
+    rank finishes (multiprocessing runs threading's exit hooks in the child), signalling the
+    rank's siblings and deleting their return values; and the supervisor's SIGTERM/SIGINT
+    handlers would turn the rank's own death signal into a ``SignalException``.
+    """
+    from engine import pcontext
+
+    pcontext._open_contexts.clear()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        if signal.getsignal(sig) is pcontext._terminate_process_handler:
+            # What a fresh interpreter has (spawn): KeyboardInterrupt on SIGINT, else die.
+            default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, default)
+
+
+def _lead_own_session() -> None:
+    try:
+        os.setsid()
+    except OSError:
+        # Already a group leader (not the case under multiprocessing): keep the group.
+        pass
+
+
+def _redirect_for_life(fd: int, path: str) -> None:
+    """Point ``fd`` at ``path`` until the process exits (no restore: the process is ours)."""
+    if not path:
+        return
+    from engine.redirects import _flush_c_streams, _python_fd
+
+    dst = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    _flush_c_streams()
+    _flush_all()
+    os.dup2(dst, fd)
+    os.close(dst)
+    name = "stdout" if fd == 1 else "stderr"
+    stream = getattr(sys, name)
+    if _python_fd(name) == fd and hasattr(stream, "reconfigure"):
+        # A file makes Python block-buffer stdout; lines must reach the log (and anyone
+        # tailing it) as they are printed, as they would on a terminal.
+        stream.reconfigure(line_buffering=True)
+    else:
+        # sys.stdout wrote somewhere else (forked from a parent whose stream was replaced,
+        # e.g. by pytest's capture): give the rank a stream on the real descriptor.
+        setattr(sys, name, open(fd, "w", buffering=1, errors="backslashreplace", closefd=False))
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass

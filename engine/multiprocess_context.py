@@ -1,0 +1,341 @@
+"""``MultiprocessContext``: ranks that run a Python function, torch's API without torch.
+
+Each rank is a stdlib ``multiprocessing`` process (spawn, fork or forkserver) whose target is
+the light ``engine._mp_bootstrap.run_rank``; children never import torch unless the user's
+function does. See that module for what happens in the child, and in which order.
+
+What differs from torch 2.13's ``MultiprocessContext``, on purpose (TORCH_SPEC section 13):
+
+* Return values come back through one file per rank, written atomically by the child and
+  read here after its exit: no queue, no "finished reading" event, no pipe to deadlock on,
+  and the child never waits for the parent.
+* A rank that exits 0 without returning (``os._exit(0)``) is a failure with a message that
+  says so, instead of a ``wait()`` that never returns (P1). ``sys.exit(0)`` inside the
+  function still counts as returning None, as in torch.
+* Every failed rank is reported, not only the first; ranks that die of our own teardown are
+  reported too, with ``caused_by_us=True`` (B6), and never chosen as the root cause.
+* Each rank leads its own session; ``close()`` signals the rank through its pidfd, its
+  process group, and the descendants that left the group, so grandchildren die too (P5).
+* ``_poll()`` never blocks (P4), and ``wait()`` wakes on a rank's exit (pidfd watcher)
+  instead of sleeping ``period``.
+* A context never closed (an uncaught ``SignalException``) is closed at interpreter exit by
+  ``PContext``'s exit hook, and ranks do not wait for the parent, so exit never hangs (P2).
+
+Threads: processes are started on ``engine.proc``'s long-lived spawner thread, because the
+kernel ties a rank's PR_SET_PDEATHSIG to the thread that forked it; the exit watcher thread
+reaps them. ``start``/``wait``/``close`` belong to one owner thread at a time.
+
+Under ``spawn`` and ``forkserver``, multiprocessing itself re-imports the parent's
+``__main__`` module in the child before our target runs (as torch's children do); output of
+that import is the only thing that can escape the rank's log files. Functions defined in an
+importable module are imported after the redirect and the rank's environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import time
+from typing import Any, Callable, Final, Optional
+
+from engine import _spawner, numa
+from engine._mp_bootstrap import RankSpec, run_rank
+from engine.errors import ProcessFailure
+from engine.logs_specs import LogsSpecs
+from engine.pcontext import PContext, RunProcsResult
+from engine.proc import RankProcess, send_signal_all, wait_any
+
+__all__ = ["MultiprocessContext"]
+
+logger = logging.getLogger(__name__)
+
+NO_RETURN_MESSAGE: Final = (
+    "local_rank {rank} (pid {pid}) exited with code 0 without returning from {fn} "
+    "(os._exit(0) or another hard exit), so it has no return value"
+)
+
+
+class _MpPopen:
+    """What ``RankProcess`` needs of a Popen, over a ``multiprocessing`` process.
+
+    ``exitcode`` is non-blocking (waitpid WNOHANG under spawn/fork, a ready pipe under
+    forkserver) and is negative for a signal death, like ``Popen.poll()``.
+    """
+
+    def __init__(self, proc: multiprocessing.process.BaseProcess) -> None:
+        self.proc = proc
+        self.pid: int = proc.pid  # type: ignore[assignment]
+
+    def poll(self) -> Optional[int]:
+        return self.proc.exitcode
+
+
+class MultiprocessContext(PContext):
+    """``PContext`` holding worker processes invoked as a function.
+
+    Args:
+        name: Role name; the default log line prefix is ``[{name}{local_rank}]:``.
+        entrypoint: The function each rank runs; picklable by reference unless
+            ``start_method`` is "fork".
+        args: Arguments per local rank (keys exactly 0..n-1).
+        envs: Extra environment per local rank, applied in the child before the function
+            and its module are unpickled.
+        start_method: "spawn", "fork" or "forkserver".
+        logs_specs: Where stdout/stderr/error.json go (see ``DefaultLogsSpecs``).
+        log_line_prefixes: Per-rank prefix of tee'd lines.
+        numa_options: Bind each rank's CPUs to its NUMA node (``engine.numa``).
+        duplicate_stdout_filters: Tee'd stdout lines containing any of these also go to
+            filtered_stdout.log.
+        duplicate_stderr_filters: The same for stderr.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        entrypoint: Callable[..., Any],
+        args: dict[int, tuple[Any, ...]],
+        envs: dict[int, dict[str, str]],
+        start_method: str,
+        logs_specs: LogsSpecs,
+        log_line_prefixes: Optional[dict[int, str]] = None,
+        numa_options: Any = None,
+        duplicate_stdout_filters: Optional[list[str]] = None,
+        duplicate_stderr_filters: Optional[list[str]] = None,
+    ) -> None:
+        super().__init__(
+            name,
+            entrypoint,
+            args,
+            envs,
+            logs_specs,
+            log_line_prefixes,
+            duplicate_stdout_filters,
+            duplicate_stderr_filters,
+        )
+        self.start_method = start_method
+        self._numa_options = numa_options
+        self._procs: dict[int, RankProcess] = {}
+        self._mp_procs: dict[int, multiprocessing.process.BaseProcess] = {}
+        self._return_values: dict[int, Any] = {}
+        self._no_return: dict[int, str] = {}
+        """Ranks that exited 0 without a usable return value, and why, in words."""
+        self._teardown: set[int] = set()
+        """Ranks we sent a death signal to while they were alive."""
+        self._return_dir: Optional[str] = None
+        self._closed = False
+
+    # -- start ------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._return_dir is not None:
+            raise ValueError(
+                "The process context already initialized. "
+                "Most likely the start method got called twice."
+            )
+        ctx = multiprocessing.get_context(self.start_method)
+        specs = self._rank_specs()
+
+        def start_all() -> None:
+            # On the spawner thread: the rank's death signal follows this thread, which
+            # lives as long as the interpreter.
+            for rank, spec in specs.items():
+                mp_proc = ctx.Process(
+                    target=run_rank, args=(spec,), name=f"{self.name}{rank}", daemon=False
+                )
+                mp_proc.start()
+                popen: Any = _MpPopen(mp_proc)  # duck-typed: pid and poll() are all it uses
+                proc = RankProcess(popen, (self._fn_name(),), spec.stdout, spec.stderr)
+                # Recorded at once: if rank k+1 fails to start, close() reaches 0..k (P3).
+                # The spawner hands the job's ranks to the exit watcher when it ends, or
+                # SIGKILLs them if our caller was interrupted meanwhile.
+                self._mp_procs[rank], self._procs[rank] = mp_proc, proc
+                _spawner.current_job_note(proc)
+
+        _spawner.call(start_all)
+
+    def _rank_specs(self) -> dict[int, RankSpec]:
+        """Pickle every rank's function and arguments before any process starts.
+
+        An argument that cannot be pickled then raises here and starts nothing.
+        """
+        fork = self.start_method == "fork"
+        # Impossible bindings raise here, before anything starts (as for binary ranks).
+        cpus = numa.plan(self._numa_options, self.nprocs)
+        payloads = {
+            rank: None if fork else pickle.dumps((self.entrypoint, self.args[rank]))
+            for rank in range(self.nprocs)
+        }
+        self._return_dir = tempfile.mkdtemp(prefix=f"rankvisor_{self.name}_ret_")
+        # Under forkserver the fork server, not this process, is the rank's parent.
+        parent_pid = None if self.start_method == "forkserver" else os.getpid()
+        return {
+            rank: RankSpec(
+                local_rank=rank,
+                return_file=self._return_file(rank),
+                stdout=self.stdouts[rank],
+                stderr=self.stderrs[rank],
+                env=dict(self.envs[rank]),
+                payload=payloads[rank],
+                fn=self.entrypoint if fork else None,
+                args=tuple(self.args[rank]) if fork else (),
+                parent_pid=parent_pid,
+                cpus=cpus[rank],
+            )
+            for rank in range(self.nprocs)
+        }
+
+    def _return_file(self, rank: int) -> str:
+        assert self._return_dir is not None
+        return os.path.join(self._return_dir, f"{rank}.ret")
+
+    def _fn_name(self) -> str:
+        return str(getattr(self.entrypoint, "__qualname__", repr(self.entrypoint)))
+
+    # -- poll -------------------------------------------------------------------------------
+
+    def _poll(self) -> Optional[RunProcsResult]:
+        if not self._procs:
+            raise AssertionError("_poll() before start()")
+        self._collect_returns()
+        failed = [r for r in self._procs if self._is_failure(r)]
+        if failed:
+            logger.error("%s: local ranks %s failed; closing the rest", self.name, failed)
+        elif any(p.poll() is None for p in self._procs.values()):
+            return None
+        # Either way the run is over: tear down the rest (ranks that die of it count as
+        # caused by us); close() also reads return values of ranks that just finished.
+        self.close()
+        failures = self._failures()
+        if failures:
+            return RunProcsResult(failures=failures, stdouts=self.stdouts, stderrs=self.stderrs)
+        return RunProcsResult(
+            return_values=dict(sorted(self._return_values.items())),
+            stdouts=self.stdouts,
+            stderrs=self.stderrs,
+        )
+
+    def _is_failure(self, rank: int) -> bool:
+        code = self._procs[rank].poll()
+        return code is not None and (code != 0 or rank in self._no_return)
+
+    def _collect_returns(self) -> None:
+        """Read the return value of every rank that exited 0 since the last call."""
+        for rank, proc in self._procs.items():
+            if proc.poll() != 0 or rank in self._return_values or rank in self._no_return:
+                continue
+            try:
+                with open(self._return_file(rank), "rb") as f:
+                    self._return_values[rank] = pickle.load(f)
+            except FileNotFoundError:
+                # P1: exit 0 without a return value is a failure, said in words; torch
+                # counts it as neither, and its wait() never returns.
+                self._no_return[rank] = NO_RETURN_MESSAGE.format(
+                    rank=rank, pid=proc.pid, fn=self._fn_name()
+                )
+            except Exception as e:  # any unpickling error is this rank's failure
+                self._no_return[rank] = (
+                    f"local_rank {rank}: cannot load the return value of {self._fn_name()}: "
+                    f"{type(e).__name__}: {e}"
+                )
+            else:
+                os.unlink(self._return_file(rank))
+
+    def _failures(self) -> dict[int, ProcessFailure]:
+        failures = {}
+        for rank, proc in self._procs.items():
+            if not self._is_failure(rank):
+                continue
+            assert proc.exitcode is not None
+            failure = ProcessFailure(
+                local_rank=rank,
+                pid=proc.pid,
+                exitcode=proc.exitcode,
+                error_file=self.error_files[rank],
+                exit_time_ns=proc.exit_time_ns,
+                caused_by_us=rank in self._teardown,
+            )
+            if rank in self._no_return and failure.error_file_data.get("message") == "<NONE>":
+                failure.message = self._no_return[rank]
+            failures[rank] = failure
+        return failures
+
+    # -- wait, pids -------------------------------------------------------------------------
+
+    def _wait_for_exit(self, timeout: float) -> None:
+        """Block until a rank exits or ``timeout`` s pass (``PContext.wait``'s sleep)."""
+        live = [p for p in self._procs.values() if p.poll() is None]
+        if live:
+            wait_any(live, timeout)
+        else:
+            time.sleep(0)  # everyone is gone: the next poll returns at once
+
+    def pids(self) -> dict[int, int]:
+        """Local rank -> pid of every started rank."""
+        if not self._procs:
+            raise AssertionError("pids() before start()")
+        return {rank: proc.pid for rank, proc in self._procs.items()}
+
+    # -- close ------------------------------------------------------------------------------
+
+    def _close(self, death_sig: signal.Signals, timeout: float = 30) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        alive = [p for p in self._procs.values() if p.poll() is None]
+        for proc in alive:
+            logger.warning("Closing process %s via signal %s", proc.pid, death_sig.name)
+        # The rank through its pidfd, its group (while the rank is unreaped, so the pgid
+        # is still its own), and descendants that left the group, from one /proc scan.
+        signalled = send_signal_all(alive, death_sig, group=True)
+        self._teardown.update(r for r, p in self._procs.items() if p in signalled)
+        # One shared deadline for all ranks (torch waits per rank after SIGKILL: P7).
+        _wait_all(alive, timeout)
+        survivors = [p for p in alive if p.poll() is None]
+        for proc in survivors:
+            logger.warning(
+                "Unable to shutdown process %s via %s, forcefully exiting via %s",
+                proc.pid,
+                death_sig.name,
+                signal.SIGKILL.name,
+            )
+        send_signal_all(survivors, signal.SIGKILL, group=True)
+        # Bounded: a process stuck in the kernel (D state) survives even SIGKILL; give up
+        # after ``timeout`` instead of hanging whoever closes us.
+        _wait_all(survivors, timeout)
+        for proc in survivors:
+            if proc.poll() is None:
+                logger.error(
+                    "Process %s did not exit after SIGKILL within %ss; abandoning it "
+                    "(uninterruptible sleep?)",
+                    proc.pid,
+                    timeout,
+                )
+        self._release()
+
+    def _release(self) -> None:
+        # Read return values of ranks that finished during the teardown before the files go.
+        self._collect_returns()
+        for rank, proc in self._procs.items():
+            if proc.poll() is None:
+                continue  # abandoned in the kernel: keep its pidfd, it is still ours
+            proc.close()
+            self._mp_procs[rank].close()  # the sentinel fd
+        if self._return_dir is not None:
+            shutil.rmtree(self._return_dir, ignore_errors=True)
+
+
+def _wait_all(procs: list[RankProcess], timeout: float) -> None:
+    """Wait until every one of ``procs`` has exited or ``timeout`` s have passed."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    pending = [p for p in procs if p.poll() is None]
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        wait_any(pending, remaining)
+        pending = [p for p in pending if p.poll() is None]
