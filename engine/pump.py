@@ -170,6 +170,9 @@ class OutputPump:
         batch_chars: characters after which a wake-up delivers what it has read so far.
         debounce: seconds to wait after a notification before reading (batches bursts).
         sweep_interval: with notifications, look at every file at least this often anyway.
+        name: the pump thread's name.
+        backend: force "inotify", "watchfiles" or "poll" (tests, benchmarks); None follows
+            ``use_inotify``.
     """
 
     def __init__(
@@ -186,10 +189,13 @@ class OutputPump:
         debounce: float = 0.002,
         sweep_interval: float = 1.0,
         name: str = "OutputPump",
+        backend: str | None = None,
     ) -> None:
         self._sink = sink
         forced_poll = os.environ.get("RANKVISOR_TAIL_POLL", "").lower() in ("1", "true", "yes")
         self._mode = "inotify" if use_inotify and not forced_poll else "poll"
+        if backend is not None and not forced_poll:
+            self._mode = backend
         self._poll_interval = poll_interval
         self._cap = max_line_chars
         self._sanitize = sanitize
@@ -207,6 +213,8 @@ class OutputPump:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped = False
+        self.wakeups = 0
+        """Wake-ups of the pump thread so far (idle cost is counted in these)."""
 
     @property
     def mode(self) -> str:
@@ -325,6 +333,7 @@ class OutputPump:
             with self._lock:
                 if self._stopping:
                     return
+                self.wakeups += 1
                 try:
                     self._handle(wake)
                 except Exception:  # never let one bad file or sink call kill the pump
@@ -379,6 +388,7 @@ class OutputPump:
             self._cycle([tail], final=True)
             self._close_fd(tail)
             self._open(tail)
+            tail.first_line = 0  # line numbers are those of the new file
 
     def _drop(self, tail: _Tail, drain: bool) -> None:
         if drain:
@@ -415,9 +425,11 @@ class OutputPump:
                 if not data:
                     if first and os.fstat(fd).st_size < tail.offset:
                         # Truncated in place: the old content is gone, start over.
-                        parts += [x + "\n" for x in tail.asm.close()]
+                        self._collect(batch, tail, parts + [x + "\n" for x in tail.asm.close()])
+                        parts = []
                         os.lseek(fd, 0, os.SEEK_SET)
                         tail.offset = 0
+                        tail.first_line = 0
                         first = False
                         continue
                     break

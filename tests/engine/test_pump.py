@@ -1,0 +1,358 @@
+"""engine.pump.OutputPump with real writer processes and real files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import tracemalloc
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.events import RankOutput
+from engine.lines import cut_marker
+from engine.pump import OutputPump, TextBatch
+from tests.conftest import BIN, PYTHON, wait_until
+
+WRITER = str(BIN / "numbered_writer.py")
+
+
+class Collector:
+    """A sink that keeps every batch and checks the batch contract as they arrive."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[list[Any]] = []
+        self.lines: dict[tuple[int, str], list[str]] = defaultdict(list)
+        self.partial: dict[tuple[int, str], str] = {}
+        self.next_line: dict[tuple[int, str], int] = defaultdict(int)
+
+    def __call__(self, batch: list[Any]) -> None:
+        keys = [(b.rank, b.stream) for b in batch]
+        assert len(keys) == len(set(keys)), "more than one batch per (rank, stream) in a call"
+        with self.lock:
+            self.calls.append(batch)
+            for b in batch:
+                key = (b.rank, b.stream)
+                if b.first_line == 0:  # a new file (restart, replaced file) counts from 0
+                    self.next_line[key] = 0
+                if not b.stream.startswith("filtered_"):  # those count lines of the shared file
+                    assert b.first_line == self.next_line[key], "line numbers are contiguous"
+                self.lines[key].extend(b.lines)
+                self.next_line[key] += len(b.lines)
+                self.partial[key] = b.partial
+
+    def get(self, rank: int, stream: str = "stdout") -> list[str]:
+        with self.lock:
+            return list(self.lines[(rank, stream)])
+
+
+def writers(tmp: Path, n: int, m: int, *extra: str) -> tuple[dict[int, str], list[Any]]:
+    files = {r: str(tmp / f"{r}" / "stdout.log") for r in range(n)}
+    for path in files.values():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    procs = [
+        subprocess.Popen([PYTHON, WRITER, files[r], "--rank", str(r), "--lines", str(m), *extra])
+        for r in range(n)
+    ]
+    return files, procs
+
+
+def assert_numbered(lines: list[str], rank: int, m: int) -> None:
+    numbers = []
+    for line in lines:
+        r, i, _ = line.split(":", 2)
+        assert int(r) == rank, line
+        numbers.append(int(i))
+    assert numbers == list(range(m))
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "extra"),
+    [
+        (32, 1000, ("--jitter", "0.002")),
+        (8, 20000, ("--jitter", "0.001", "--payload", "64")),
+        (16, 300, ("--split",)),
+    ],
+    ids=["32x1000-jitter", "8x20000-jitter", "16x300-half-lines"],
+)
+def test_concurrent_writers_every_line_once_in_order(
+    tmp_path: Path, n: int, m: int, extra: tuple[str, ...]
+) -> None:
+    sink = Collector()
+    pump = OutputPump(sink)
+    files, procs = writers(tmp_path, n, m, *extra)
+    for rank, path in files.items():
+        pump.add(rank, "stdout", path)
+    pump.start()
+    assert pump.mode == "inotify"
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    # Live delivery: everything arrives without stop() or flush().
+    wait_until(lambda: all(len(sink.get(r)) == m for r in range(n)), timeout=30)
+    pump.stop()
+    for rank in range(n):
+        assert_numbered(sink.get(rank), rank, m)
+
+
+def test_batches_are_per_wakeup_not_per_line(tmp_path: Path) -> None:
+    sink = Collector()
+    files, procs = writers(tmp_path, 4, 5000)
+    for p in procs:
+        p.wait(timeout=60)
+    pump = OutputPump(sink)
+    for rank, path in files.items():
+        pump.add(rank, "stdout", path)
+    pump.flush()
+    pump.stop()
+    assert len(sink.calls) <= 2  # 20 000 lines on disk: one sink call for all of them
+    assert all(len(sink.get(r)) == 5000 for r in range(4))
+
+
+def test_a_file_that_appears_late_is_picked_up(tmp_path: Path) -> None:
+    sink = Collector()
+    path = tmp_path / "attempt_0" / "3" / "stdout.log"  # not even the directories exist
+    pump = OutputPump(sink).start()
+    pump.add(3, "stdout", str(path))
+    time.sleep(0.05)
+    path.parent.mkdir(parents=True)
+    path.write_text("hello\nworld\n")
+    wait_until(lambda: sink.get(3) == ["hello", "world"], timeout=5)
+    with open(path, "a") as f:
+        f.write("more\n")
+    wait_until(lambda: sink.get(3) == ["hello", "world", "more"], timeout=5)
+    pump.stop()
+
+
+def test_a_file_that_never_appears_does_not_block_stop(tmp_path: Path) -> None:
+    sink = Collector()
+    pump = OutputPump(sink)
+    pump.add(0, "stdout", str(tmp_path / "never" / "stdout.log"))
+    pump.add(1, "stdout", str(tmp_path / "there.log"))
+    (tmp_path / "there.log").write_text("x\n")
+    pump.start()
+    stopper = threading.Thread(target=pump.stop)
+    stopper.start()
+    stopper.join(timeout=10)
+    assert not stopper.is_alive()
+    assert sink.get(1) == ["x"]
+    assert sink.get(0) == []
+
+
+def test_final_line_without_newline_is_partial_then_a_line_at_stop(tmp_path: Path) -> None:
+    sink = Collector()
+    files, procs = writers(tmp_path, 2, 50, "--no-newline-at-end")
+    for p in procs:
+        p.wait(timeout=30)
+    pump = OutputPump(sink)
+    for rank, path in files.items():
+        pump.add(rank, "stdout", path)
+    pump.start()
+    wait_until(lambda: len(sink.get(1)) == 49 and sink.partial.get((1, "stdout")), timeout=5)
+    assert sink.partial[(1, "stdout")].startswith("1:49:")
+    pump.stop()
+    for rank in range(2):
+        assert_numbered(sink.get(rank), rank, 50)
+
+
+def test_progress_bars_are_collapsed(tmp_path: Path) -> None:
+    sink = Collector()
+    path = tmp_path / "progress.log"
+    code = (
+        "import sys, time\n"
+        "f = open(sys.argv[1], 'w')\n"
+        "for i in range(201):\n"
+        "    f.write(f'\\r{i/2:5.1f}%|' + '#' * (i // 10)); f.flush()\n"
+        "    time.sleep(0.001)\n"
+        "f.write('\\nepoch done\\n'); f.close()\n"
+    )
+    pump = OutputPump(sink).start()
+    pump.add(0, "stdout", str(path))
+    subprocess.run([PYTHON, "-c", code, str(path)], check=True, timeout=30)
+    wait_until(lambda: len(sink.get(0)) == 2, timeout=5)
+    pump.stop()
+    assert sink.get(0) == ["100.0%|" + "#" * 20, "epoch done"]
+    partials = [b.partial for call in sink.calls for b in call if b.partial]
+    assert all("\r" not in p for p in partials)
+
+
+def test_invalid_utf8_and_escapes_are_made_safe(tmp_path: Path) -> None:
+    sink = Collector()
+    path = tmp_path / "hostile.log"
+    path.write_bytes(b"bad \xff\xfe\n\x1b]52;c;c2VjcmV0\x07\x1b[32mgreen\x1b[0m\x1b[2J\n")
+    pump = OutputPump(sink)
+    pump.add(0, "stderr", str(path))
+    pump.flush()
+    assert sink.get(0, "stderr") == ["bad \ufffd\ufffd", "\x1b[32mgreen\x1b[0m"]
+    pump.stop()
+    assert path.read_bytes().startswith(b"bad \xff\xfe\n\x1b]52")  # the file is untouched
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_polling_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    sink = Collector()
+    if how == "environment":
+        monkeypatch.setenv("RANKVISOR_TAIL_POLL", "1")
+        pump = OutputPump(sink, poll_interval=0.02)
+    else:
+        pump = OutputPump(sink, use_inotify=False, poll_interval=0.02)
+    files, procs = writers(tmp_path, 4, 2000, "--jitter", "0.002", "--split")
+    for rank, path in files.items():
+        pump.add(rank, "stdout", path)
+    pump.start()
+    assert pump.mode == "poll"
+    for p in procs:
+        p.wait(timeout=60)
+    wait_until(lambda: all(len(sink.get(r)) == 2000 for r in range(4)), timeout=20)
+    pump.stop()
+    for rank in range(4):
+        assert_numbered(sink.get(rank), rank, 2000)
+
+
+def test_watchfiles_backend(tmp_path: Path) -> None:
+    sink = Collector()
+    pump = OutputPump(sink, backend="watchfiles")
+    files, procs = writers(tmp_path, 2, 500, "--jitter", "0.002")
+    for rank, path in files.items():
+        pump.add(rank, "stdout", path)
+    pump.start()
+    assert pump.mode == "watchfiles"
+    for p in procs:
+        p.wait(timeout=60)
+    wait_until(lambda: all(len(sink.get(r)) == 500 for r in range(2)), timeout=20)
+    pump.stop()
+
+
+def test_idle_files_cost_no_wakeups(tmp_path: Path) -> None:
+    pump = OutputPump(Collector(), sweep_interval=1.0)
+    for rank in range(16):
+        path = tmp_path / f"{rank}.log"
+        path.write_text("boot\n")
+        pump.add(rank, "stdout", str(path))
+    pump.start()
+    wait_until(lambda: pump.wakeups >= 1)
+    before = pump.wakeups
+    time.sleep(1.5)
+    idle = pump.wakeups - before
+    pump.stop()
+    assert idle <= 2  # only the safety sweep (once a second), no polling of 16 files
+
+
+def test_readd_after_restart_drains_the_old_file_and_follows_the_new(tmp_path: Path) -> None:
+    sink = Collector()
+    old, new = tmp_path / "a0.log", tmp_path / "a1.log"
+    old.write_text("old 1\nold partial")
+    pump = OutputPump(sink).start()
+    pump.add(5, "stdout", str(old), attempt=0)
+    wait_until(lambda: sink.get(5) == ["old 1"])
+    pump.add(5, "stdout", str(new), attempt=1)
+    new.write_text("new 1\n")
+    wait_until(lambda: sink.get(5) == ["old 1", "old partial", "new 1"], timeout=5)
+    pump.stop()
+    attempts = [b.attempt for call in sink.calls for b in call if b.lines]
+    assert attempts == sorted(attempts) and attempts[-1] == 1
+
+
+def test_remove_drains_and_a_replaced_file_is_followed(tmp_path: Path) -> None:
+    sink = Collector()
+    path = tmp_path / "r.log"
+    path.write_text("a\nb")
+    pump = OutputPump(sink).start()
+    pump.add(0, "stdout", str(path))
+    pump.add(1, "stdout", str(tmp_path / "other.log"))
+    wait_until(lambda: sink.get(0) == ["a"])
+    pump.remove(0, "stdout")
+    assert sink.get(0) == ["a", "b"]
+    other = tmp_path / "other.log"
+    other.write_text("first life\n")
+    wait_until(lambda: sink.get(1) == ["first life"])
+    other.unlink()
+    other.write_text("second life\n")  # same path, new file (a recreated log dir)
+    wait_until(lambda: sink.get(1) == ["first life", "second life"], timeout=5)
+    pump.stop()
+
+
+def test_duplicate_filters_write_whole_prefixed_lines_live(tmp_path: Path) -> None:
+    sink = Collector()
+    filtered = tmp_path / "filtered_stdout.log"
+    pump = OutputPump(sink)
+    files, procs = writers(tmp_path, 3, 400, "--split", "--payload", "4")
+    for rank, path in files.items():
+        pump.add(rank, "stdout", path)
+    # Lines i with i % 100 == 7 contain ":7:" / ":107:" ...; match on a needle that a half
+    # line would also contain, to prove fragments are never matched.
+    pump.add_filter("stdout", [":7:", "07:"], str(filtered), {0: "[t0]:"}, name="t")
+    pump.start()
+    for p in procs:
+        p.wait(timeout=60)
+    wait_until(lambda: all(len(sink.get(r)) == 400 for r in range(3)), timeout=20)
+    pump.stop()
+    text = filtered.read_text()
+    assert text.endswith("\n")
+    got = text.splitlines()
+    for rank in range(3):
+        prefix = "[t0]:" if rank == 0 else f"[t{rank}]:"
+        mine = [x[len(prefix):] for x in got if x.startswith(prefix)]
+        expected = [f"{rank}:{i}:xxxx" for i in range(400) if i == 7 or i % 100 == 7]
+        assert mine == expected
+        streamed = sink.get(rank, "filtered_stdout")
+        assert [x[len(prefix):] for x in streamed] == expected
+
+
+def test_a_100mb_line_in_a_file_keeps_memory_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "huge.log"
+    block = b"z" * (1 << 20)
+    with open(path, "wb") as f:
+        f.write(b"before\n")
+        for _ in range(100):
+            f.write(block)
+        f.write(b"\nafter\n")
+    counts: dict[str, int] = defaultdict(int)
+    seen: list[str] = []
+
+    def sink(batch: list[Any]) -> None:  # keeps only what the test needs
+        for b in batch:
+            for line in b.lines:
+                counts["lines"] += 1
+                seen.append(line[:10] + line[-40:])
+
+    pump = OutputPump(sink)
+    pump.add(0, "stdout", str(path))
+    tracemalloc.start()
+    try:
+        pump.flush()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        pump.stop()
+        path.unlink()
+    assert peak < 8 * 2**20, peak  # a few read chunks, not 100 MB
+    assert counts["lines"] == 3
+    assert seen[1].endswith(cut_marker(100 * 2**20 - 65536))
+
+
+def test_text_batches(tmp_path: Path) -> None:
+    got: list[TextBatch] = []
+    path = tmp_path / "t.log"
+    path.write_text("a\nb\nc")
+    pump = OutputPump(got.extend, text_batches=True)
+    pump.add(0, "stdout", str(path))
+    pump.flush()
+    assert got == [TextBatch(0, "stdout", "a\nb\n", 2, "c", 0, 0)]
+    assert got[0].lines == ("a", "b")
+    pump.stop()
+    assert got[-1].text == "c\n"
+
+
+def test_outputs_are_rankoutput_events(tmp_path: Path) -> None:
+    got: list[RankOutput] = []
+    path = tmp_path / "e.log"
+    path.write_text("x\ny\n")
+    pump = OutputPump(got.extend)
+    pump.add(2, "stderr", str(path), attempt=3)
+    pump.stop()
+    assert got == [RankOutput(2, "stderr", ("x", "y"), "", 3, 0)]
