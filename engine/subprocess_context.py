@@ -175,9 +175,15 @@ class SubprocessContext(PContext):
     # -- close ------------------------------------------------------------------------------
 
     def _close(self, death_sig: signal.Signals, timeout: float = 30) -> None:
-        if not self.subprocess_handlers:
-            return
         procs = {r: h.rank_process for r, h in self.subprocess_handlers.items()}
+        try:
+            self._stop(procs, death_sig, timeout)
+        finally:
+            for p in procs.values():
+                if p.exitcode is not None:
+                    p.close()  # release the pidfd: nothing stays open for exited ranks (P8)
+
+    def _stop(self, procs: dict[int, RankProcess], death_sig: signal.Signals, timeout: float) -> None:
         live = {r: p for r, p in procs.items() if p.poll() is None}
         if not live:
             return
