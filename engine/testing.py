@@ -480,7 +480,7 @@ def scripted_info(
     name: str = "trainer",
     run_id: str = "demo-1",
     term_timeout_s: float = 30.0,
-    stdout_filters: tuple[str, ...] = (),
+    stdout_filters: tuple[str, ...] = ("epoch",),
     stderr_filters: tuple[str, ...] = ("WARNING",),
 ) -> RunInfo:
     """A run of ``nprocs`` ranks, all STARTING, with their files under ``run_dir``."""
@@ -539,9 +539,13 @@ def running_script(
         if r == 1:
             lines.insert(3, "[rank1]: [bold]x[/bold] [link=http://a]b[/link] is log text")
         items.append(RankOutput(r, "stdout", tuple(lines)))
+        # The duplicate filters ("epoch" on stdout, "WARNING" on stderr) copy lines, prefixed.
+        epochs = tuple(f"[trainer{r}]:{line}" for line in lines if "epoch" in line)
+        items.append(RankOutput(r, "filtered_stdout", epochs))
         if r % 2 == 1:
             warning = f"UserWarning: rank {r}: WARNING grad norm 1e4 clipped (step 17)"
             items.append(RankOutput(r, "stderr", (warning,)))
+            items.append(RankOutput(r, "filtered_stderr", (f"[trainer{r}]:{warning}",)))
     items.append(RankOutput(0, "stdout", (), partial=" 62%|██████▏   | 62/100 [00:31<00:19]"))
     if with_stats:
         for r in range(nprocs):

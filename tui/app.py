@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import timezone, tzinfo
 from typing import Any, Callable, ClassVar, Iterable
 
 from textual import on, work
@@ -79,14 +80,14 @@ class RankvisorApp(App[int]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "terminate", "Term"),
-        Binding("K", "kill", "Kill"),
+        Binding("K,shift+k", "kill", "Kill"),
         Binding("s", "signal", "Signal"),
         Binding("r", "restart", "Restart"),
         Binding("e", "errors", "Errors"),
         Binding("f", "filtered", "Filtered"),
         Binding("slash", "search", "Search", show=False),
-        Binding("T", "terminate_all", "Term all", show=False),
-        Binding("R", "restart_all", "Restart all", show=False),
+        Binding("T,shift+t", "terminate_all", "Term all", show=False),
+        Binding("R,shift+r", "restart_all", "Restart all", show=False),
         Binding("space", "toggle_follow", "Pause", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "request_quit", "Quit"),
@@ -103,8 +104,14 @@ class RankvisorApp(App[int]):
         start_handle: bool = True,
         sync_start: bool = False,
         buffer_lines: int = 5_000,
+        cursor_blink: bool = True,
+        time_zone: tzinfo | None = None,
     ) -> None:
         super().__init__()
+        self.cursor_blink = cursor_blink
+        """Off in tests and screenshots: a blinking cursor makes equal frames differ."""
+        self.time_zone = time_zone
+        """Zone of the times shown (None: local); tests fix it so snapshots match anywhere."""
         self.handle = handle
         self.clock = clock
         self.bridge = EngineBridge()
@@ -192,14 +199,17 @@ class RankvisorApp(App[int]):
         root = self.run_view.root_cause()
         with self.batch_update():
             self.main_screen.show_ranks(changed, now, root)
-            self.main_screen.show_summary(
-                elapsed=now - self._started_at, paused=self._paused, status=self._status
-            )
+            self.main_screen.show_summary(**self.summary_args(now))
             for screen in self.screen_stack:
                 if screen is not self.main_screen:
                     update = getattr(screen, "on_run_changed", None)
                     if callable(update):
                         update(changed)
+
+    def summary_args(self, now: float | None = None) -> dict[str, Any]:
+        """What every screen's RunSummary bar needs besides the run."""
+        now = self.clock() if now is None else now
+        return {"elapsed": now - self._started_at, "paused": self._paused, "status": self._status}
 
     def on_engine_event(self, message: EngineEvent) -> None:
         changed = self._drain(upto=message.seq)
@@ -226,9 +236,6 @@ class RankvisorApp(App[int]):
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
             self._paused_sync()
         self._show(changed)
-        errors = next((s for s in self.screen_stack if isinstance(s, ErrorsScreen)), None)
-        if errors is not None:
-            errors.refresh_report()
 
     def _paused_sync(self) -> None:
         if self._paused:
@@ -451,6 +458,8 @@ def make_app(
     """The app as tests build it: synchronous start and a fixed clock unless told otherwise,
     so a snapshot shows the same frame on every run."""
     kwargs.setdefault("sync_start", True)
+    kwargs.setdefault("cursor_blink", False)
+    kwargs.setdefault("time_zone", timezone.utc)
     return RankvisorApp(handle, clock=clock or (lambda: 1000.0), **kwargs)
 
 

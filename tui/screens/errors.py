@@ -66,6 +66,13 @@ class ErrorsScreen(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        self.on_run_changed(None)
+
+    def on_run_changed(self, changed: set[int] | None) -> None:
+        """The app calls this after engine events and on its tick."""
+        args = getattr(self.app, "summary_args", None)
+        if callable(args):
+            self.query_one(RunSummary).show(self.run, **args())
         self.refresh_report()
 
     def action_scroll(self, lines: int) -> None:
@@ -96,6 +103,7 @@ class ErrorsScreen(Screen[None]):
                     stderr_tail=stderr_tail(view),
                     width=width,
                     log_dir=self.run.log_dir,
+                    tz=getattr(self.app, "time_zone", None),
                 ),
                 classes="failure",
             )

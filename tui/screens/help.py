@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -58,20 +59,22 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
 )
 
 
-def help_table() -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column()
+def help_table() -> Group:
+    """The keys, one small table per group, the key column the same width in all."""
+    width = max(len(keys) for _, rows in KEY_HELP for keys, _ in rows)
+    parts: list[Text | Table] = []
     for group, rows in KEY_HELP:
-        table.add_row(Text(group, style="bold underline"), "")
+        parts.append(Text(group, style="bold underline"))
+        table = Table.grid(padding=(0, 2))
+        table.add_column(no_wrap=True, width=width)
+        table.add_column()
         for keys, words in rows:
             table.add_row(Text(keys, style="bold cyan"), Text(words))
-        table.add_row("", "")
-    table.add_row(
-        Text("Mouse", style="bold underline"),
-        Text("click a pane or tile to select it, double-click to zoom, wheel to scroll"),
-    )
-    return table
+        parts.append(table)
+        parts.append(Text(""))
+    parts.append(Text("Mouse", style="bold underline"))
+    parts.append(Text("click a pane or tile to select it, double-click to zoom, wheel to scroll"))
+    return Group(*parts)
 
 
 class HelpScreen(ModalScreen[None]):

@@ -60,12 +60,16 @@ class LogFilesScreen(Screen[None]):
         Binding("tab", "focus_next", "Switch", show=False),
     ]
 
+    AUTO_FOCUS = None
+    """Focus goes to a log once mounted, never to the (hidden) search bar."""
+
     streams: reactive[Streams] = reactive("stdout", init=False)
 
     def __init__(self, streams: Streams = "stdout") -> None:
         super().__init__()
         self.set_reactive(LogFilesScreen.streams, streams)
         self._search: tuple[str, bool, bool, re.Pattern[str]] | None = None
+        self._raw_pattern = ""
         self._cancel: threading.Event | None = None
         self.status = ""
 
@@ -83,11 +87,14 @@ class LogFilesScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="view-title")
         yield Vertical(id="logs")
-        yield Input(placeholder="search: text, or /regex/ · enter find · escape close", id="search")
+        search = Input(placeholder="search: text, or /regex/ · enter find · escape close", id="search")
+        search.display = False
+        yield search
         yield Footer(compact=True, show_command_palette=False)
 
     async def on_mount(self) -> None:
-        self.query_one("#search").display = False
+        search = self.query_one("#search", Input)
+        search.cursor_blink = bool(getattr(self.app, "cursor_blink", True))
         await self.mount_logs()
         self.set_interval(POLL_S, self.poll, name="poll files")
         self.update_title()
@@ -124,7 +131,7 @@ class LogFilesScreen(Screen[None]):
             wanted = self.streams == "both" or log.id == f"{self.streams}-log"
             log.display = wanted
         visible = self.visible_logs()
-        if visible and not isinstance(self.focused, Input):
+        if visible and not self.query_one("#search", Input).display:
             visible[0].focus()
 
     def watch_streams(self) -> None:
@@ -173,9 +180,18 @@ class LogFilesScreen(Screen[None]):
         search = self.query_one("#search", Input)
         search.display = True
         search.focus()
+        # The '/' that opened the bar reaches the freshly focused Input too: put the last
+        # pattern back once that key is through, selected so typing replaces it.
+        self.call_after_refresh(self._prefill_search)
+
+    def _prefill_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.value = self._raw_pattern
+        search.select_all()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        self._raw_pattern = event.value
         parsed = parse_pattern(event.value)
         event.input.display = False
         self.active_log_focus()

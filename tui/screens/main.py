@@ -37,7 +37,7 @@ Layout = Literal["auto", "grid", "list"]
 
 def choose_grid(n: int, width: int, height: int) -> tuple[int, int] | None:
     """Columns and rows for ``n`` panes in ``width`` x ``height`` cells, or None if some pane
-    would be too small to read. Prefers panes about three times wider than tall."""
+    would be too small to read. Prefers panes about 2.5 times wider than tall (in cells)."""
     if n < 1 or n > MAX_GRID:
         return None
     best: tuple[float, int, int] | None = None
@@ -46,7 +46,7 @@ def choose_grid(n: int, width: int, height: int) -> tuple[int, int] | None:
         pane_w, pane_h = width / cols, height / rows
         if pane_w < MIN_PANE_WIDTH or pane_h < MIN_PANE_HEIGHT:
             continue
-        score = min(pane_w, 3 * pane_h)
+        score = min(pane_w, 2.5 * pane_h)
         if best is None or score > best[0]:
             best = (score, cols, rows)
     return None if best is None else (best[1], best[2])

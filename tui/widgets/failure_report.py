@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any, Final, Sequence
 
 from rich.console import Group, RenderableType
@@ -125,10 +125,10 @@ def parse_callstack(callstack: str) -> list[Stack]:
     return stacks
 
 
-def _when(timestamp: float | None) -> str:
+def _when(timestamp: float | None, tz: tzinfo | None = None) -> str:
     if not timestamp:
         return ""
-    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(timestamp, tz).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _render_stack(stack: Stack, width: int) -> RenderableType:
@@ -172,6 +172,7 @@ def render_failure(
     stderr_tail: Sequence[str],
     width: int = 100,
     log_dir: str = "",
+    tz: tzinfo | None = None,
 ) -> RenderableType:
     """The report block of one failed rank."""
     details = failure_details(view)
@@ -185,16 +186,18 @@ def render_failure(
         title.append(f"  pid {view.pid}")
     if view.restart_count:
         title.append(f"  restart {view.restart_count}")
-    when = _when(details.timestamp)
+    when = _when(details.timestamp, tz)
     if when:
         title.append(f"  at {when}", "dim")
     if view.caused_by_us:
         title.append("  (stopped by rankvisor)", "dim")
     parts: list[RenderableType] = [title]
-    if details.message:
+    stacks = parse_callstack(details.callstack) if details.callstack else []
+    # The message usually repeats the traceback's last line; show it only when it adds.
+    if details.message and not (stacks and stacks[-1].exception.strip() == details.message.strip()):
         parts.append(Text(details.message, "red"))
-    if details.callstack:
-        for stack in parse_callstack(details.callstack):
+    if stacks:
+        for stack in stacks:
             parts.append(_render_stack(stack, width))
     else:
         if view.signal_name:

@@ -5,18 +5,22 @@ this widget asks it for the rows on screen only, in chunks kept in a small LRU, 
 stays bounded for a multi-GB log. It follows the end of a live file like ``RankLog``, and
 highlights search matches (all of them on screen, the current one brighter).
 
-Threads: ``poll()`` (store.refresh) runs on the UI thread at a few Hz; it reads only what was
-appended since the last call. Searching a whole file runs on a worker (see the zoom screen).
+Threads: ``poll()`` runs ``store.refresh()`` (indexing what was appended since the last call,
+the whole file the first time: seconds for a GB) on a thread worker and takes the new line
+count back on the UI thread; rows on screen are read with ``get_lines`` on the UI thread (a
+few ``pread`` calls). Searching a whole file runs on a worker too (see the zoom screen).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Final, Iterator, Protocol
 
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.reactive import reactive
@@ -55,14 +59,12 @@ class LogSource(Protocol):
 
 def open_source(path: str) -> LogSource | None:
     """A ``LogStore`` over ``path``, or None while the file does not exist (yet)."""
-    if not path:
+    if not path or not os.path.exists(path):
         return None
     from engine.log_store import LogStore
 
-    try:
-        return LogStore(path)  # type: ignore[no-any-return]
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    # No in-memory tail: this view reads every row it shows from disk.
+    return LogStore(path, tail_lines=0)
 
 
 class FileLog(ScrollView, can_focus=True):
@@ -86,8 +88,8 @@ class FileLog(ScrollView, can_focus=True):
     """
 
     BINDINGS = [
-        ("g", "scroll_home", "Top"),
-        ("G", "scroll_end", "Bottom"),
+        Binding("g,home", "scroll_home", "Top", show=False),
+        Binding("G,end", "scroll_end", "Bottom", show=False),
     ]
 
     follow: reactive[bool] = reactive(True, init=False)
@@ -105,6 +107,7 @@ class FileLog(ScrollView, can_focus=True):
         self._pattern: re.Pattern[str] | None = None
         self.current_match: int | None = None
         self._programmatic = False
+        self._indexing = False
 
     # -- data ------------------------------------------------------------------------------
 
@@ -112,18 +115,32 @@ class FileLog(ScrollView, can_focus=True):
         self.poll()
 
     def poll(self) -> None:
-        """Pick up lines appended to the file since the last call."""
+        """Pick up lines appended to the file since the last call (indexing off-thread)."""
+        if self._indexing:
+            return
         if self.source is None:
             self.source = open_source(self.path)
             if self.source is None:
                 self._set_title()
                 return
+        self._indexing = True
+        self.run_worker(
+            self._index_worker, thread=True, group=f"index-{id(self)}", exit_on_error=False
+        )
+
+    def _index_worker(self) -> None:
+        source = self.source
         try:
-            self.source.refresh()
+            count = source.refresh() if source is not None else 0
         except OSError:
-            return
-        count = self.source.line_count
+            count = self.line_count
+        finally:
+            self._indexing = False
+        self.app.call_from_thread(self._take_count, count)
+
+    def _take_count(self, count: int) -> None:
         if count == self.line_count:
+            self._set_title()
             return
         if count < self.line_count:  # truncated or replaced: start over
             self._chunks.clear()

@@ -1,0 +1,315 @@
+"""Behaviour of the app through the Pilot, on the scripted engine: keys issue the right
+commands, panes change state, the countdown shows, destructive keys ask first."""
+
+from __future__ import annotations
+
+import io
+import signal
+
+from rich.console import Console
+from rich.text import Text
+
+from engine.events import RankOutput, RankStateChanged
+from engine.handle import (
+    KillRanks,
+    RestartAll,
+    RestartRank,
+    SignalRanks,
+    TerminateRanks,
+)
+from engine.states import RankState
+from engine.testing import (
+    BASE_PID,
+    ScriptedSupervisor,
+    failure_script,
+    running_script,
+    scripted_info,
+)
+from tui.app import make_app
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.errors import ErrorsScreen
+from tui.screens.help import HelpScreen
+from tui.screens.main import MainScreen
+from tui.screens.signal_picker import SignalPicker
+from tui.widgets.rank_log import RankLog
+from tui.widgets.rank_pane import RankPane
+
+from .conftest import FakeClock
+
+SIZE = (120, 36)
+
+
+def pane(app, rank: int) -> RankPane:  # type: ignore[no-untyped-def]
+    return app.main_screen.query_one(f"#rank-{rank}", RankPane)
+
+
+def subtitle(widget) -> str:  # type: ignore[no-untyped-def]
+    return Text.from_markup(widget.border_subtitle or "").plain
+
+
+def as_text(renderable) -> str:  # type: ignore[no-untyped-def]
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    pilot.app._tick()
+    await pilot.pause()
+
+
+async def test_t_terminates_selected_rank_and_shows_countdown(
+    four_ranks: ScriptedSupervisor, clock: FakeClock
+) -> None:
+    app = make_app(four_ranks, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("t")
+        await settle(pilot)
+        assert four_ranks.calls == [TerminateRanks((0,))]
+        assert pane(app, 0).has_class("-terminating")
+        assert "SIGKILL in 30s" in subtitle(pane(app, 0))
+        clock.advance(12.2)
+        await settle(pilot)
+        assert "SIGKILL in 18s" in subtitle(pane(app, 0))
+        # The deadline passes: the engine SIGKILLs it; the pane says so.
+        four_ranks.expire_escalations()
+        await settle(pilot)
+        assert pane(app, 0).has_class("-signalled")
+        assert "SIGKILL" in subtitle(pane(app, 0))
+        assert "SIGKILL in" not in subtitle(pane(app, 0))
+        assert pane(app, 1).has_class("-running")
+
+
+async def test_selection_moves_with_vim_keys_and_arrows(four_ranks: ScriptedSupervisor) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.main_screen
+        assert screen.mode == "grid" and screen.grid_shape == (2, 2)
+        seen = []
+        for key in ("l", "j", "h", "k", "right", "down", "left", "up"):
+            await pilot.press(key)
+            seen.append(screen.selected)
+        assert seen == [1, 3, 2, 0, 1, 3, 2, 0]
+        await pilot.press("l", "K")
+        await settle(pilot)
+        assert four_ranks.calls == [KillRanks((1,))]
+        assert pane(app, 1).has_class("-signalled")
+        assert pane(app, 1).has_class("-selected")
+        assert not pane(app, 0).has_class("-selected")
+
+
+async def test_signal_picker_sends_the_chosen_signal(four_ranks: ScriptedSupervisor) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("j", "s")
+        assert isinstance(app.screen, SignalPicker)
+        await pilot.press("enter")  # SIGUSR1 is first
+        await settle(pilot)
+        await pilot.press("s", "down", "down", "down", "enter")  # SIGSTOP
+        await settle(pilot)
+        await pilot.press("s", "escape")
+        await settle(pilot)
+        assert four_ranks.calls == [
+            SignalRanks((2,), signal.SIGUSR1),
+            SignalRanks((2,), signal.SIGSTOP),
+        ]
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_restart_rank_keeps_its_earlier_lines(four_ranks: ScriptedSupervisor) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        before = app.run_view.ranks[0].buffer.tail(2)
+        await pilot.press("r")
+        await settle(pilot)
+        assert four_ranks.calls == [RestartRank(0)]
+        view = app.run_view.ranks[0]
+        assert view.state is RankState.RUNNING
+        assert view.pid == BASE_PID + 100
+        assert view.restart_count == 1
+        assert len(view.earlier) == 1
+        lines = view.buffer.tail(10)
+        assert lines[-2].startswith("── restart 1 · pid")
+        assert before[-1] in lines
+        assert "↻1" in str(pane(app, 0).query_one("RankHeader").render())
+
+
+async def test_all_rank_keys_ask_first(four_ranks: ScriptedSupervisor) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("T")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert four_ranks.calls == []
+        await pilot.press("R")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert four_ranks.calls == []
+        await pilot.press("T", "y")
+        await settle(pilot)
+        assert four_ranks.calls == [TerminateRanks(None)]
+        assert all(pane(app, r).has_class("-terminating") for r in range(4))
+        await pilot.press("R", "y")
+        await settle(pilot)
+        assert four_ranks.calls[-1] == RestartAll()
+        assert app.run_view.attempt == 1
+        assert all(pane(app, r).has_class("-running") for r in range(4))
+
+
+async def test_quit_while_running_asks_then_shuts_down(four_ranks: ScriptedSupervisor) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert app.is_running and four_ranks.calls == []
+        await pilot.press("q", "y")
+        await settle(pilot)
+        await pilot.pause(0.05)
+    assert four_ranks.calls == [("shutdown", None)]
+    assert app.return_value == 1
+    assert all(view.state is RankState.SIGNALLED for view in app.run_view.ranks)
+
+
+async def test_quit_after_all_ranks_exited_needs_no_confirmation() -> None:
+    script = [
+        *running_script(2, with_stats=False),
+        *(
+            RankStateChanged(r, RankState.RUNNING, RankState.SUCCEEDED, BASE_PID + r, exitcode=0)
+            for r in range(2)
+        ),
+    ]
+    engine = ScriptedSupervisor(scripted_info(2), script)
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        # The app stays open after every rank exited, so the logs can be read.
+        assert app.is_running
+        await pilot.press("q")
+        await settle(pilot)
+        await pilot.pause(0.05)
+    assert engine.calls == [("shutdown", None)]
+    assert app.return_value == 0
+
+
+async def test_rank_keys_do_nothing_under_a_dialog(four_ranks: ScriptedSupervisor) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("t", "K", "r")
+        await settle(pilot)
+        assert four_ranks.calls == []
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_refused_command_is_a_notification_not_a_crash() -> None:
+    script = [
+        *running_script(2, with_stats=False),
+        RankStateChanged(0, RankState.RUNNING, RankState.FAILED, BASE_PID, exitcode=3),
+    ]
+    engine = ScriptedSupervisor(scripted_info(2), script)
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("t")
+        await settle(pilot)
+        assert engine.calls == [TerminateRanks((0,))]
+        messages = [n.message for n in app._notifications]
+        assert any("no running rank" in m for m in messages)
+        assert pane(app, 0).has_class("-failed")
+        assert "exit 3" in subtitle(pane(app, 0))
+
+
+async def test_log_text_is_never_markup(four_ranks: ScriptedSupervisor) -> None:
+    line = "[rank0]: [bold]x[/bold] [link=http://a]b[/link]"
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        four_ranks.emit(RankOutput(1, "stdout", (line, "\x1b]0;evil title\x07\x1b[31mred\x1b[0m")))
+        await settle(pilot)
+        log = pane(app, 1).query_one(RankLog)
+        rows = [log.render_line(y).text for y in range(log.size.height)]
+        assert any(row.rstrip() == line for row in rows), rows
+        assert any(row.rstrip() == "red" for row in rows), rows
+        assert not any("\x1b" in row for row in rows)
+
+
+async def test_space_pauses_following(four_ranks: ScriptedSupervisor) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        log = pane(app, 2).query_one(RankLog)
+        await settle(pilot)
+        assert log.follow and log.scroll_y == log.max_scroll_y > 0
+        await pilot.press("space")
+        at = log.scroll_y
+        four_ranks.emit(RankOutput(2, "stdout", tuple(f"new {i}" for i in range(50))))
+        await settle(pilot)
+        assert log.paused and log.scroll_y == at < log.max_scroll_y
+        await pilot.press("space")
+        await settle(pilot)
+        assert log.follow and log.scroll_y == log.max_scroll_y
+        assert log.render_line(log.size.height - 1).text.startswith("new 49")
+
+
+async def test_error_view_lists_root_cause_first() -> None:
+    engine = ScriptedSupervisor(scripted_info(4), failure_script())
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.run_view.root_cause() == 2
+        assert pane(app, 2).has_class("-root-cause")
+        await pilot.press("e")
+        await settle(pilot)
+        assert isinstance(app.screen, ErrorsScreen)
+        blocks = list(app.screen.query(".failure"))
+        assert len(blocks) == 3
+        assert blocks[0].has_class("-root-cause")
+        first = as_text(blocks[0].content)
+        assert "ROOT CAUSE" in first and "rank 2" in first
+        assert "FloatingPointError: loss is nan at step 23 [rank2]" in first
+        assert "train.py:52 in train_step" in first
+        second = as_text(blocks[1].content)
+        assert "No error.json" in second and "Connection closed by peer" in second
+        order = [view.rank for view in app.run_view.failures()]
+        assert order == [2, 0, 1]
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_many_ranks_use_tiles_and_a_focused_pane() -> None:
+    engine = ScriptedSupervisor(scripted_info(32), running_script(32, steps=5))
+    app = make_app(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.main_screen
+        assert screen.mode == "list"
+        focus = screen.query_one("#focus", RankPane)
+        assert focus.rank == 0
+        for _ in range(25):
+            await pilot.press("j")
+        assert screen.selected == 25 and focus.rank == 25
+        tiles = screen.query_one("#tiles")
+        assert tiles.scroll_y > 0  # paged so the selected tile is visible
+        await pilot.press("K")
+        await settle(pilot)
+        assert engine.calls == [KillRanks((25,))]
+        assert focus.has_class("-signalled")
+        await pilot.press("end")
+        assert screen.selected == 31
+
+
+async def test_grid_layout_switches_with_size_and_g(four_ranks: ScriptedSupervisor) -> None:
+    engine = ScriptedSupervisor(scripted_info(8), running_script(8, steps=5))
+    app = make_app(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.main_screen.mode == "list"
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause()
+        assert app.main_screen.mode == "grid"
+        assert app.main_screen.grid_shape == (4, 2)
+        await pilot.press("g")
+        assert app.main_screen.mode == "list"

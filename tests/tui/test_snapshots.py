@@ -1,0 +1,86 @@
+"""How the screens look, as SVG snapshots at 80x24 and 160x48 (scripted engine, fixed clock:
+no real pid, path or time can appear). Regenerate with ``pytest --snapshot-update`` only after
+looking at the report; ``screenshots/make_screenshots.py`` draws the same scenes for the README.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.testing import ScriptedSupervisor, failure_script, running_script, scripted_info
+from tui.app import make_app
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
+
+
+async def _settle(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Let the off-thread file indexing and searching finish, then draw."""
+    for _ in range(3):
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause(0.05)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_grid_four_ranks_running(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """Four green panes in a 2x2 grid, rank 0 selected (heavy border); each has pid, CPU
+    sparkline, RSS and NUMA in its header; rank 0 ends with a progress bar, ranks 1 and 3
+    with a stderr warning in the warning colour."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4))
+    assert snap_compare(make_app(engine), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_failed_rank_error_view(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """The error view: rank 2 first, marked ROOT CAUSE, with its error.json traceback in
+    panels; ranks 0 and 1 below, without error.json, showing exit 1 and their last stderr."""
+    engine = ScriptedSupervisor(scripted_info(4), failure_script())
+    assert snap_compare(make_app(engine), press=["e"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_zoom_with_search(snap_compare, size, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Rank 2 zoomed: its stdout.log read from disk with line numbers; every "epoch 2" is
+    highlighted and the current match (line 2x) is brighter; the title says where."""
+    engine = ScriptedSupervisor(
+        scripted_info(4, run_dir=tmp_path), running_script(4, steps=120), write_files=True
+    )
+
+    async def search(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("j", "enter")
+        await _settle(pilot)
+        await pilot.press("slash", *"epoch 2", "enter")
+        await _settle(pilot)
+
+    assert snap_compare(make_app(engine), run_before=search, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_filtered_view(snap_compare, size, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """filtered_stdout.log (lines with "epoch" of every rank, prefixed) above
+    filtered_stderr.log (the WARNING lines of ranks 1 and 3)."""
+    engine = ScriptedSupervisor(
+        scripted_info(4, run_dir=tmp_path), running_script(4), write_files=True
+    )
+
+    async def open_filtered(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("f")
+        await _settle(pilot)
+
+    assert snap_compare(make_app(engine), run_before=open_filtered, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_grid_32_ranks(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """32 ranks: one-line tiles (state, CPU, RSS, latest line) beside the selected rank's
+    full pane; at 160 columns the tiles fill two columns, at 80 they scroll."""
+    engine = ScriptedSupervisor(scripted_info(32), running_script(32, steps=6))
+    assert snap_compare(make_app(engine), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help_screen(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """The ? screen over the grid: every key, grouped."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4))
+    assert snap_compare(make_app(engine), press=["question_mark"], terminal_size=size)
