@@ -353,7 +353,9 @@ class MonitorMixin:
             for event in batch:
                 self._publish_now(event)
 
-        return OutputPump(sink, name="rankvisor-pump").start()
+        return OutputPump(
+            sink, name="rankvisor-pump", debounce=self.config.output_debounce_s
+        ).start()
 
     def _run_pump_ops(self: Any) -> None:
         """Run queued pump calls, in order (monitor thread, or ``start`` before it runs)."""

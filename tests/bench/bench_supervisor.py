@@ -1,0 +1,331 @@
+"""Benchmark of the Supervisor against torch, run by hand (not collected by pytest).
+
+    python tests/bench/bench_supervisor.py [--seconds 10] [--only NAME ...] [--write]
+
+Each scenario runs in a fresh interpreter (``--child NAME``) so torch's import and threads
+never weigh on rankvisor's figures or the other way round; the child prints one JSON line.
+The parent prints every result as JSON, then a Markdown table; ``--write`` also stores the
+table in tests/bench/RESULTS_supervisor.md.
+
+CPU is user+system time of the supervising process (all its threads; not its children, the
+ranks) over a window that starts after a warm-up, in % of one core. rankvisor's figures
+include the guard process and stats sampling at 1 s. torch's in-process figures poll
+``PContext.wait(0)`` every 0.1 s, as LocalElasticAgent does (``--monitor-interval``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "tests" / "bin"
+SLEEPER = str(BIN / "sv_rank.py")
+SPEW = str(BIN / "sv_spew.py")
+PY = sys.executable
+sys.path.insert(0, str(ROOT))
+
+
+def _self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _proc_cpu(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def _window(seconds: float, extra_pids: Callable[[], list[int]] = list,
+            tick: Callable[[], None] | None = None) -> float:
+    """% of a core used by this process (+ extra pids) over ``seconds``."""
+    pids = extra_pids()
+    c0 = _self_cpu() + sum(_proc_cpu(p) for p in pids)
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        if tick is None:
+            time.sleep(min(0.5, end - time.monotonic()))
+        else:
+            tick()
+            time.sleep(0.1)  # the agent's monitor interval
+    c1 = _self_cpu() + sum(_proc_cpu(p) for p in pids)
+    return 100.0 * (c1 - c0) / (time.monotonic() - t0)
+
+
+# -- rankvisor in process ----------------------------------------------------------------
+
+
+def _supervisor(nprocs: int, args: tuple[str, ...], entry: str = PY, **kw: Any) -> Any:
+    from engine.headless import _HeadlessPrinter
+    from engine.run_config import SupervisorConfig
+    from engine.std import Std
+    from engine.supervisor import Supervisor
+
+    cfg = SupervisorConfig(entrypoint=entry, args=args, nprocs=nprocs, tee=Std.ALL,
+                           redirects=Std.ALL, log_dir=tempfile.mkdtemp(prefix="bench_"), **kw)
+    sup = Supervisor(cfg)
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the scenario
+    sup.subscribe(_HeadlessPrinter(cfg, sup.snapshot().log_line_prefixes, devnull, devnull))
+    return sup
+
+
+def child_sup_sleep(seconds: float) -> dict[str, Any]:
+    sup = _supervisor(8, ("-u", SLEEPER))
+    sup.start()
+    time.sleep(3)  # ranks up, first samples taken
+    pct = _window(seconds, lambda: [sup.guard_pid])
+    sup.shutdown(timeout_s=5)
+    return {"cpu_percent": pct}
+
+
+def child_sup_log(seconds: float) -> dict[str, Any]:
+    sup = _supervisor(8, ("-u", SPEW, "--rate", "10000", "--seconds", str(seconds + 6)))
+    sup.start()
+    time.sleep(2)
+    pct = _window(seconds, lambda: [sup.guard_pid])
+    sup.shutdown(timeout_s=5)
+    return {"cpu_percent": pct}
+
+
+def child_stats64(seconds: float) -> dict[str, Any]:
+    from engine.stats import StatsSampler
+
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(64)]
+    try:
+        s = StatsSampler()
+        for r, p in enumerate(procs):
+            s.track(r, p.pid)
+        s.sample_once()
+        times = []
+        for _ in range(20):
+            c0 = _self_cpu()
+            s.sample_once()
+            times.append(_self_cpu() - c0)
+        ms = statistics.median(times) * 1000
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return {"ms_per_sample": ms, "cpu_percent_at_1hz": ms / 10.0}
+
+
+def child_term32(seconds: float) -> dict[str, Any]:
+    from engine.events import RankStateChanged
+    from engine.handle import TerminateRanks
+
+    results = []
+    for _ in range(3):
+        sup = _supervisor(32, ("600",), entry="/bin/sleep", sample_interval=0)
+        done: list[float] = []
+        sup.subscribe(lambda e: done.append(time.monotonic())
+                      if isinstance(e, RankStateChanged) and e.new.is_final else None)
+        sup.start()
+        time.sleep(1)
+        t0 = time.monotonic()
+        sup.execute(TerminateRanks())
+        while len(done) < 32:
+            time.sleep(0.001)
+        results.append((max(done) - t0) * 1000)
+        sup.shutdown(timeout_s=5)
+    return {"ms": statistics.median(results)}
+
+
+def child_exit_latency(seconds: float) -> dict[str, Any]:
+    from engine.events import RankStateChanged
+    from engine.states import RankState
+
+    d = tempfile.mkdtemp(prefix="bench_exit_")
+    code = ("import os, sys, time; r = int(os.environ['RANK']); time.sleep(1 + 0.15 * r); "
+            f"open('{d}/' + str(r), 'w').write(str(time.time_ns())); os._exit(3)")
+    seen: dict[int, int] = {}
+
+    def sink(e: Any) -> None:
+        if isinstance(e, RankStateChanged) and e.new is RankState.FAILED:
+            seen[e.rank] = time.time_ns()
+
+    lat = []
+    for _ in range(2):
+        sup = _supervisor(8, ("-c", code), teardown_on_failure=False, sample_interval=0)
+        seen.clear()
+        sup.subscribe(sink)
+        sup.start()
+        sup.wait(30)
+        sup.shutdown(timeout_s=5)
+        lat += [(seen[r] - int(Path(d, str(r)).read_text())) / 1e6 for r in range(8)]
+    return {"median_ms": statistics.median(lat), "max_ms": max(lat)}
+
+
+# -- torch in process ----------------------------------------------------------------------
+
+
+def _torch_ctx(nprocs: int, entry: str, args: tuple[str, ...]) -> Any:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+
+    specs = DefaultLogsSpecs(log_dir=tempfile.mkdtemp(prefix="bench_torch_"), tee=Std.ALL,
+                             redirects=Std.ALL)
+    envs = {r: {"RANK": str(r), "LOCAL_RANK": str(r)} for r in range(nprocs)}
+    return start_processes("trainer", entry, {r: args for r in range(nprocs)}, envs, specs)
+
+
+def child_torch_sleep(seconds: float) -> dict[str, Any]:
+    ctx = _torch_ctx(8, PY, ("-u", SLEEPER))
+    time.sleep(3)
+    pct = _window(seconds, tick=lambda: ctx.wait(0))
+    ctx.close(timeout=5)
+    return {"cpu_percent": pct}
+
+
+def child_torch_log(seconds: float) -> dict[str, Any]:
+    ctx = _torch_ctx(8, PY, ("-u", SPEW, "--rate", "10000", "--seconds", str(seconds + 6)))
+    time.sleep(2)
+    pct = _window(seconds, tick=lambda: ctx.wait(0))
+    ctx.close(timeout=5)
+    return {"cpu_percent": pct}
+
+
+def child_torch_term32(seconds: float) -> dict[str, Any]:
+    results = []
+    for _ in range(3):
+        ctx = _torch_ctx(32, "/bin/sleep", ("600",))
+        time.sleep(1)
+        t0 = time.monotonic()
+        ctx.close()  # SIGTERM, wait for all, SIGKILL survivors
+        results.append((time.monotonic() - t0) * 1000)
+    return {"ms": statistics.median(results)}
+
+
+def child_torch_exit_latency(seconds: float) -> dict[str, Any]:
+    d = tempfile.mkdtemp(prefix="bench_torch_exit_")
+    code = ("import os, time; time.sleep(1); "
+            f"open('{d}/x', 'w').write(str(time.time_ns())); os._exit(3)")
+    out = {}
+    for name, period in (("wait_period_1s", 1.0), ("agent_poll_0.1s", 0.1)):
+        lat = []
+        for _ in range(4):
+            ctx = _torch_ctx(1, PY, ("-c", code))
+            if period == 1.0:
+                ctx.wait(timeout=30, period=1.0)  # torch's default period
+            else:
+                while ctx.wait(0) is None:
+                    time.sleep(0.1)
+            lat.append((time.time_ns() - int(Path(d, "x").read_text())) / 1e6)
+            ctx.close(timeout=5)
+        out[name + "_median_ms"] = statistics.median(lat)
+        out[name + "_max_ms"] = max(lat)
+    return out
+
+
+# -- whole processes: torchrun vs rankvisor run --headless ---------------------------------
+
+
+def _whole(cmd: list[str], seconds: float, warmup: float) -> float:
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    try:
+        time.sleep(warmup)
+        c0, t0 = _proc_cpu(p.pid), time.monotonic()
+        time.sleep(seconds)
+        return 100.0 * (_proc_cpu(p.pid) - c0) / (time.monotonic() - t0)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _launch_cmd(kind: str, script_args: list[str]) -> list[str]:
+    log_dir = tempfile.mkdtemp(prefix=f"bench_{kind}_")
+    if kind == "torchrun":
+        return [PY, "-m", "torch.distributed.run", "--tee", "3", "--nproc-per-node", "8",
+                "--log-dir", log_dir, *script_args]
+    return [PY, "-m", "tui", "run", "--headless", "--tee", "3", "--nproc-per-node", "8",
+            "--log-dir", log_dir, *script_args]
+
+
+def child_whole_sleep(seconds: float) -> dict[str, Any]:
+    return {k: _whole(_launch_cmd(k, [SLEEPER]), seconds, warmup=8)
+            for k in ("torchrun", "rankvisor")}
+
+
+def child_whole_log(seconds: float) -> dict[str, Any]:
+    args = [SPEW, "--rate", "10000", "--seconds", str(seconds + 12)]
+    return {k: _whole(_launch_cmd(k, args), seconds, warmup=6) for k in ("torchrun", "rankvisor")}
+
+
+CHILDREN = {name[6:]: fn for name, fn in globals().items() if name.startswith("child_")}
+
+
+def _table(r: dict[str, dict[str, Any]]) -> str:
+    def g(name: str, key: str, fmt: str = "{:.2f}") -> str:
+        v = r.get(name, {}).get(key)
+        return "n/a" if v is None else fmt.format(v)
+
+    rows = [
+        "| measure | rankvisor | torch | goal |",
+        "|---|---|---|---|",
+        f"| supervisor CPU, 8 ranks sleeping, tee on (stats at 1 s) | {g('sup_sleep', 'cpu_percent')} % "
+        f"| {g('torch_sleep', 'cpu_percent')} % (PContext + tee threads) | < 0.2 % |",
+        f"| supervisor CPU, 8 ranks x 10k lines/s, tee on | {g('sup_log', 'cpu_percent')} % "
+        f"| {g('torch_log', 'cpu_percent')} % | <= half of torch |",
+        f"| stats sample of 64 ranks | {g('stats64', 'ms_per_sample')} ms "
+        f"({g('stats64', 'cpu_percent_at_1hz')} % of a core at 1 Hz) | - | cheap |",
+        f"| terminate-all to all reaped, 32 SIGTERM-obeying ranks | {g('term32', 'ms', '{:.0f}')} ms "
+        f"| {g('torch_term32', 'ms', '{:.0f}')} ms (PContext.close) | - |",
+        f"| rank exit to its state event | median {g('exit_latency', 'median_ms')} ms, "
+        f"max {g('exit_latency', 'max_ms')} ms | wait(period=1): median "
+        f"{g('torch_exit_latency', 'wait_period_1s_median_ms', '{:.0f}')} ms; agent 0.1 s poll: "
+        f"median {g('torch_exit_latency', 'agent_poll_0.1s_median_ms', '{:.0f}')} ms | < 50 ms |",
+        f"| whole process, 8 ranks sleeping, --tee 3 | {g('whole_sleep', 'rankvisor')} % "
+        f"(rankvisor run --headless) | {g('whole_sleep', 'torchrun')} % (torchrun) | - |",
+        f"| whole process, 8 ranks x 10k lines/s, --tee 3 | {g('whole_log', 'rankvisor')} % "
+        f"| {g('whole_log', 'torchrun')} % | - |",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=10.0, help="measurement window")
+    p.add_argument("--only", nargs="*", choices=sorted(CHILDREN), help="run only these")
+    p.add_argument("--write", action="store_true", help="write RESULTS_supervisor.md")
+    p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(CHILDREN[a.child](a.seconds)))
+        return
+    results: dict[str, dict[str, Any]] = {}
+    for name in a.only or CHILDREN:
+        out = subprocess.run([PY, __file__, "--child", name, "--seconds", str(a.seconds)],
+                             capture_output=True, text=True, timeout=600)
+        try:
+            results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            results[name] = {"error": out.stderr[-500:]}
+        print(json.dumps({name: results[name]}), flush=True)
+    table = _table(results)
+    print(table)
+    if a.write:
+        cmd = "python tests/bench/bench_supervisor.py " + " ".join(sys.argv[1:])
+        text = (f"# Supervisor benchmark\n\nCommand: `{cmd.strip()}`\n\n"
+                f"Machine: {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d')}.\n\n{table}\n\n"
+                "Raw results:\n\n```json\n" + json.dumps(results, indent=1) + "\n```\n")
+        Path(__file__).with_name("RESULTS_supervisor.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
