@@ -1,0 +1,182 @@
+"""error.json and failure reports: torch's errors module and ours, read and written both ways.
+
+One child imports torch (a binary whose main is decorated with torch's ``record``); the
+rest runs in this process. Where we fix a torch defect (B1, B2, B3, B4) the test shows
+torch's behaviour and ours side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import engine.errors as ours
+from tests.conftest import BIN, PYTHON
+
+pytestmark = pytest.mark.torch
+
+NS = 1_000_000_000
+
+
+@pytest.fixture(scope="module")
+def te() -> Any:
+    """torch.distributed.elastic.multiprocessing.errors, imported once (~2.5 s)."""
+    import torch.distributed.elastic.multiprocessing.errors as torch_errors
+
+    return torch_errors
+
+
+@pytest.fixture(autouse=True)
+def _no_error_file_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    yield
+
+
+def _run_recorded(script: str, error_file: Path, message: str) -> int:
+    env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    proc = subprocess.run([PYTHON, str(BIN / script), message], env=env,
+                          capture_output=True, timeout=120)
+    return proc.returncode
+
+
+def _same_failure(t: Any, e: Any) -> None:
+    assert (t.local_rank, t.pid, t.exitcode, t.error_file) == (
+        e.local_rank, e.pid, e.exitcode, e.error_file)
+    assert t.message == e.message
+    assert t.timestamp == e.timestamp
+    assert t.error_file_data == e.error_file_data
+    assert t.signal_name() == e.signal_name()
+    assert t.timestamp_isoformat() == e.timestamp_isoformat()
+
+
+def test_files_written_by_either_record_read_the_same_by_either_reader(
+    te: Any, tmp_path: Path
+) -> None:
+    torch_file, our_file = tmp_path / "torch.json", tmp_path / "ours.json"
+    assert _run_recorded("raise_torch_recorded.py", torch_file, "from torch") == 1
+    assert _run_recorded("raise_recorded.py", our_file, "from us") == 1
+
+    for path, text in ((torch_file, "ValueError: from torch"), (our_file, "ValueError: from us")):
+        t = te.ProcessFailure(1, 4242, 1, str(path))
+        e = ours.ProcessFailure(1, 4242, 1, str(path))
+        _same_failure(t, e)
+        assert e.message["message"] == text
+        assert "Traceback (most recent call last)" in e.text
+
+    # Same schema: same keys at every level, one line of JSON.
+    t_data, e_data = json.loads(torch_file.read_text()), json.loads(our_file.read_text())
+    assert t_data.keys() == e_data.keys()
+    assert t_data["message"].keys() == e_data["message"].keys()
+    assert t_data["message"]["extraInfo"].keys() == e_data["message"]["extraInfo"].keys()
+    assert "\n" not in torch_file.read_text() and "\n" not in our_file.read_text()
+
+
+def test_dump_error_file_gives_the_same_parent_file(
+    te: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child = tmp_path / "child.json"
+    child.write_text(json.dumps({"message": {"message": "E: x", "extraInfo": {
+        "py_callstack": "tb", "timestamp": "100"}}}))
+    outputs = {}
+    for name, handler in (("torch", te.ErrorHandler()), ("ours", ours.ErrorHandler())):
+        parent = tmp_path / f"{name}-parent.json"
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(parent))
+        handler.dump_error_file(str(child), -9)
+        outputs[name] = parent.read_bytes()
+    assert outputs["torch"] == outputs["ours"]
+    assert json.loads(outputs["ours"])["message"]["errorCode"] == -9
+
+
+def test_format_msg_is_the_same(te: Any, tmp_path: Path) -> None:
+    files = {}
+    for rank, ts in ((0, 200), (1, 100)):
+        files[rank] = tmp_path / f"{rank}.json"
+        files[rank].write_text(json.dumps({"message": {"message": f"E: r{rank}", "extraInfo": {
+            "py_callstack": f"Traceback\n  line of rank {rank}\n", "timestamp": str(ts)}}}))
+    msgs = {}
+    for name, mod in (("torch", te), ("ours", ours)):
+        failures = {
+            0: mod.ProcessFailure(0, 10, 1, str(files[0])),
+            1: mod.ProcessFailure(1, 11, 1, str(files[1])),
+            2: mod.ProcessFailure(2, 12, -15, str(tmp_path / "absent.json")),
+        }
+        failures[2].timestamp = 300
+        msgs[name] = (mod.ChildFailedError("trainer", failures).format_msg(),
+                      mod.ChildFailedError("trainer", failures).get_first_failure()[0])
+    assert msgs["torch"] == msgs["ours"]
+    assert msgs["ours"][1] == 1
+
+
+def test_signal_and_exit_messages_are_the_same(te: Any) -> None:
+    for exitcode in (-9, -11, -15, -77, 1, 3):
+        t = te.ProcessFailure(0, 99, exitcode, "/nonexistent")
+        e = ours.ProcessFailure(0, 99, exitcode, "/nonexistent")
+        assert t.message == e.message
+        assert t.error_file == e.error_file == "<N/A>"
+
+
+def test_B1_shared_empty_error_data(te: Any) -> None:
+    """torch mutates its module-level empty-error dict: later signal deaths carry errorTraits."""
+    te.ProcessFailure(0, 1, 1, "/nonexistent")  # exit code > 0, no file: adds errorTraits
+    assert "errorTraits" in te.ProcessFailure(0, 2, -9, "/nonexistent").error_file_data
+    ours.ProcessFailure(0, 1, 1, "/nonexistent")
+    assert ours.ProcessFailure(0, 2, -9, "/nonexistent").error_file_data == {"message": "<NONE>"}
+
+
+@pytest.mark.parametrize("content", [b"", b'{"message": {"mess', b"[1]", b'{"message": {}}'])
+def test_B2_bad_error_file_raises_in_torch_and_not_here(
+    te: Any, tmp_path: Path, content: bytes
+) -> None:
+    f = tmp_path / "error.json"
+    f.write_bytes(content)
+    with pytest.raises(Exception):
+        te.ProcessFailure(0, 5, -9, str(f))
+    failure = ours.ProcessFailure(0, 5, -9, str(f))
+    assert failure.message.startswith("Signal 9 (SIGKILL) received by PID 5")
+
+
+def test_B3_missing_timestamp_makes_torch_pick_the_wrong_root_cause(
+    te: Any, tmp_path: Path
+) -> None:
+    """A new-shape file without a timestamp gets 0 in torch, so it always looks first."""
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps({"message": "failed late"}))
+    now = time.time_ns()
+    t = {0: te.ProcessFailure(0, 1, 1, "/nonexistent"), 1: te.ProcessFailure(1, 2, 1, str(late))}
+    assert te.ChildFailedError("x", t).get_first_failure()[0] == 1
+    e = {0: ours.ProcessFailure(0, 1, 1, "/nonexistent", exit_time_ns=now),
+         1: ours.ProcessFailure(1, 2, 1, str(late), exit_time_ns=now + NS)}
+    assert ours.ChildFailedError("x", e).get_first_failure()[0] == 0
+
+
+def test_B4_record_exception_outside_except(te: Any, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        raise KeyError("k")
+    except KeyError as err:
+        caught = err
+    stacks = {}
+    for name, handler in (("torch", te.ErrorHandler()), ("ours", ours.ErrorHandler())):
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / f"{name}.json"))
+        handler.record_exception(caught)
+        data = json.loads((tmp_path / f"{name}.json").read_text())
+        stacks[name] = data["message"]["extraInfo"]["py_callstack"]
+    assert stacks["torch"] == "NoneType: None\n"
+    assert "KeyError: 'k'" in stacks["ours"]
+
+
+def test_record_returns_none_on_exit_zero_in_both(te: Any) -> None:
+    import sys
+
+    assert te.record(lambda: sys.exit(0))() is None
+    assert ours.record(lambda: sys.exit(0))() is None
+    for mod in (te, ours):
+        with pytest.raises(SystemExit):
+            mod.record(lambda: sys.exit(signal.SIGTERM))()
