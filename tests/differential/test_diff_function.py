@@ -198,3 +198,20 @@ def test_close_kills_grandchildren_torch_leaves_them(tmp: Any, tmp_path: Path) -
     finally:
         if pid_alive(their_grandchild):
             os.kill(their_grandchild, signal.SIGKILL)  # clean up what torch left behind
+
+
+def test_redirect_rejects_unknown_streams_with_torchs_message(tmp: Any, tmp_path: Path) -> None:
+    from torch.distributed.elastic.multiprocessing import redirects as torch_redirects
+
+    from engine import redirects
+
+    messages = []
+    for module in (torch_redirects, redirects):
+        with pytest.raises(ValueError) as info:
+            with module.redirect("stdin", str(tmp_path / "x.log")):
+                pass
+        messages.append(str(info.value))
+    # The set's repr may list the two names in either order, in both implementations.
+    normalise = [m.replace("'stderr', 'stdout'", "'stdout', 'stderr'") for m in messages]
+    assert normalise[0] == normalise[1]
+    assert messages[1].startswith("unknown standard stream <stdin>, must be one of")
