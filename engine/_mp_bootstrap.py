@@ -1,10 +1,12 @@
 """The child side of a function rank: the first code of ours that runs in the new process.
 
 ``MultiprocessContext`` starts each rank as a stdlib ``multiprocessing`` process whose target
-is :func:`run_rank`. This module is deliberately light (stdlib only, no torch): under
-``spawn`` the child imports it, and nothing else of ours, before the user's code, which is
-what makes a trivial rank show life in a fraction of the time torch's children need (they
-import torch first).
+is :func:`run_rank`. This module is deliberately light (stdlib at import, never torch): under
+``spawn`` the child imports it, with the ``engine`` package around it, to unpickle the
+target, which is what makes a trivial rank show life in a fraction of the time torch's
+children need (they import torch first). Before that, multiprocessing itself re-imports the
+parent's ``__main__`` module (spawn, forkserver), as it does for torch's children: that is
+the one piece of user code that runs before the steps below.
 
 Order of events in the child, and why:
 

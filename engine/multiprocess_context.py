@@ -23,7 +23,9 @@ What differs from torch 2.13's ``MultiprocessContext``, on purpose (TORCH_SPEC s
 
 Threads: processes are started on ``engine.proc``'s long-lived spawner thread, because the
 kernel ties a rank's PR_SET_PDEATHSIG to the thread that forked it; the exit watcher thread
-reaps them. ``start``/``wait``/``close`` belong to one owner thread at a time.
+reaps them through ``Process.exitcode`` (multiprocessing may also reap an exited rank when
+another process starts; the leader is signalled through its pidfd either way).
+``start``/``wait``/``close`` belong to one owner thread at a time.
 
 Under ``spawn`` and ``forkserver``, multiprocessing itself re-imports the parent's
 ``__main__`` module in the child before our target runs (as torch's children do); output of
