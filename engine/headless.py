@@ -112,24 +112,35 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     """Run under the TUI (which starts and shuts down the handle itself).
 
     SIGTERM/SIGHUP (and a SIGINT sent with ``kill``: the TUI reads Ctrl-C as a key) stop
-    the ranks with escalation; once they are gone the app is interrupted so it exits and
-    the terminal is restored.
+    the ranks with escalation, as headless; once they are gone the app is ended with a
+    KeyboardInterrupt in the main thread (delivered through our own SIGINT handler, the
+    only way another thread can reach it), so the terminal is restored and we exit 128 + N.
     """
     sup = Supervisor(config, stdin=subprocess.DEVNULL)
     restore = sup.install_signal_handlers()
+    leaving = threading.Event()
+    forward = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if leaving.is_set():
+            raise KeyboardInterrupt
+        if callable(forward):
+            forward(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
 
     def close_app_after_signal() -> None:
         sup.wait()
         if sup.received_signal is not None:
-            # KeyboardInterrupt in the main thread ends the app's event loop.
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            _thread.interrupt_main()
+            leaving.set()
+            _thread.interrupt_main(signal.SIGINT)
 
     threading.Thread(target=close_app_after_signal, name="rankvisor-tui-exit", daemon=True).start()
+    status: Any = None
     try:
-        status: Any = run_tui(sup)
+        status = run_tui(sup)
     except KeyboardInterrupt:
-        status = None
+        pass
     finally:
         sup.shutdown()
         restore()

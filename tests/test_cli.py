@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pty
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -10,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN
+from tests.conftest import BIN, pid_alive, wait_until
 
 ROOT = Path(__file__).parents[1]
 SV_RANK = str(BIN / "sv_rank.py")
@@ -155,3 +158,57 @@ def test_help_mentions_the_torchrun_flags() -> None:
                  "--max-restarts", "--master-port", "--headless", "--term-timeout",
                  "--filter-stdout", "--no-unbuffered"):
         assert flag in res.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_tui_mode_on_a_terminal_stops_ranks_and_exits_on_a_signal(
+    tmp_path: Path, sig: int
+) -> None:
+    pytest.importorskip("tui.app")
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    argv = [sys.executable, "-m", "tui", "run", "--nproc-per-node", "2", "--term-timeout", "3",
+            "--log-dir", str(tmp_path / "logs"), SV_RANK, "--pid-dir", str(pid_dir),
+            "--child", "both"]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: rankvisor on a terminal, so the TUI runs
+        os.chdir(ROOT)
+        os.environ["TERM"] = "xterm-256color"
+        os.execv(sys.executable, argv)
+    screen = bytearray()
+
+    def read_screen() -> bool:
+        # Keep the terminal drained, or the app blocks writing to it.
+        while select.select([fd], [], [], 0)[0]:
+            try:
+                screen.extend(os.read(fd, 1 << 16))
+            except OSError:
+                return True
+        return False
+
+    try:
+        wait_until(lambda: read_screen() or len(list(pid_dir.glob("*.pids"))) == 2, timeout=60)
+        pids = [int(x) for f in pid_dir.glob("*.pids") for x in f.read_text().split()]
+        assert len(pids) == 6
+        wait_until(lambda: read_screen() or b"running" in screen, timeout=30)
+        os.kill(pid, sig)
+        status: list[int] = []
+
+        def exited() -> bool:
+            read_screen()
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status.append(os.waitstatus_to_exitcode(st))
+            return bool(done)
+
+        wait_until(exited, timeout=30)
+        assert status == [128 + sig]
+        wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
+        assert b"\x1b[?1049l" in screen  # the app left the alternate screen: terminal restored
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)

@@ -22,7 +22,7 @@ import importlib.util
 import os
 import shutil
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from engine.run_config import ConfigError, SupervisorConfig, parse_local_ranks_filter
 from engine.std import Std
@@ -259,21 +259,21 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
     return config
 
 
-def _demo_stderr_filters(path: str) -> tuple[str, ...]:
-    """``DEMO_STDERR_FILTERS`` from the demo module, read without importing it (torch)."""
+def _demo_constant(path: str, name: str, default: Any) -> Any:
+    """A literal constant of the demo module, read without importing it (torch)."""
     try:
         with open(path) as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError):
-        return DEFAULT_DEMO_STDERR_FILTERS
+        return default
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == "DEMO_STDERR_FILTERS" and node.value:
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
             try:
-                return tuple(ast.literal_eval(node.value))
+                return ast.literal_eval(node.value)
             except ValueError:
                 break
-    return DEFAULT_DEMO_STDERR_FILTERS
+    return default
 
 
 def demo_config(args: argparse.Namespace) -> SupervisorConfig:
@@ -281,15 +281,19 @@ def demo_config(args: argparse.Namespace) -> SupervisorConfig:
     spec = importlib.util.find_spec("tui.demo_job")
     if spec is None or not spec.origin:
         raise ConfigError("the demo job (tui/demo_job.py) is not installed")
+    path = spec.origin
     config = SupervisorConfig(
         entrypoint=sys.executable,
-        args=("-u", spec.origin),
-        nprocs=DEMO_NPROCS,
+        args=("-u", path),
+        nprocs=int(_demo_constant(path, "DEMO_NPROCS", DEMO_NPROCS)),
         role="demo",
         log_dir=args.log_dir,
         redirects=_std("--redirects", args.redirects),
         tee=_std("--tee", args.tee),
-        stderr_filters=_demo_stderr_filters(spec.origin),
+        stdout_filters=tuple(_demo_constant(path, "DEMO_STDOUT_FILTERS", ())),
+        stderr_filters=tuple(
+            _demo_constant(path, "DEMO_STDERR_FILTERS", DEFAULT_DEMO_STDERR_FILTERS)
+        ),
         term_timeout=_term_timeout(args),
     )
     config.validate()
