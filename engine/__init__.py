@@ -39,3 +39,7 @@ def __getattr__(name: str) -> Any:
 
         return MultiprocessContext
     raise AttributeError(f"module 'engine' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

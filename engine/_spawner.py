@@ -14,7 +14,10 @@ the interpreter plus running Python in the child costs ~2.5 ms a rank, 10x more 
 parent is large, e.g. has torch imported). So the default is the ``setpriv`` trampoline
 (util-linux >= 2.33): the death signal survives its exec of the real program. Where
 ``setpriv`` is missing or too old, ``preexec_fn`` is used. ``RANKVISOR_PDEATHSIG`` =
-``setpriv`` | ``preexec`` | ``none`` forces one.
+``setpriv`` | ``preexec`` | ``none`` forces one. One window remains with ``setpriv``: if we
+die during the millisecond between the fork and setpriv's prctl, that rank is not signalled
+(the ``preexec`` path closes it by checking ``getppid()`` after the prctl); the Supervisor's
+guard process covers it.
 
 Who calls what: ``call(fn)`` from any thread runs ``fn`` on the spawner thread (inline if
 already there) and returns its result or raises its exception. If the caller is interrupted
