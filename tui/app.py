@@ -22,11 +22,12 @@ from typing import Any, Callable, ClassVar, Iterable
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 
 from engine.events import (
-    EscalationScheduled,
+    AttemptStarted,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
@@ -142,6 +143,7 @@ class RankvisorApp(App[int]):
         if self._start_handle:
             if self._sync_start:
                 self.handle.start()
+                self.run_view.merge_paths(self.handle.snapshot())
             else:
                 self._start_worker()
         self.call_after_refresh(self._tick)
@@ -149,6 +151,13 @@ class RankvisorApp(App[int]):
     @work(thread=True, group="engine", exit_on_error=False, description="start ranks")
     def _start_worker(self) -> None:
         self.handle.start()
+        self._snapshot_worker()
+
+    @work(thread=True, group="snapshot", exit_on_error=False, description="snapshot")
+    def _snapshot_worker(self) -> None:
+        """Fetch the run's paths off the UI thread (a remote handle may take a while)."""
+        info = self.handle.snapshot()
+        self.call_from_thread(self.run_view.merge_paths, info)
 
     def on_unmount(self) -> None:
         self.bridge.detach()
@@ -193,18 +202,22 @@ class RankvisorApp(App[int]):
         return any(view.escalation_deadline is not None for view in self.run_view.ranks)
 
     def _show(self, changed: set[int] | None, now: float | None = None) -> None:
-        if not self.main_screen.is_mounted:
+        if not self.main_screen.ready:
             return
         now = self.clock() if now is None else now
         root = self.run_view.root_cause()
-        with self.batch_update():
-            self.main_screen.show_ranks(changed, now, root)
-            self.main_screen.show_summary(**self.summary_args(now))
-            for screen in self.screen_stack:
-                if screen is not self.main_screen:
-                    update = getattr(screen, "on_run_changed", None)
-                    if callable(update):
-                        update(changed)
+        try:
+            with self.batch_update():
+                self.main_screen.show_ranks(changed, now, root)
+                self.main_screen.show_summary(**self.summary_args(now))
+                for screen in self.screen_stack:
+                    if screen is not self.main_screen:
+                        update = getattr(screen, "on_run_changed", None)
+                        if callable(update):
+                            update(changed)
+        except NoMatches:
+            # Only while the app closes: its widgets are removed under the last ticks.
+            self.log.warning("a widget was gone while drawing (closing?)")
 
     def summary_args(self, now: float | None = None) -> dict[str, Any]:
         """What every screen's RunSummary bar needs besides the run."""
@@ -231,8 +244,8 @@ class RankvisorApp(App[int]):
                     f"run finished: rank {root} failed first (e: errors)", severity="error",
                     timeout=8,
                 )
-        elif isinstance(event, EscalationScheduled):
-            pass
+        elif isinstance(event, AttemptStarted):
+            self._snapshot_worker()  # a new attempt writes new (filtered) files
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
             self._paused_sync()
         self._show(changed)

@@ -240,6 +240,22 @@ class RunView:
         for rank_info in info.ranks:
             self._merge_info(rank_info)
 
+    def merge_paths(self, info: RunInfo) -> None:
+        """Take the paths of a later snapshot (the run directory exists only once started,
+        and a new attempt has new files); states keep coming from events."""
+        self.log_dir = info.log_dir or self.log_dir
+        self.filtered_stdout_path = info.filtered_stdout_path
+        self.filtered_stderr_path = info.filtered_stderr_path
+        for rank_info in info.ranks:
+            if 0 <= rank_info.rank < len(self.ranks):
+                view = self.ranks[rank_info.rank]
+                if rank_info.stdout_path or rank_info.stderr_path:
+                    view.stdout_path = rank_info.stdout_path
+                    view.stderr_path = rank_info.stderr_path
+                    view.error_file = rank_info.error_file
+                if view.pid is None:
+                    view.pid = rank_info.pid
+
     def _merge_info(self, info: RankInfo) -> None:
         if not 0 <= info.rank < len(self.ranks):
             return

@@ -34,7 +34,8 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         )
         if view.rank != root:
             continue
-        if details.message:
+        last_line = details.callstack.strip().splitlines()[-1] if details.callstack.strip() else ""
+        if details.message and details.message.strip() != last_line.strip():
             out.append(f"    {plain_text(details.message)}")
         if details.callstack:
             out.extend("    " + plain_text(line) for line in details.callstack.splitlines())

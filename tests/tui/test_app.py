@@ -100,6 +100,34 @@ async def test_selection_moves_with_vim_keys_and_arrows(four_ranks: ScriptedSupe
         assert not pane(app, 0).has_class("-selected")
 
 
+async def test_quick_moves_settle_on_the_last_one(four_ranks: ScriptedSupervisor) -> None:
+    """Regression: two moves before the first was handled used to bounce forever."""
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.main_screen
+        screen.action_move(1, 0)
+        screen.action_move(0, 1)
+        await pilot.pause()
+        await pilot.pause()
+        assert screen.selected == 3 and app.selected == 3
+        await pilot.press("t")
+        await settle(pilot)
+        assert four_ranks.calls == [TerminateRanks((3,))]
+
+
+async def test_click_selects_and_double_click_zooms(four_ranks: ScriptedSupervisor) -> None:
+    from tui.screens.zoom import ZoomScreen
+
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.click("#rank-2")
+        await pilot.pause()
+        assert app.main_screen.selected == 2 and pane(app, 2).has_class("-selected")
+        await pilot.click("#rank-1", times=2)
+        await pilot.pause()
+        assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 1
+
+
 async def test_signal_picker_sends_the_chosen_signal(four_ranks: ScriptedSupervisor) -> None:
     app = make_app(four_ranks)
     async with app.run_test(size=SIZE) as pilot:

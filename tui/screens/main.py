@@ -77,6 +77,8 @@ class MainScreen(Screen[None]):
         self.mode: Literal["grid", "list"] = "grid"
         self.grid_shape = (1, 1)
         self._root_cause: int | None = None
+        self.ready = False
+        """True once composed and laid out (the app draws only then)."""
 
     def compose(self) -> ComposeResult:
         yield RunSummary()
@@ -91,6 +93,7 @@ class MainScreen(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        self.ready = True
         self._relayout()
 
     def on_resize(self) -> None:
@@ -136,7 +139,10 @@ class MainScreen(Screen[None]):
 
     def watch_selected(self, old: int, new: int) -> None:
         self._show_selection(old)
-        self.post_message(RankSelected(new))
+        # Tell the app directly: a message to ourselves could arrive after a later move and
+        # set the selection back (two quick keys would then bounce it forever).
+        if hasattr(self.app, "selected"):
+            self.app.selected = new
 
     def _show_selection(self, old: int | None = None) -> None:
         if old is not None and self.query(f"#rank-{old}"):
@@ -174,12 +180,14 @@ class MainScreen(Screen[None]):
         self.selected = rank % len(self.run.ranks)
 
     def on_rank_selected(self, message: RankSelected) -> None:
-        if message.rank != self.selected and 0 <= message.rank < len(self.run.ranks):
+        """A click on a pane or tile."""
+        message.stop()
+        if 0 <= message.rank < len(self.run.ranks):
             self.selected = message.rank
-            message.stop()
 
     def on_zoom_requested(self, message: ZoomRequested) -> None:
-        self.selected = message.rank
+        if 0 <= message.rank < len(self.run.ranks):
+            self.selected = message.rank
 
     # -- data ------------------------------------------------------------------------------
 

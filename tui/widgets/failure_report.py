@@ -85,10 +85,15 @@ def failure_details(view: RankView) -> FailureDetails:
             message = inner
     if not message:
         message = str(getattr(failure, "message", "") or "")
+    if message.strip() in ("<NONE>", "<N/A>"):  # torch's placeholders for "no error file"
+        message = ""
     if timestamp is None:
         timestamp = view.failed_at
     error_file = str(getattr(failure, "error_file", "") or view.error_file or "")
-    return FailureDetails(message, callstack, timestamp, error_file, bool(data))
+    if error_file == "<N/A>":
+        error_file = ""
+    has_file = bool(callstack) or (bool(error_file) and bool(data) and bool(message))
+    return FailureDetails(message, callstack, timestamp, error_file, has_file)
 
 
 def parse_callstack(callstack: str) -> list[Stack]:
@@ -201,7 +206,7 @@ def render_failure(
             parts.append(_render_stack(stack, width))
     else:
         if view.signal_name:
-            why = f"killed by {view.signal_name}"
+            why = f"was killed by {view.signal_name}"
         elif view.exitcode is not None:
             why = f"exited with code {view.exitcode}"
         else:
@@ -213,11 +218,7 @@ def render_failure(
         else:
             parts.append(Text("  (stderr is empty)", "dim"))
     if details.error_file and details.has_error_file:
-        parts.append(Text(f"error file: {_relative(details.error_file, log_dir)}", "dim"))
+        parts.append(Text(f"error file: {details.error_file}", "dim"))
     return Group(*parts)
 
 
-def _relative(path: str, log_dir: str) -> str:
-    if log_dir and path.startswith(log_dir.rstrip("/") + "/"):
-        return path[len(log_dir.rstrip("/")) + 1 :]
-    return path
