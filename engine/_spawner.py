@@ -28,6 +28,7 @@ SIGKILLed when it finishes, so an interrupted start never leaves a rank behind.
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import os
 import queue
@@ -35,11 +36,19 @@ import shutil
 import signal
 import subprocess
 import threading
-from typing import Any, Callable, Optional, Protocol, TypeVar
+from typing import IO, Any, Callable, Optional, Protocol, TypeVar
 
 from engine import _exitwatch
 
-__all__ = ["call", "current_job_note", "pdeathsig_mode", "pdeathsig_prefix", "preexec_pdeathsig"]
+__all__ = [
+    "call",
+    "current_job_note",
+    "open_logs",
+    "pdeathsig_mode",
+    "pdeathsig_prefix",
+    "preexec_pdeathsig",
+    "resolve_program",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -220,3 +229,50 @@ def preexec_pdeathsig(parent_pid: int) -> Optional[Callable[[], None]]:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return _preexec
+
+
+def resolve_program(name: str, path: Optional[str], cwd: Optional[str]) -> str:
+    """Find the program as exec would, so that a bad one fails before anything starts.
+
+    Args:
+        name: argv[0]; looked up on ``path`` when it has no slash.
+        path: the PATH the rank will have (None: ``os.defpath``).
+        cwd: the rank's working directory (relative paths are taken from there).
+
+    Returns:
+        The path to exec.
+
+    Raises:
+        FileNotFoundError: no such program (the message names it).
+        PermissionError: it is a directory or not executable.
+    """
+    if os.sep in name:
+        candidate = name if os.path.isabs(name) or cwd is None else os.path.join(cwd, name)
+        if not os.path.exists(candidate):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", name)
+        if os.path.isdir(candidate):
+            raise PermissionError(errno.EACCES, "Is a directory, not a program", name)
+        if not os.access(candidate, os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied (not executable)", name)
+        return name
+    found = shutil.which(name, path=path if path is not None else os.defpath)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "Not found on PATH (or not executable)", name)
+    return found
+
+
+def open_logs(
+    stdout_path: Optional[str], stderr_path: Optional[str], mode: str
+) -> tuple[Optional[IO[bytes]], Optional[IO[bytes]]]:
+    """Open the rank's log files ("w" or "a"); one shared file when both paths are equal."""
+    out = open(stdout_path, mode + "b") if stdout_path else None  # noqa: SIM115
+    try:
+        if stderr_path and stderr_path == stdout_path:
+            err = out
+        else:
+            err = open(stderr_path, mode + "b") if stderr_path else None  # noqa: SIM115
+    except BaseException:
+        if out is not None:
+            out.close()
+        raise
+    return out, err

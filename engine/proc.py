@@ -28,18 +28,19 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import threading
 import time
-from typing import IO, Any, Collection, Iterable, Mapping, Optional, Sequence
+from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 
 import psutil
 
 from engine import _exitwatch, _proctable, _spawner
 
-__all__ = ["RankProcess", "on_spawner_thread", "send_signal_all", "wait_any"]
+__all__ = ["RankProcess", "on_spawner_thread", "resolve_program", "send_signal_all", "wait_any"]
+
+resolve_program = _spawner.resolve_program
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ class RankProcess:
         pdeathsig: bool,
     ) -> RankProcess:
         # Runs on the spawner thread: the thread the rank's death signal is tied to.
-        program = _resolve_program(argv[0], env.get("PATH"), cwd)
+        program = _spawner.resolve_program(argv[0], env.get("PATH"), cwd)
         prefix: tuple[str, ...] = ()
         preexec = None
         if pdeathsig:
@@ -180,7 +181,7 @@ class RankProcess:
             preexec = _spawner.preexec_pdeathsig(os.getpid())
         # With a trampoline the program is exec'd by it, so pass the resolved path.
         cmd = [*prefix, program if prefix else argv[0], *argv[1:]]
-        files = _open_logs(stdout_path, stderr_path, log_mode)
+        files = _spawner.open_logs(stdout_path, stderr_path, log_mode)
         old_affinity = None
         try:
             if affinity is not None:
@@ -437,36 +438,3 @@ def send_signal_all(
     procs = list(procs)
     table = _proctable.scan() if group and procs else None
     return [p for p in procs if p.send_signal(sig, group=group, _table=table)]
-
-
-def _resolve_program(name: str, path: Optional[str], cwd: Optional[str]) -> str:
-    """Find the program as exec would, raising a clear error naming it when it cannot run."""
-    if os.sep in name:
-        candidate = name if os.path.isabs(name) or cwd is None else os.path.join(cwd, name)
-        if not os.path.exists(candidate):
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", name)
-        if os.path.isdir(candidate):
-            raise PermissionError(errno.EACCES, "Is a directory, not a program", name)
-        if not os.access(candidate, os.X_OK):
-            raise PermissionError(errno.EACCES, "Permission denied (not executable)", name)
-        return name
-    found = shutil.which(name, path=path if path is not None else os.defpath)
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, "Not found on PATH (or not executable)", name)
-    return found
-
-
-def _open_logs(
-    stdout_path: Optional[str], stderr_path: Optional[str], mode: str
-) -> tuple[Optional[IO[bytes]], Optional[IO[bytes]]]:
-    out = open(stdout_path, mode + "b") if stdout_path else None  # noqa: SIM115
-    try:
-        if stderr_path and stderr_path == stdout_path:
-            err = out
-        else:
-            err = open(stderr_path, mode + "b") if stderr_path else None  # noqa: SIM115
-    except BaseException:
-        if out is not None:
-            out.close()
-        raise
-    return out, err

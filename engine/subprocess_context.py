@@ -26,7 +26,7 @@ from engine import numa
 from engine.errors import ChildFailedError, ProcessFailure
 from engine.logs_specs import LogsSpecs
 from engine.pcontext import PContext, RunProcsResult
-from engine.proc import RankProcess, _resolve_program, on_spawner_thread, send_signal_all, wait_any
+from engine.proc import RankProcess, on_spawner_thread, resolve_program, send_signal_all, wait_any
 from engine.subprocess_handler import SubprocessHandler
 
 __all__ = ["SubprocessContext"]
@@ -81,7 +81,7 @@ class SubprocessContext(PContext):
         for rank in range(self.nprocs):
             path = {**os.environ, **self.envs[rank]}.get("PATH")
             try:
-                _resolve_program(entrypoint, path, None)
+                resolve_program(entrypoint, path, None)
             except OSError as e:
                 # Same exception type (callers catching FileNotFoundError keep working),
                 # with the rank and the path in the message.
