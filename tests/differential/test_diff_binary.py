@@ -379,3 +379,41 @@ print(ctx.pids()[0], flush=True)
         procs["torch"].wait(30)
         if pid_alive(rank["torch"]):
             os.kill(rank["torch"], signal.SIGKILL)
+
+
+def test_P9_closing_a_handler_whose_rank_was_reaped(tmp: Any, tmp_path: Path) -> None:
+    """torch's SubprocessHandler.close() raises ProcessLookupError for a reaped rank."""
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import (
+        get_subprocess_handler as torch_handler,
+    )
+
+    from engine.subprocess_handler import get_subprocess_handler as our_handler
+
+    theirs = torch_handler("true", (), {}, "", "", 0)
+    theirs.proc.wait(30)
+    with pytest.raises(ProcessLookupError):
+        theirs.close()
+    mine = our_handler("true", (), {}, "", "", 0)
+    mine.rank_process.wait(30)
+    mine.close()  # nothing to signal, nothing raised
+
+
+def test_P14_numa_binding_without_numactl_or_cuda(tmp: Any, tmp_path: Path) -> None:
+    """torch needs numactl and CUDA to bind; we bind a CPU-only rank from sysfs."""
+    from torch.numa.binding import AffinityMode, NumaOptions
+
+    options = NumaOptions(AffinityMode.NODE)  # torch's own object, accepted by both
+    with pytest.raises(Exception):  # AssertionError: Torch not compiled with CUDA enabled
+        tmp.start_processes("w", "sleep", {0: ("600",)}, {0: {}},
+                            tmp.DefaultLogsSpecs(log_dir=str(tmp_path / "torch")),
+                            numa_options=options)
+    ctx = engine.start_processes("w", "sleep", {0: ("600",)}, {0: {}},
+                                 engine.DefaultLogsSpecs(log_dir=str(tmp_path / "engine")),
+                                 numa_options=options)
+    try:
+        from engine import numa
+
+        expected = numa.plan(options, 1)[0]
+        assert expected and os.sched_getaffinity(ctx.pids()[0]) == set(expected)
+    finally:
+        ctx.close()

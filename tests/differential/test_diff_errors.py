@@ -1,24 +1,23 @@
 """error.json and failure reports: torch's errors module and ours, read and written both ways.
 
-One child imports torch (a binary whose main is decorated with torch's ``record``); the
-rest runs in this process. Where we fix a torch defect (B1, B2, B3, B4) the test shows
+One child imports torch (a binary rank whose main is decorated with torch's ``record``,
+run next to one decorated with ours); the rest runs in this process. Where we fix a torch defect (B1, B2, B3, B4) the test shows
 torch's behaviour and ours side by side.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+import engine
 import engine.errors as ours
-from tests.conftest import BIN, PYTHON
+from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 pytestmark = pytest.mark.torch
 
@@ -39,11 +38,23 @@ def _no_error_file_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _run_recorded(script: str, error_file: Path, message: str) -> int:
-    env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file)}
-    proc = subprocess.run([PYTHON, str(BIN / script), message], env=env,
-                          capture_output=True, timeout=120)
-    return proc.returncode
+def _run_recorded(tmp_path: Path) -> dict[str, Any]:
+    """Both recorded binaries as ranks of one engine run; their failures by writer."""
+    ctx = engine.start_processes(
+        name="w",
+        entrypoint=PYTHON,
+        args={0: (str(BIN / "raise_torch_recorded.py"), "from torch"),
+              1: (str(BIN / "raise_recorded.py"), "from us")},
+        envs={0: {}, 1: {}},
+        logs_specs=engine.DefaultLogsSpecs(log_dir=str(tmp_path), redirects=engine.Std.ALL),
+    )
+    # Wait for both to fail by themselves (the torch one imports torch first), so that
+    # neither is torn down by the other's failure.
+    pids = ctx.pids()
+    wait_until(lambda: not any(pid_alive(p) for p in pids.values()), timeout=90)
+    result = ctx.wait()
+    assert result is not None
+    return {"torch": result.failures[0], "ours": result.failures[1]}
 
 
 def _same_failure(t: Any, e: Any) -> None:
@@ -59,23 +70,25 @@ def _same_failure(t: Any, e: Any) -> None:
 def test_files_written_by_either_record_read_the_same_by_either_reader(
     te: Any, tmp_path: Path
 ) -> None:
-    torch_file, our_file = tmp_path / "torch.json", tmp_path / "ours.json"
-    assert _run_recorded("raise_torch_recorded.py", torch_file, "from torch") == 1
-    assert _run_recorded("raise_recorded.py", our_file, "from us") == 1
-
-    for path, text in ((torch_file, "ValueError: from torch"), (our_file, "ValueError: from us")):
-        t = te.ProcessFailure(1, 4242, 1, str(path))
-        e = ours.ProcessFailure(1, 4242, 1, str(path))
+    failures = _run_recorded(tmp_path)
+    for writer, text in (("torch", "ValueError: from torch"), ("ours", "ValueError: from us")):
+        failure = failures[writer]
+        assert failure.exitcode == 1 and not failure.caused_by_us
+        path = failure.error_file
+        assert path.endswith("error.json")
+        t = te.ProcessFailure(failure.local_rank, failure.pid, 1, path)
+        e = ours.ProcessFailure(failure.local_rank, failure.pid, 1, path)
         _same_failure(t, e)
-        assert e.message["message"] == text
+        assert e.message["message"] == failure.message["message"] == text
         assert "Traceback (most recent call last)" in e.text
 
     # Same schema: same keys at every level, one line of JSON.
-    t_data, e_data = json.loads(torch_file.read_text()), json.loads(our_file.read_text())
+    raw = {w: Path(f.error_file).read_text() for w, f in failures.items()}
+    t_data, e_data = json.loads(raw["torch"]), json.loads(raw["ours"])
     assert t_data.keys() == e_data.keys()
     assert t_data["message"].keys() == e_data["message"].keys()
     assert t_data["message"]["extraInfo"].keys() == e_data["message"]["extraInfo"].keys()
-    assert "\n" not in torch_file.read_text() and "\n" not in our_file.read_text()
+    assert "\n" not in raw["torch"] and "\n" not in raw["ours"]
 
 
 def test_dump_error_file_gives_the_same_parent_file(
