@@ -1,0 +1,173 @@
+"""Regenerate the SVG screenshots in this folder (the README shows them).
+
+    python screenshots/make_screenshots.py [--size 120x36] [--out screenshots]
+
+Each scene is the app on the scripted engine (``engine.testing.ScriptedSupervisor``), driven
+headless through Textual's Pilot, so the pictures show fixed pids and times and come out the
+same on every machine. The snapshot tests (tests/tui/test_snapshots.py) draw the same scenes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+from typing import Awaitable, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.events import RankStateChanged  # noqa: E402
+from engine.handle import TerminateRanks  # noqa: E402
+from engine.states import RankState  # noqa: E402
+from engine.testing import (  # noqa: E402
+    BASE_PID,
+    ScriptedSupervisor,
+    failure_script,
+    running_script,
+    scripted_info,
+)
+from tui.app import RankvisorApp, make_app  # noqa: E402
+
+Scene = Callable[[Path], tuple[RankvisorApp, Callable[..., Awaitable[None]] | None]]
+
+
+async def _settle(pilot) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(3):
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause(0.05)
+
+
+def grid(tmp: Path) -> tuple[RankvisorApp, None]:
+    """4 ranks training: one pane each, coloured by state."""
+    return make_app(ScriptedSupervisor(scripted_info(4), running_script(4))), None
+
+
+def countdown(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """Rank 3 got SIGTERM: its pane counts down to SIGKILL; rank 1 had exited cleanly."""
+    clock = [1000.0]
+    script = [
+        *running_script(4),
+        RankStateChanged(1, RankState.RUNNING, RankState.SUCCEEDED, BASE_PID + 1, exitcode=0),
+    ]
+    engine = ScriptedSupervisor(scripted_info(4), script, clock=lambda: clock[0])
+    app = make_app(engine, clock=lambda: clock[0])
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("l", "j")
+        engine.execute(TerminateRanks((3,)))
+        clock[0] += 12.4
+        await _settle(pilot)
+        pilot.app._tick()
+
+    return app, drive
+
+
+def errors(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """The error view: root cause first, with its error.json traceback."""
+    app = make_app(ScriptedSupervisor(scripted_info(4), failure_script()))
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("e")
+        await _settle(pilot)
+
+    return app, drive
+
+
+def failed_grid(tmp: Path) -> tuple[RankvisorApp, None]:
+    """The grid after rank 2 failed first: ROOT CAUSE on its pane."""
+    return make_app(ScriptedSupervisor(scripted_info(4), failure_script())), None
+
+
+def zoom_search(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """Rank 2 zoomed: its stdout.log from disk, 'epoch 2' found and highlighted."""
+    engine = ScriptedSupervisor(
+        scripted_info(4, run_dir=tmp / "zoom"), running_script(4, steps=120), write_files=True
+    )
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("j", "enter")
+        await _settle(pilot)
+        await pilot.press("slash", *"epoch 2", "enter")
+        await _settle(pilot)
+
+    return make_app(engine), drive
+
+
+def filtered(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """filtered_stdout.log and filtered_stderr.log of the run, live."""
+    engine = ScriptedSupervisor(
+        scripted_info(4, run_dir=tmp / "filtered"), running_script(4), write_files=True
+    )
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("f")
+        await _settle(pilot)
+
+    return make_app(engine), drive
+
+
+def ranks_32(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """32 ranks: tiles beside the selected rank's pane."""
+    app = make_app(ScriptedSupervisor(scripted_info(32), running_script(32, steps=6)))
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press(*["j"] * 5)
+        await _settle(pilot)
+
+    return app, drive
+
+
+def help_screen(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """The keys (?)."""
+    app = make_app(ScriptedSupervisor(scripted_info(4), running_script(4)))
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("question_mark")
+
+    return app, drive
+
+
+SCENES: dict[str, Scene] = {
+    "grid": grid,
+    "countdown": countdown,
+    "failed-grid": failed_grid,
+    "errors": errors,
+    "zoom-search": zoom_search,
+    "filtered": filtered,
+    "ranks-32": ranks_32,
+    "help": help_screen,
+}
+
+
+async def shoot(name: str, scene: Scene, size: tuple[int, int], out: Path, tmp: Path) -> Path:
+    app, drive = scene(tmp)
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        if drive is not None:
+            await drive(pilot)
+        await _settle(pilot)
+        path = app.save_screenshot(f"{name}.svg", path=str(out))
+    return Path(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="120x36", help="terminal size, COLSxROWS")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent))
+    parser.add_argument("scenes", nargs="*", choices=[*SCENES, []], help="default: all")
+    args = parser.parse_args(argv)
+    cols, rows = (int(x) for x in args.size.lower().split("x"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rankvisor-shots-") as tmp:
+        for name in args.scenes or SCENES:
+            path = asyncio.run(shoot(name, SCENES[name], (cols, rows), out, Path(tmp)))
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
