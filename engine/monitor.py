@@ -158,11 +158,11 @@ class MonitorMixin:
 
     def _run_deadlines(self: Any, now: float) -> None:
         for esc, ranks in self._escalations.due(now):
-            for r in ranks:
-                slot = self._slots[r]
-                if slot.alive and slot.proc is not None:
-                    # Deadline passed and the rank still lives: SIGKILL it and its group.
-                    slot.proc.send_signal(signal.SIGKILL, group=True)
+            # Deadline passed and these ranks still live: SIGKILL them and their groups.
+            self._signal_slots(
+                [self._slots[r] for r in ranks if self._slots[r].alive and self._slots[r].proc],
+                signal.SIGKILL,
+            )
             if ranks:
                 self._notice(
                     f"rank(s) {', '.join(map(str, ranks))} outlived the {esc.timeout_s:g} s "
@@ -199,8 +199,8 @@ class MonitorMixin:
             self._start_attempt(first=False)
             return
         self._finished = self._run_finished()
+        # ``wait()`` returns once this event has been delivered (see Supervisor._flush).
         self._emit(self._finished)
-        self._finished_event.set()
 
     def _run_finished(self: Any) -> RunFinished:
         from engine.pcontext import RunProcsResult

@@ -153,7 +153,11 @@ class Supervisor(CommandsMixin, MonitorMixin):
         """Deliver queued events in order. Call with the state lock *released*."""
         with self._dispatch_lock:
             while self._queue:
-                self._publish_now(self._queue.popleft())
+                event = self._queue.popleft()
+                self._publish_now(event)
+                if isinstance(event, RunFinished) and event is self._finished:
+                    # Only now: whoever wait()s sees RunFinished already delivered to sinks.
+                    self._finished_event.set()
 
     def _publish_now(self, event: Event) -> None:
         for sink in self._sinks:
@@ -187,6 +191,7 @@ class Supervisor(CommandsMixin, MonitorMixin):
             target=self._monitor_loop, name="rankvisor-monitor", daemon=True
         )
         self._monitor.start()
+        self._wake()  # a first pass at once: ranks may have exited (or failed to spawn) already
         if self.config.sample_interval:
             self._sampler.start()
 

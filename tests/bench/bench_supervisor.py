@@ -3,8 +3,9 @@
     python tests/bench/bench_supervisor.py [--seconds 10] [--only NAME ...] [--write]
 
 Each scenario runs in a fresh interpreter (``--child NAME``) so torch's import and threads
-never weigh on rankvisor's figures or the other way round; the child prints one JSON line.
-The parent prints every result as JSON, then a Markdown table; ``--write`` also stores the
+never weigh on rankvisor's figures or the other way round.
+The child writes its result as JSON to a file (its stdout and stderr may be /dev/null);
+the parent prints every result as JSON, then a Markdown table; ``--write`` also stores the
 table in tests/bench/RESULTS_supervisor.md.
 
 CPU is user+system time of the supervising process (all its threads; not its children, the
@@ -174,6 +175,12 @@ def child_exit_latency(seconds: float) -> dict[str, Any]:
 def _torch_ctx(nprocs: int, entry: str, args: tuple[str, ...]) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
+    # torch's tee threads write to our stdout/stderr: make them /dev/null, as rankvisor's
+    # console is in its scenarios (a pipe to the parent would add the parent's reading).
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+
     specs = DefaultLogsSpecs(log_dir=tempfile.mkdtemp(prefix="bench_torch_"), tee=Std.ALL,
                              redirects=Std.ALL)
     envs = {r: {"RANK": str(r), "LOCAL_RANK": str(r)} for r in range(nprocs)}
@@ -258,7 +265,9 @@ def _launch_cmd(kind: str, script_args: list[str]) -> list[str]:
 
 
 def child_whole_sleep(seconds: float) -> dict[str, Any]:
-    return {k: _whole(_launch_cmd(k, [SLEEPER]), seconds, warmup=8)
+    # Twice the window: a process's CPU time is counted in 10 ms ticks, and 0.1 % of a
+    # core over 10 s is one tick.
+    return {k: _whole(_launch_cmd(k, [SLEEPER]), 2 * seconds, warmup=8)
             for k in ("torchrun", "rankvisor")}
 
 
@@ -304,18 +313,22 @@ def main() -> None:
     p.add_argument("--only", nargs="*", choices=sorted(CHILDREN), help="run only these")
     p.add_argument("--write", action="store_true", help="write RESULTS_supervisor.md")
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        print(json.dumps(CHILDREN[a.child](a.seconds)))
+        Path(a.out).write_text(json.dumps(CHILDREN[a.child](a.seconds)))
         return
     results: dict[str, dict[str, Any]] = {}
     for name in a.only or CHILDREN:
-        out = subprocess.run([PY, __file__, "--child", name, "--seconds", str(a.seconds)],
-                             capture_output=True, text=True, timeout=600)
-        try:
-            results[name] = json.loads(out.stdout.strip().splitlines()[-1])
-        except (IndexError, ValueError):
-            results[name] = {"error": out.stderr[-500:]}
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            out = subprocess.run(
+                [PY, __file__, "--child", name, "--seconds", str(a.seconds), "--out", f.name],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600,
+            )
+            try:
+                results[name] = json.loads(Path(f.name).read_text())
+            except ValueError:
+                results[name] = {"error": out.stderr[-500:]}
         print(json.dumps({name: results[name]}), flush=True)
     table = _table(results)
     print(table)
