@@ -271,7 +271,7 @@ def _guard_main(rfd: int, token: str) -> None:
 
     # EOF: the supervisor has gone (or shut down). Kill groups first so nothing forks on.
     killed: set[tuple[int, int]] = set()
-    for pid, pgid in groups.items():
+    for pgid in groups.values():
         # A group id is not reused while any member lives, so this reaches the rank's
         # group (leader possibly already dead from PDEATHSIG) or, if empty, nothing.
         try:

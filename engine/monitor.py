@@ -259,7 +259,7 @@ class MonitorMixin:
 
         # One hand-over to the spawner thread for the whole group (fast for many ranks).
         procs = on_spawner_thread(lambda: [self._spawn_or_error(s) for s in slots])
-        for slot, proc in zip(slots, procs):
+        for slot, proc in zip(slots, procs, strict=True):
             self._started_proc(slot, proc, restart=not first, whole_attempt=True)
         attempt_dir = os.path.dirname(os.path.dirname(dest.error_files[0]))
         self._emit(
@@ -383,7 +383,7 @@ class MonitorMixin:
     def _pump_add(self: Any, slot: RankSlot) -> None:
         if self._pump is None:
             return
-        for stream, path in zip(_STREAMS, (slot.stdout_path, slot.stderr_path)):
+        for stream, path in zip(_STREAMS, (slot.stdout_path, slot.stderr_path), strict=True):
             self._pump_ops.append(
                 lambda r=slot.rank, st=stream, p=path, a=slot.attempt: self._pump.add(r, st, p, a)
             )

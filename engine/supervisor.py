@@ -307,8 +307,12 @@ class Supervisor(CommandsMixin, MonitorMixin):
                 attempt=self._attempt,
                 term_timeout_s=self.config.term_timeout,
                 command=self.config.argv(0),
-                filtered_stdout_path=dest.filtered_stdout if dest and self.config.stdout_filters else "",
-                filtered_stderr_path=dest.filtered_stderr if dest and self.config.stderr_filters else "",
+                filtered_stdout_path=(
+                    dest.filtered_stdout if dest and self.config.stdout_filters else ""
+                ),
+                filtered_stderr_path=(
+                    dest.filtered_stderr if dest and self.config.stderr_filters else ""
+                ),
                 stdout_filters=self.config.stdout_filters,
                 stderr_filters=self.config.stderr_filters,
                 log_line_prefixes=dict(self._prefixes),

@@ -86,7 +86,7 @@ class Watchdog:
         env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> Watchdog | None:
-        """A Watchdog when ``TORCHELASTIC_ENABLE_FILE_TIMER`` is "1" (as torch checks), else None."""
+        """A Watchdog when ``TORCHELASTIC_ENABLE_FILE_TIMER`` is "1" (torch's test), else None."""
         env = os.environ if env is None else env
         if env.get(ENABLE_ENV) != "1":
             return None

@@ -71,7 +71,8 @@ def test_log_dir_not_writable(
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
     if os.geteuid() != 0:
-        assert_refused(rankvisor("run", "--log-dir", str(locked / "logs"), SV_RANK), "cannot create it")
+        res = rankvisor("run", "--log-dir", str(locked / "logs"), SV_RANK)
+        assert_refused(res, "cannot create it")
         assert_refused(rankvisor("run", "--log-dir", str(locked), SV_RANK), "not writable")
         return
     # root may write anywhere, so make the permission check see what a user would see.
@@ -92,7 +93,9 @@ def test_port_in_use(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        res = rankvisor("run", "--master-port", str(port), "--log-dir", str(tmp_path / "l"), SV_RANK)
+        res = rankvisor(
+            "run", "--master-port", str(port), "--log-dir", str(tmp_path / "l"), SV_RANK
+        )
     assert_refused(res, str(port), "already in use")
     assert not (tmp_path / "l").exists()  # nothing started, nothing created
 
@@ -142,13 +145,14 @@ def test_failure_exits_1_with_the_root_cause_report(tmp_path: Path) -> None:
     assert "error.json" in report
 
 
-def test_serve_without_the_web_extra_is_refused_cleanly() -> None:
+def test_serve_is_dispatched_to_tui_serve() -> None:
     try:
         import tui.serve  # noqa: F401
     except ImportError:
         assert_refused(rankvisor("serve"), "serve")
-    else:
-        pytest.skip("tui.serve is installed")
+        return
+    res = rankvisor("serve", "--help")
+    assert res.returncode == 0 and "usage:" in res.stdout
 
 
 def test_help_mentions_the_torchrun_flags() -> None:
@@ -212,3 +216,16 @@ def test_tui_mode_on_a_terminal_stops_ranks_and_exits_on_a_signal(
         except (ProcessLookupError, ChildProcessError):
             pass
         os.close(fd)
+
+
+def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path) -> None:
+    from tui.cli import build_demo_parser, demo_config
+
+    args = build_demo_parser().parse_args(
+        ["--log-dir", str(tmp_path), "-t", "3", "--term-timeout", "4", "--headless"]
+    )
+    cfg = demo_config(args)
+    assert cfg.nprocs == 4 and cfg.term_timeout == 4 and args.headless
+    assert cfg.args[-1].endswith("demo_job.py") and cfg.entrypoint == sys.executable
+    assert "WARNING" in cfg.stderr_filters
+    assert cfg.console(0) == (True, True)

@@ -131,8 +131,12 @@ def child_term32(seconds: float) -> dict[str, Any]:
     for _ in range(3):
         sup = _supervisor(32, ("600",), entry="/bin/sleep", sample_interval=0)
         done: list[float] = []
-        sup.subscribe(lambda e: done.append(time.monotonic())
-                      if isinstance(e, RankStateChanged) and e.new.is_final else None)
+
+        def sink(e: Any, done: list[float] = done) -> None:
+            if isinstance(e, RankStateChanged) and e.new.is_final:
+                done.append(time.monotonic())
+
+        sup.subscribe(sink)
         sup.start()
         time.sleep(1)
         t0 = time.monotonic()
@@ -287,13 +291,15 @@ def _table(r: dict[str, dict[str, Any]]) -> str:
     rows = [
         "| measure | rankvisor | torch | goal |",
         "|---|---|---|---|",
-        f"| supervisor CPU, 8 ranks sleeping, tee on (stats at 1 s) | {g('sup_sleep', 'cpu_percent')} % "
+        "| supervisor CPU, 8 ranks sleeping, tee on (stats at 1 s) | "
+        f"{g('sup_sleep', 'cpu_percent')} % "
         f"| {g('torch_sleep', 'cpu_percent')} % (PContext + tee threads) | < 0.2 % |",
         f"| supervisor CPU, 8 ranks x 10k lines/s, tee on | {g('sup_log', 'cpu_percent')} % "
         f"| {g('torch_log', 'cpu_percent')} % | <= half of torch |",
         f"| stats sample of 64 ranks | {g('stats64', 'ms_per_sample')} ms "
         f"({g('stats64', 'cpu_percent_at_1hz')} % of a core at 1 Hz) | - | cheap |",
-        f"| terminate-all to all reaped, 32 SIGTERM-obeying ranks | {g('term32', 'ms', '{:.0f}')} ms "
+        "| terminate-all to all reaped, 32 SIGTERM-obeying ranks | "
+        f"{g('term32', 'ms', '{:.0f}')} ms "
         f"| {g('torch_term32', 'ms', '{:.0f}')} ms (PContext.close) | - |",
         f"| rank exit to its state event | median {g('exit_latency', 'median_ms')} ms, "
         f"max {g('exit_latency', 'max_ms')} ms | wait(period=1): median "

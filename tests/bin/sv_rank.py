@@ -78,7 +78,10 @@ def _write_error_file(e: BaseException) -> None:
     data = {
         "message": {
             "message": f"{type(e).__name__}: {e}",
-            "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))},
+            "extraInfo": {
+                "py_callstack": traceback.format_exc(),
+                "timestamp": str(int(time.time())),
+            },
         }
     }
     with open(path, "w") as f:

@@ -27,7 +27,10 @@ def main() -> None:
             break
         if now < next_t:
             time.sleep(next_t - now)
-        lines = "".join(f"rank {rank} step {n + i} loss=0.{(n + i) % 997:03d} lr=1e-4\n" for i in range(per_tick))
+        lines = "".join(
+            f"rank {rank} step {n + i} loss=0.{(n + i) % 997:03d} lr=1e-4\n"
+            for i in range(per_tick)
+        )
         out.write(lines)
         out.flush()
         n += per_tick

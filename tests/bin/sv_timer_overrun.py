@@ -15,7 +15,10 @@ def main() -> None:
     p.add_argument("--overrun-rank", type=int, default=0)
     a = p.parse_args()
     rank = int(os.environ["RANK"])
-    configure(FileTimerClient(file_path=os.environ["TORCHELASTIC_TIMER_FILE"], signal=signal.SIGKILL))
+    client = FileTimerClient(
+        file_path=os.environ["TORCHELASTIC_TIMER_FILE"], signal=signal.SIGKILL
+    )
+    configure(client)
     with expires(after=0.5, scope="quick_step"):
         time.sleep(0.05)
     print(f"rank {rank} quick step done", flush=True)

@@ -61,8 +61,8 @@ class Run:
         return json.loads((self.pid_dir / f"{rank}.{restart_count}.env.json").read_text())
 
 
-@pytest.fixture
-def supervise(tmp_path: Path) -> Any:
+@pytest.fixture(name="supervise")
+def supervise_fixture(tmp_path: Path) -> Any:
     """``supervise(nprocs, *sv_rank_args, **config)`` -> a started Run; shut down after."""
     runs: list[Supervisor] = []
 

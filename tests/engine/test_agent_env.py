@@ -92,7 +92,10 @@ def test_free_port_and_port_in_use() -> None:
         assert port_in_use("127.0.0.1", s.getsockname()[1])
 
 
-DUMP_ENV = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1] + '/' + os.environ['LOCAL_RANK'] + '.json', 'w'))"
+DUMP_ENV = (
+    "import json, os, sys; json.dump(dict(os.environ), "
+    "open(sys.argv[1] + '/' + os.environ['LOCAL_RANK'] + '.json', 'w'))"
+)
 
 
 @pytest.mark.torch

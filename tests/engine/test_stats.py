@@ -52,7 +52,10 @@ def test_sample_covers_the_rank_and_its_descendants(tmp_path: Path) -> None:
 
 def test_cpu_percent_counts_busy_descendants(tmp_path: Path) -> None:
     # The rank sleeps; its child spins: the rank's figure must include the child.
-    code = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {BUSY!r}])\ntime.sleep(60)"
+    code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {BUSY!r}])\ntime.sleep(60)"
+    )
     p = subprocess.Popen([sys.executable, "-c", code])
     try:
         wait_until(lambda: descendants(p.pid))

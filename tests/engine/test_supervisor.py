@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from engine.handle import KillRanks, RestartRank, SignalRanks, TerminateRanks
 from engine.states import RankState
 from engine.supervisor import Supervisor, SupervisorConfig
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
-from tests.engine.supervisor_helpers import Factory, supervise  # noqa: F401 - fixture
+from tests.engine.supervisor_helpers import Factory, supervise_fixture  # noqa: F401 - fixture
 
 
 def test_sigterm_to_one_rank_while_the_others_keep_running(supervise: Factory) -> None:
@@ -138,7 +139,9 @@ def test_commands_that_cannot_apply_get_an_answer_not_an_exception(supervise: Fa
 
 
 def test_not_started_and_shutdown_are_safe(tmp_path: Path) -> None:
-    cfg = SupervisorConfig(entrypoint=PYTHON, args=(str(BIN / "sv_rank.py"),), log_dir=str(tmp_path))
+    cfg = SupervisorConfig(
+        entrypoint=PYTHON, args=(str(BIN / "sv_rank.py"),), log_dir=str(tmp_path)
+    )
     sup = Supervisor(cfg)
     assert not sup.execute(KillRanks()).ok
     assert sup.snapshot().ranks[0].state is RankState.STARTING
@@ -170,5 +173,6 @@ def test_attempt_started_and_env(supervise: Factory) -> None:
     assert env["TORCHELASTIC_RUN_ID"] == "myrun" and env["TORCHELASTIC_RESTART_COUNT"] == "0"
     assert env["MASTER_PORT"] == str(run.sup.master_port)
     assert env["TORCHELASTIC_ERROR_FILE"] == run.sup.snapshot().ranks[1].error_file
-    assert env["PYTHONUNBUFFERED"] == "1" and env["PYTHONFAULTHANDLER"] == "1"
+    assert env["PYTHONUNBUFFERED"] == os.environ.get("PYTHONUNBUFFERED", "1")
+    assert env["PYTHONFAULTHANDLER"] == os.environ.get("PYTHONFAULTHANDLER", "1")
     assert env["RANKVISOR_GUARD"]

@@ -16,7 +16,11 @@ from engine.events import AttemptStarted, RankRestarted, RankStateChanged, RunFi
 from engine.handle import RestartAll, RestartRank, SignalRanks, TerminateRanks
 from engine.states import RankState
 from tests.conftest import pid_alive, wait_until
-from tests.engine.supervisor_helpers import Factory, attempt_dir, supervise  # noqa: F401
+from tests.engine.supervisor_helpers import (  # noqa: F401 - the fixture
+    Factory,
+    attempt_dir,
+    supervise_fixture,
+)
 
 
 def test_restart_one_rank_keeps_its_earlier_logs_and_error_json(supervise: Factory) -> None:
