@@ -128,13 +128,15 @@ class ConsoleSink:
                 text = sanitize(text)
             header = self.prefix(item.rank)
             # One C-level replace instead of a per-line loop: the hot path of a busy console.
-            out.append(header + text[:-1].replace("\n", "\n" + header) + "\n")
+            # (The trailing header the replace leaves after the last newline is cut off.)
+            out.append((header + text.replace("\n", "\n" + header))[: -len(header) or None])
             count += n
         if not out:
             return
-        data = "".join(out)
         with self.lock:
-            self._dst.write(data)
+            write = self._dst.write
+            for text in out:
+                write(text)
             if self._flush:
                 self._dst.flush()
             self.lines_written += count

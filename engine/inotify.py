@@ -37,6 +37,7 @@ IN_MOVE_SELF: Final = 0x00000800
 IN_Q_OVERFLOW: Final = 0x00004000
 IN_IGNORED: Final = 0x00008000
 IN_ONLYDIR: Final = 0x01000000
+IN_ONESHOT: Final = 0x80000000
 IN_ISDIR: Final = 0x40000000
 IN_NONBLOCK: Final = os.O_NONBLOCK
 IN_CLOEXEC: Final = os.O_CLOEXEC
@@ -51,7 +52,13 @@ _MASK: Final = (
     | IN_DELETE_SELF
     | IN_MOVE_SELF
     | IN_ONLYDIR
+    | IN_ONESHOT
 )
+"""IN_ONESHOT: a watch fires once, then the owner re-arms it (``watch_dir(rearm=True)``)
+before reading the files. A busy rank writes thousands of times a second and each write
+would queue an IN_MODIFY event (32 writers at full speed: hundreds of thousands a second,
+more than a Python reader can parse); one-shot watches queue one event per directory per
+wake-up instead, and spare the writers the kernel's per-write event work."""
 _HEADER: Final = struct.Struct("iIII")
 
 
@@ -59,6 +66,7 @@ class InotifyEvent(NamedTuple):
     """One event: ``path`` is the directory's path joined with the entry name (or the
     directory itself for events about it); ``mask`` holds the ``IN_*`` bits."""
 
+    directory: str
     path: str
     mask: int
 
@@ -84,6 +92,10 @@ def available() -> bool:
 
 class DirWatcher:
     """Watch directories (not recursively) for changes to the entries inside them.
+
+    Watches are one-shot: after a directory's first event, ``watch_dir(path, rearm=True)``
+    must be called to hear about it again (do it before reading the files, so that nothing
+    written in between is missed).
 
     Raises:
         OSError: inotify cannot be initialised (no libc support, or the per-user instance
@@ -112,15 +124,15 @@ class DirWatcher:
         """True if ``path`` (a directory) is watched."""
         return path in self._wds
 
-    def watch_dir(self, path: str) -> None:
-        """Watch the directory ``path`` (idempotent).
+    def watch_dir(self, path: str, rearm: bool = False) -> None:
+        """Watch the directory ``path`` (idempotent), or arm its one-shot watch again.
 
         Raises:
             OSError: the directory does not exist, or the watch limit is reached (ENOSPC).
         """
         assert _libc is not None
         with self._lock:
-            if path in self._wds:
+            if path in self._wds and not rearm:
                 return
             wd = _libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK)
             if wd < 0:
@@ -137,7 +149,7 @@ class DirWatcher:
         (events were lost: the caller must look at everything)."""
         events: list[InotifyEvent] = []
         overflow = False
-        while True:
+        for _ in range(16):  # bounded: a reader must get back to reading the files
             try:
                 data = os.read(self._fd, 65536)
             except BlockingIOError:
@@ -157,14 +169,15 @@ class DirWatcher:
                 with self._lock:
                     base = self._dirs.get(wd)
                     if mask & IN_IGNORED and base is not None:
-                        # The directory was deleted or unmounted: its watch is gone.
+                        # The watch is gone: its one shot fired, or the directory was
+                        # deleted. (A re-armed watch has a new wd: leave its entry alone.)
                         del self._dirs[wd]
                         if self._wds.get(base) == wd:
                             del self._wds[base]
                 if base is None:
                     continue
                 path = os.path.join(base, os.fsdecode(name)) if name else base
-                events.append(InotifyEvent(path, mask))
+                events.append(InotifyEvent(base, path, mask))
         return None if overflow else events
 
     def close(self) -> None:

@@ -97,20 +97,27 @@ class LineAssembler:
 
     def feed(self, data: bytes) -> list[str]:
         """Take the next chunk of the file; return the lines it completes, in order."""
-        block = self.feed_block(data)
+        block = self._take(data)
         if not block:
             return []
         lines = block.split("\n")
         lines.pop()
+        self.lines_done += len(lines)
         return lines
 
     def feed_block(self, data: bytes) -> str:
         """Like ``feed``, but return the completed lines as one text, each ending in ``\n``.
 
         Cheaper than a list when the caller only writes the lines (a prefixed console:
-        ``block.replace("\n", "\n" + header)``) or counts them (``block.count("\n")``).
+        ``block.replace("\n", "\n" + header)``); ``lines_done`` tells how many there were.
         Returns "" when the chunk completes no line.
         """
+        block = self._take(data)
+        if block:
+            self.lines_done += block.count("\n")
+        return block
+
+    def _take(self, data: bytes) -> str:
         safe = self._sanitize and not self._decoder.getstate()[0] and bytes_look_safe(data)
         text = self._decoder.decode(data)
         last_nl = text.rfind("\n")
@@ -134,9 +141,7 @@ class LineAssembler:
             if len(body) > self._cap and not self._short_lines(data):
                 body = self._cap_lines(body)
         self._absorb(text[last_nl + 1 :])
-        block = head + body if head else body
-        self.lines_done += block.count("\n")
-        return block
+        return head + body if head else body
 
     def _short_lines(self, data: bytes) -> bool:
         """True if no line of ``data`` can reach the cap (a C-speed test on the bytes).

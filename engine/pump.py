@@ -15,7 +15,7 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
 
 - ``sink(batch: list[RankOutput])`` is called once per wake-up with at most one
   ``RankOutput`` per (rank, stream), never once per line. A wake-up that reads more than
-  ``batch_chars`` characters (a big backlog) delivers it in several calls, so memory stays
+  ``batch_chars`` bytes (256 KiB: a big backlog) delivers it in several calls, so memory stays
   bounded; the order of lines within a (rank, stream) is always the file's order.
   ``RankOutput.lines`` are complete lines (decoded, ``\\r``-collapsed, sanitised unless
   ``sanitize=False``, cut at ``max_line_chars`` with a marker), ``partial`` the current
@@ -95,8 +95,8 @@ Batch = Union[RankOutput, TextBatch]
 
 
 class _Tail:
-    __slots__ = ("asm", "attempt", "fd", "first_line", "ino", "offset", "path", "rank",
-                 "sent_partial", "stream")
+    __slots__ = ("asm", "attempt", "counted", "fd", "first_line", "ino", "offset", "path",
+                 "rank", "sent_partial", "stream")
 
     def __init__(self, rank: int, stream: str, path: str, attempt: int, asm: LineAssembler):
         self.rank = rank
@@ -108,6 +108,8 @@ class _Tail:
         self.ino = 0
         self.offset = 0
         self.first_line = 0
+        self.counted = 0
+        """``asm.lines_done`` when the last batch was collected."""
         self.sent_partial = ""
 
 
@@ -167,7 +169,8 @@ class OutputPump:
         sanitize: neutralise escape sequences but SGR colours (False: pass them raw).
         text_batches: give ``sink`` ``TextBatch`` objects instead of ``RankOutput``.
         chunk_size: bytes per ``os.read``.
-        batch_chars: characters after which a wake-up delivers what it has read so far.
+        batch_chars: bytes after which a wake-up delivers what it has read so far (keeps
+            memory flat and the working set in cache on a big backlog).
         debounce: seconds to wait after a notification before reading (batches bursts).
         sweep_interval: with notifications, look at every file at least this often anyway.
         name: the pump thread's name.
@@ -184,8 +187,8 @@ class OutputPump:
         max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
         sanitize: bool = True,
         text_batches: bool = False,
-        chunk_size: int = 1 << 18,
-        batch_chars: int = 8 << 20,
+        chunk_size: int = 1 << 16,
+        batch_chars: int = 1 << 18,
         debounce: float = 0.002,
         sweep_interval: float = 1.0,
         name: str = "OutputPump",
@@ -208,6 +211,7 @@ class OutputPump:
         self._lock = threading.RLock()
         self._tails: dict[tuple[int, str], _Tail] = {}
         self._by_path: dict[str, list[_Tail]] = {}
+        self._by_dir: dict[str, list[_Tail]] = {}
         self._filters: dict[str, _Filter] = {}
         self._waker: Waker | None = None
         self._thread: threading.Thread | None = None
@@ -238,6 +242,7 @@ class OutputPump:
             tail = _Tail(rank, stream, path, attempt, asm)
             self._tails[(rank, stream)] = tail
             self._by_path.setdefault(path, []).append(tail)
+            self._by_dir.setdefault(os.path.dirname(path), []).append(tail)
             if self._waker is not None:
                 self._waker.watch(path)
                 self._waker.poke()
@@ -295,14 +300,20 @@ class OutputPump:
     sync = flush
 
     def stop(self) -> None:
-        """Deliver everything written before this call, then release everything."""
+        """Deliver everything written before this call, then release everything.
+
+        Raises:
+            RuntimeError: called from inside the sink (on the pump thread).
+        """
+        if self._thread is threading.current_thread():
+            raise RuntimeError("OutputPump.stop() cannot be called from its sink")
         with self._lock:
             if self._stopped:
                 return
             self._stopping = True
         if self._waker is not None:
             self._waker.poke()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is not None:
             self._thread.join()
         with self._lock:
             if self._stopped:
@@ -313,6 +324,7 @@ class OutputPump:
                 self._close_fd(tail)
             self._tails.clear()
             self._by_path.clear()
+            self._by_dir.clear()
             for f in self._filters.values():
                 f.close()
             self._filters.clear()
@@ -341,22 +353,21 @@ class OutputPump:
             wake = waker.wait(self._sweep)
 
     def _handle(self, wake: Wake) -> None:
-        if wake.paths is None:
+        if wake.dirs is None:
             targets = list(self._tails.values())
             if self.mode == "poll":
                 for tail in targets:
                     self._check_replaced(tail)
         else:
-            seen: set[int] = set()
             targets = []
-            for path in wake.paths:
-                for tail in self._by_path.get(path, ()):
+            for directory in wake.dirs:
+                for tail in self._by_dir.get(directory, ()):
                     if wake.created:
                         self._check_replaced(tail)
-                    seen.add(id(tail))
                     targets.append(tail)
             if wake.created:
-                targets += [t for t in self._tails.values() if t.fd is None and id(t) not in seen]
+                chosen = set(map(id, targets))
+                targets += [t for t in self._tails.values() if t.fd is None and id(t) not in chosen]
         self._cycle(targets)
 
     # -- reading -----------------------------------------------------------------------
@@ -395,6 +406,9 @@ class OutputPump:
             self._cycle([tail], final=True)
         self._close_fd(tail)
         del self._tails[(tail.rank, tail.stream)]
+        same_dir = self._by_dir.get(os.path.dirname(tail.path), [])
+        if tail in same_dir:
+            same_dir.remove(tail)
         same_path = self._by_path.get(tail.path, [])
         if tail in same_path:
             same_path.remove(tail)
@@ -408,12 +422,17 @@ class OutputPump:
         batch: list[Batch] = []
         size = 0
         chunk = self._chunk
+        text_mode = self._text
+        registered = self._tails
         for tail in tails:
+            if registered.get((tail.rank, tail.stream)) is not tail:
+                continue  # removed meanwhile (by the sink, through remove/add)
             if tail.fd is None and not self._open(tail):
                 continue
             fd = tail.fd
             assert fd is not None
-            feed = tail.asm.feed_block
+            # Text mode collects blocks of lines ("a\nb\n"), event mode collects lines.
+            feed = tail.asm.feed_block if text_mode else tail.asm.feed
             parts: list[str] = []
             first = True
             while True:
@@ -425,7 +444,7 @@ class OutputPump:
                 if not data:
                     if first and os.fstat(fd).st_size < tail.offset:
                         # Truncated in place: the old content is gone, start over.
-                        self._collect(batch, tail, parts + [x + "\n" for x in tail.asm.close()])
+                        self._collect(batch, tail, parts + self._close_lines(tail))
                         parts = []
                         os.lseek(fd, 0, os.SEEK_SET)
                         tail.offset = 0
@@ -435,10 +454,13 @@ class OutputPump:
                     break
                 first = False
                 tail.offset += len(data)
-                block = feed(data)
-                if block:
-                    parts.append(block)
-                    size += len(block)
+                got = feed(data)
+                if got:
+                    if text_mode:
+                        parts.append(got)  # type: ignore[arg-type]
+                    else:
+                        parts += got
+                    size += len(data)
                     if size >= self._batch_chars:
                         self._collect(batch, tail, parts)
                         parts = []
@@ -448,29 +470,37 @@ class OutputPump:
                 if len(data) < chunk:
                     break
             if final:
-                parts += [x + "\n" for x in tail.asm.close()]
+                parts += self._close_lines(tail)
             self._collect(batch, tail, parts)
         if batch:
             self._deliver(batch)
 
+    def _close_lines(self, tail: _Tail) -> list[str]:
+        last = tail.asm.close()
+        return [x + "\n" for x in last] if self._text else last
+
     def _collect(self, batch: list[Batch], tail: _Tail, parts: list[str]) -> None:
-        text = "".join(parts) if len(parts) != 1 else parts[0]
         partial = tail.asm.partial
-        if not text and partial == tail.sent_partial:
+        if not parts and partial == tail.sent_partial:
             return
         tail.sent_partial = partial
-        count = text.count("\n")
         first_line = tail.first_line
-        tail.first_line += count
+        f = self._filters.get(tail.stream)
+        if f is not None and (f.ranks is not None and tail.rank not in f.ranks):
+            f = None
         if self._text:
+            text = "".join(parts) if len(parts) != 1 else parts[0]
+            count = tail.asm.lines_done - tail.counted
             batch.append(TextBatch(tail.rank, tail.stream, text, count, partial, tail.attempt,
                                    first_line))
         else:
-            lines = tuple(text.split("\n")[:-1]) if text else ()
-            batch.append(RankOutput(tail.rank, tail.stream, lines, partial,  # type: ignore[arg-type]
-                                    tail.attempt, first_line))
-        f = self._filters.get(tail.stream)
-        if text and f is not None and (f.ranks is None or tail.rank in f.ranks):
+            count = len(parts)
+            text = "\n".join(parts) + "\n" if f is not None and parts else ""
+            batch.append(RankOutput(tail.rank, tail.stream, tuple(parts),  # type: ignore[arg-type]
+                                    partial, tail.attempt, first_line))
+        tail.counted = tail.asm.lines_done
+        tail.first_line += count
+        if text and f is not None:
             self._filter(batch, f, tail, text)
 
     def _filter(self, batch: list[Batch], f: _Filter, tail: _Tail, text: str) -> None:
@@ -480,9 +510,11 @@ class OutputPump:
         prefix = f.prefix(tail.rank)
         out = prefix + ("\n" + prefix).join(matched) + "\n"
         data = out.encode("utf-8", "replace")
-        while data:  # complete lines only: the whole batch goes out, retried if short
-            n = os.write(f.fd, data)
-            data = data[n:]
+        try:
+            while data:  # complete lines only: the whole batch goes out, retried if short
+                data = data[os.write(f.fd, data) :]
+        except OSError as e:  # a full disk must not stop the rank streams
+            logger.warning("writing %s failed: %s", f.path, e)
         first = f.count
         f.count += len(matched)
         if self._text:

@@ -2,8 +2,8 @@
 
 A waker answers one question for the pump thread: "when should I look at the files again,
 and which ones?". ``wait(timeout)`` blocks until a watched file changes, ``poke()`` is called
-(from any thread), or ``timeout`` passes, and returns a ``Wake`` naming the changed paths
-(or ``paths=None``: look at every file).
+(from any thread), or ``timeout`` passes, and returns a ``Wake`` naming the directories in
+which something changed (or ``dirs=None``: look at every file).
 
 - ``InotifyWaker`` (Linux, the default): blocks in ``poll()`` on an inotify descriptor and a
   self-pipe, so an idle pump costs nothing and a change wakes it at once (plus ``debounce``
@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 class Wake(NamedTuple):
     """Why ``wait`` returned."""
 
-    paths: frozenset[str] | None
-    """Paths that changed; None means look at every file (poll tick, poke, lost events)."""
+    dirs: frozenset[str] | None
+    """Directories in which files changed; None means look at every file (poll tick, poke,
+    lost events)."""
     created: bool = False
     """Something was created, moved in or removed: retry files not opened yet and check
     whether an open file was replaced."""
@@ -151,10 +152,7 @@ class InotifyWaker(Waker):
         ready = self._poller.poll(None if timeout is None else timeout * 1000)
         if not ready:
             return Wake(None)  # a safety sweep: nothing is lost if an event was
-        poked = False
-        for fd, _ in ready:
-            if fd == self._rd:
-                poked = True
+        poked = any(fd == self._rd for fd, _ in ready)
         if poked:
             self._drain_pipe()
         if self._debounce:
@@ -162,20 +160,32 @@ class InotifyWaker(Waker):
         events = self._dirs.read()
         if events is None:  # the kernel queue overflowed: events were lost
             self._mark_all_unresolved()
+            self._resolve()
             return Wake(None, True)
         created = False
-        paths = set()
-        for path, mask in events:
-            paths.add(path)
+        fired: set[str] = set()
+        gone = False
+        for directory, _, mask in events:
+            if mask & inotify.IN_IGNORED:
+                continue  # bookkeeping of a fired one-shot watch (or of a removal)
+            fired.add(directory)
             if mask & ~(inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE):
                 created = True
+                gone = gone or bool(mask & (inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF))
+        # Re-arm before the pump reads: a write after this point wakes us again, a write
+        # before it is read now.
+        for directory in fired:
+            try:
+                self._dirs.watch_dir(directory, rearm=True)
+            except OSError:
+                gone = True  # removed meanwhile: watch an ancestor until it comes back
+        if gone:
+            self._mark_all_unresolved()
         if created:
-            if any(m & (inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF) for _, m in events):
-                self._mark_all_unresolved()
             self._resolve()
         if poked:
             return Wake(None, True)
-        return Wake(frozenset(paths), created)
+        return Wake(frozenset(fired), created)
 
     def _mark_all_unresolved(self) -> None:
         # A watched directory went away (or events were lost): files in it must be watched
@@ -218,7 +228,7 @@ class RustNotifyWaker(Waker):
     def wait(self, timeout: float) -> Wake:
         from watchfiles._rust_notify import RustNotify
 
-        dirs = tuple(sorted({_nearest_existing_dir(f) for f in self._files}))
+        dirs = tuple(sorted({_nearest_existing_dir(f) for f in list(self._files)}))
         if dirs != self._watched or self._notify is None:
             if self._notify is not None:
                 self._notify.close()  # type: ignore[attr-defined]
@@ -236,9 +246,9 @@ class RustNotifyWaker(Waker):
             return Wake(None, True)
         if isinstance(result, str):  # "timeout" or "signal"
             return Wake(None)
-        paths = frozenset(path for _, path in result)
+        dirs = frozenset(os.path.dirname(path) for _, path in result)
         created = any(change != 2 for change, _ in result)  # 2: modified
-        return Wake(paths, created)
+        return Wake(dirs, created)
 
     def close(self) -> None:
         super().close()

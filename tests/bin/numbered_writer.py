@@ -1,12 +1,13 @@
 """Append numbered lines to a file, the way a busy rank does; for the tailer tests.
 
 Usage: numbered_writer.py PATH --rank R --lines M [--jitter S] [--split] [--no-newline-at-end]
-                          [--interval S] [--payload N] [--stamp]
+                          [--interval S] [--burst K] [--payload N] [--stamp]
 
 Each line is ``"{rank}:{i}:{payload}"`` written with ``os.write`` (no buffering in between).
 ``--split`` writes every line in two ``os.write`` calls with a short pause between them, so a
 reader can see half a line. ``--jitter S`` sleeps up to S seconds at random after some lines.
-``--interval S`` sleeps S seconds after every line. ``--stamp`` puts ``time.time()`` in the
+``--interval S`` sleeps S seconds after every line, or after every ``--burst K`` lines
+(``--burst 100 --interval 0.01``: about 10 000 lines/s). ``--stamp`` puts ``time.time()`` in the
 payload (for latency measurements). ``--no-newline-at-end`` leaves the last line unterminated.
 """
 
@@ -21,6 +22,7 @@ parser.add_argument("--rank", type=int, default=0)
 parser.add_argument("--lines", type=int, default=1000)
 parser.add_argument("--jitter", type=float, default=0.0)
 parser.add_argument("--interval", type=float, default=0.0)
+parser.add_argument("--burst", type=int, default=1)
 parser.add_argument("--split", action="store_true")
 parser.add_argument("--no-newline-at-end", action="store_true")
 parser.add_argument("--payload", type=int, default=16)
@@ -43,7 +45,7 @@ for i in range(opts.lines):
         os.write(fd, data[cut:])
     else:
         os.write(fd, data)
-    if opts.interval:
+    if opts.interval and (i + 1) % opts.burst == 0:
         time.sleep(opts.interval)
     elif opts.jitter and rng.random() < 0.05:
         time.sleep(rng.random() * opts.jitter)

@@ -116,7 +116,7 @@ def test_batches_are_per_wakeup_not_per_line(tmp_path: Path) -> None:
 def test_a_file_that_appears_late_is_picked_up(tmp_path: Path) -> None:
     sink = Collector()
     path = tmp_path / "attempt_0" / "3" / "stdout.log"  # not even the directories exist
-    pump = OutputPump(sink).start()
+    pump = OutputPump(sink, sweep_interval=30.0).start()  # events only, no safety sweep
     pump.add(3, "stdout", str(path))
     time.sleep(0.05)
     path.parent.mkdir(parents=True)
@@ -356,3 +356,24 @@ def test_outputs_are_rankoutput_events(tmp_path: Path) -> None:
     pump.add(2, "stderr", str(path), attempt=3)
     pump.stop()
     assert got == [RankOutput(2, "stderr", ("x", "y"), "", 3, 0)]
+
+
+def test_a_log_dir_removed_and_recreated_is_followed(tmp_path: Path) -> None:
+    import shutil
+
+    sink = Collector()
+    attempt = tmp_path / "attempt_0"
+    (attempt / "0").mkdir(parents=True)
+    path = attempt / "0" / "stdout.log"
+    path.write_text("before\n")
+    pump = OutputPump(sink, sweep_interval=30.0).start()  # no safety sweep: events only
+    pump.add(0, "stdout", str(path))
+    wait_until(lambda: sink.get(0) == ["before"])
+    shutil.rmtree(attempt)  # as torch's reify does with an existing attempt dir
+    (attempt / "0").mkdir(parents=True)
+    path.write_text("after\n")
+    wait_until(lambda: sink.get(0) == ["before", "after"], timeout=5)
+    with open(path, "a") as f:
+        f.write("more\n")
+    wait_until(lambda: sink.get(0) == ["before", "after", "more"], timeout=5)
+    pump.stop()
