@@ -111,41 +111,36 @@ def run_headless(
 def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> int:
     """Run under the TUI (which starts and shuts down the handle itself).
 
-    SIGTERM/SIGHUP (and a SIGINT sent with ``kill``: the TUI reads Ctrl-C as a key) stop
-    the ranks with escalation, as headless; once they are gone the app is ended with a
-    KeyboardInterrupt in the main thread (delivered through our own SIGINT handler, the
-    only way another thread can reach it), so the terminal is restored and we exit 128 + N.
+    SIGTERM and SIGHUP stop the ranks with escalation, as headless. Once they are gone the
+    app must end cleanly (restoring the terminal, stopping its threads), and only its own
+    event loop can do that: Python's default SIGINT handling under ``asyncio.run`` cancels
+    the app's main task, so we leave SIGINT to it and send ourselves that interrupt. A SIGINT
+    from outside (the TUI reads Ctrl-C as a key) takes the same path; the app's exit then
+    shuts the Supervisor down, with escalation.
     """
     sup = Supervisor(config, stdin=subprocess.DEVNULL)
-    restore = sup.install_signal_handlers()
-    leaving = threading.Event()
-    forward = signal.getsignal(signal.SIGINT)
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        if leaving.is_set():
-            raise KeyboardInterrupt
-        if callable(forward):
-            forward(signum, frame)
-
-    signal.signal(signal.SIGINT, on_sigint)
+    restore = sup.install_signal_handlers((signal.SIGTERM, signal.SIGHUP))
 
     def close_app_after_signal() -> None:
         sup.wait()
         if sup.received_signal is not None:
-            leaving.set()
+            # Runs asyncio's SIGINT handler in the main thread: the app's task is cancelled.
             _thread.interrupt_main(signal.SIGINT)
 
     threading.Thread(target=close_app_after_signal, name="rankvisor-tui-exit", daemon=True).start()
     status: Any = None
+    interrupted = False
     try:
         status = run_tui(sup)
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         sup.shutdown()
         restore()
     if sup.received_signal is not None:
         return 128 + int(sup.received_signal)
+    if interrupted:
+        return 128 + signal.SIGINT
     return int(status) if isinstance(status, int) else exit_status(sup.finished, None)
 
 

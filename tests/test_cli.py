@@ -164,7 +164,7 @@ def test_help_mentions_the_torchrun_flags() -> None:
         assert flag in res.stdout
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_tui_mode_on_a_terminal_stops_ranks_and_exits_on_a_signal(
     tmp_path: Path, sig: int
 ) -> None:
@@ -206,7 +206,11 @@ def test_tui_mode_on_a_terminal_stops_ranks_and_exits_on_a_signal(
             return bool(done)
 
         wait_until(exited, timeout=30)
-        assert status == [128 + sig]
+        if sig == signal.SIGINT:
+            # Left to the app's event loop (it ends the app, which shuts the ranks down).
+            assert status[0] != 0
+        else:
+            assert status == [128 + sig]
         wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
         assert b"\x1b[?1049l" in screen  # the app left the alternate screen: terminal restored
     finally:
