@@ -138,7 +138,11 @@ class CommandsMixin:
         if slot.alive and slot.proc is not None:
             # The monitor starts it again once this incarnation has exited.
             self._stop_ranks([slot], "restart", signal.SIGTERM, self.config.term_timeout)
-        return CommandResult(True)
+            return CommandResult(True)
+        # Already exited: nothing to stop, the monitor starts it again at once.
+        return CommandResult(
+            True, f"rank {slot.rank} had exited ({slot.state.value}): starting it again"
+        )
 
     def _cmd_restart_all(self: Any, cmd: RestartAll) -> CommandResult:
         if self._attempt_pending:

@@ -35,7 +35,8 @@ def test_restart_one_rank_keeps_its_earlier_logs_and_error_json(supervise: Facto
     old_out = Path(first.stdout_path).read_text()
     rank0 = run.pids(0)[0]
 
-    assert run.sup.execute(RestartRank(1)).ok
+    res = run.sup.execute(RestartRank(1))
+    assert res.ok and res.message == "rank 1 had exited (failed): starting it again"
     (restarted,) = wait_until(lambda: run.rec.of(RankRestarted, rank=1))
     assert (restarted.restart_count, restarted.attempt, restarted.whole_attempt) == (1, 0, False)
     rank_dir = attempt_dir(run, 0) / "1"
@@ -108,7 +109,7 @@ def test_max_restarts_2_on_an_always_failing_rank_gives_exactly_3_attempts(
     run_dir = Path(run.sup.snapshot().log_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == ["attempt_0", "attempt_1", "attempt_2"]
     assert [run.env(1, n)["TORCHELASTIC_RESTART_COUNT"] for n in range(3)] == ["0", "1", "2"]
-    assert run.env(0)["TORCHELASTIC_MAX_RESTARTS"] == "2"
+    assert run.env(1)["TORCHELASTIC_MAX_RESTARTS"] == "2"
     assert len(run.rec.of(RunFinished)) == 1
 
 
