@@ -20,9 +20,10 @@ and flushes once per batch. This is what ``rankvisor run --headless`` and ``Tail
 
 from __future__ import annotations
 
+import codecs
 import threading
 import weakref
-from typing import Callable, Collection, Iterable, TextIO, Union
+from typing import Any, Callable, Collection, Iterable, TextIO, Union
 
 from engine.events import RankOutput
 from engine.pump import Prefixes, TextBatch
@@ -65,6 +66,9 @@ class ConsoleSink:
         self._name = name
         self._prefixes = prefixes
         self._cache: dict[int, str] = {}
+        self._bcache: dict[int, bytes] = {}
+        self._raw_out: Any = None
+        """``dst``'s binary buffer when it is a UTF-8 text stream; False if it has none."""
         self._raw = raw
         self._check = not raw and not presanitized
         self._filter = line_filter
@@ -103,40 +107,81 @@ class ConsoleSink:
 
     def __call__(self, batch: Iterable[Union[RankOutput, TextBatch]], /) -> None:
         """Write the complete lines of ``batch`` (partials are not printed)."""
-        out: list[str] = []
+        out: list[bytes] = []
         count = 0
         for item in batch:
             if self._streams is not None and item.stream not in self._streams:
                 continue
+            data: bytes | None = None
             if isinstance(item, TextBatch):
-                text, n = item.text, item.count
-                if not text:
+                if not item.data:
                     continue
-                if self._filter is not None:
-                    kept = [x for x in text.split("\n")[:-1] if self._filter(x + "\n")]
-                    text, n = "".join(x + "\n" for x in kept), len(kept)
-                    if not n:
-                        continue
+                if self._filter is None and not self._check:
+                    data, n = item.data, item.count
+                else:
+                    lines = item.lines
             else:
                 lines = item.lines
+            if data is None:
                 if self._filter is not None:
                     lines = tuple(x for x in lines if self._filter(x + "\n"))
                 if not lines:
                     continue
-                text, n = "\n".join(lines) + "\n", len(lines)
-            if self._check:
-                text = sanitize(text)
-            header = self.prefix(item.rank)
-            # One C-level replace instead of a per-line loop: the hot path of a busy console.
-            # (The trailing header the replace leaves after the last newline is cut off.)
-            out.append((header + text.replace("\n", "\n" + header))[: -len(header) or None])
+                text = "\n".join(lines) + "\n"
+                if self._check:
+                    text = sanitize(text)
+                data, n = text.encode("utf-8", "surrogatepass"), len(lines)
+            header = self._encoded_prefix(item.rank)
+            # One C-level replace on bytes instead of a per-line loop: the hot path of a busy
+            # console (bytes.replace is about twice as fast as str.replace here).
+            out.append(header)
+            out.append(data.replace(b"\n", b"\n" + header)[: -len(header) or None])
             count += n
         if not out:
             return
+        data = b"".join(out)
         with self.lock:
-            write = self._dst.write
-            for text in out:
-                write(text)
-            if self._flush:
-                self._dst.flush()
+            self._write(data)
             self.lines_written += count
+
+    def _encoded_prefix(self, rank: int) -> bytes:
+        p = self._bcache.get(rank)
+        if p is None:
+            p = self._bcache[rank] = self.prefix(rank).encode("utf-8", "surrogatepass")
+        return p
+
+    def _write(self, data: bytes) -> None:
+        """Write UTF-8 ``data``: to the binary buffer under a UTF-8 text stream (after
+        flushing the text layer, so the order is kept), else decoded through ``write``."""
+        dst = self._dst
+        raw = self._raw_out
+        if raw is None:
+            raw = self._raw_out = _binary_buffer(dst) or False
+        if raw:
+            dst.flush()
+            raw.write(data)
+            if self._flush:
+                raw.flush()
+            return
+        text = data.decode("utf-8", "surrogatepass")
+        try:
+            dst.write(text)
+        except UnicodeEncodeError:  # a console that cannot show every character
+            enc = getattr(dst, "encoding", None) or "ascii"
+            dst.write(text.encode(enc, "replace").decode(enc))
+        if self._flush:
+            dst.flush()
+
+
+def _binary_buffer(dst: object) -> Any:
+    """The byte stream under a UTF-8 text stream (``sys.stdout.buffer``), or None."""
+    buffer = getattr(dst, "buffer", None)
+    encoding = getattr(dst, "encoding", None)
+    if buffer is None or not encoding or not hasattr(buffer, "write"):
+        return None
+    try:
+        if codecs.lookup(encoding).name != "utf-8":
+            return None
+    except LookupError:
+        return None
+    return buffer

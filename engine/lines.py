@@ -117,9 +117,48 @@ class LineAssembler:
             self.lines_done += block.count("\n")
         return block
 
+    def feed_bytes(self, data: bytes) -> bytes:
+        """Like ``feed_block``, as UTF-8 bytes (for a console, which writes bytes anyway).
+
+        The common chunk (valid UTF-8, nothing to sanitise, no ``\r``, no line over the
+        cap) is passed through as the bytes it came as: no decode/encode round trip for the
+        lines, only a decode to validate it and to keep the unterminated tail.
+        """
+        # Bytes held by the decoder (a character cut by the previous read) would make the
+        # chunk's bytes and its text disagree: those chunks take the text path.
+        pending = bool(self._decoder.getstate()[0])
+        safe = not pending and (not self._sanitize or bytes_look_safe(data))
+        text = self._decoder.decode(data)
+        if not safe or self._cr or self._cut or b"\r" in data or "\ufffd" in text:
+            block = self._take_text(text, data, safe)
+            if block:
+                self.lines_done += block.count("\n")
+            return block.encode("utf-8", "surrogatepass")
+        last = data.rfind(b"\n")
+        if last < 0:
+            if text:
+                self._absorb(text)
+            return b""
+        head = b""
+        start = 0
+        if self._frame:  # the first line straddles the previous chunk
+            first = text.find("\n")
+            self._absorb(text[:first])
+            head = (self._finish() + "\n").encode("utf-8", "surrogatepass")
+            start = data.find(b"\n") + 1
+        body = data[start : last + 1]
+        if len(body) > self._cap and not self._short_lines(data):
+            body = self._cap_lines(body.decode("utf-8")).encode("utf-8")
+        self._absorb(text[text.rfind("\n") + 1 :])
+        block = head + body if head else body
+        self.lines_done += block.count(b"\n")
+        return block
+
     def _take(self, data: bytes) -> str:
         safe = self._sanitize and not self._decoder.getstate()[0] and bytes_look_safe(data)
-        text = self._decoder.decode(data)
+        return self._take_text(self._decoder.decode(data), data, safe)
+
+    def _take_text(self, text: str, data: bytes, safe: bool) -> str:
         last_nl = text.rfind("\n")
         if last_nl < 0:
             if text:
@@ -161,7 +200,9 @@ class LineAssembler:
         lines = body.split("\n")
         if max(map(len, lines)) <= cap:
             return body
-        return "\n".join([x if len(x) <= cap else x[:cap] + cut_marker(len(x) - cap) for x in lines])
+        return "\n".join(
+            [x if len(x) <= cap else x[:cap] + cut_marker(len(x) - cap) for x in lines]
+        )
 
     def close(self) -> list[str]:
         """End of stream: return the unterminated last line as a complete line, if any."""

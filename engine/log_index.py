@@ -42,8 +42,16 @@ class Checkpoint(NamedTuple):
 class LineIndex:
     """Checkpoints of line starts; see the module docstring."""
 
-    __slots__ = ("_block", "_last_block", "_lines", "_offsets", "end", "line_count",
-                 "last_line_end", "_prev_nl")
+    __slots__ = (
+        "_block",
+        "_last_block",
+        "_lines",
+        "_offsets",
+        "end",
+        "line_count",
+        "last_line_end",
+        "_prev_nl",
+    )
 
     def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         self._block = block_size

@@ -257,7 +257,7 @@ class LogStore:
             lines = [self._display_one(data) for data, _ in raw]
         cap = self._cap
         result = []
-        for (_, cut), line in zip(raw, lines):
+        for (_, cut), line in zip(raw, lines, strict=True):
             if cut:
                 hidden = len(line[cap:].encode("utf-8", "surrogatepass")) + cut
                 line = line[:cap] + f"…[+{hidden} bytes]"
@@ -294,8 +294,15 @@ class LogStore:
             cp = self._index.checkpoint_for(start)
             offset = cp.offset + self._skip(self._fd, cp.offset, start - cp.line)
         return search_file(
-            self.path, pattern, regex=regex, case_sensitive=case_sensitive,
-            offset=offset, line=start, end=end, backwards=backwards, cancel=cancel,
+            self.path,
+            pattern,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            offset=offset,
+            line=start,
+            end=end,
+            backwards=backwards,
+            cancel=cancel,
         )
 
     def search_job(self, pattern: str, **kwargs: Any) -> SearchJob:
@@ -304,4 +311,3 @@ class LogStore:
         from engine.search import SearchJob
 
         return SearchJob(self, pattern, **kwargs).start()
-

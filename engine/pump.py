@@ -22,7 +22,8 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
   unterminated line, ``first_line`` the 0-based line index in that file of ``lines[0]``,
   ``attempt`` the value given to ``add``. A batch may carry only a changed ``partial``.
 - With ``text_batches=True`` the sink gets ``TextBatch`` objects instead (the same fields,
-  with the lines as one ``text`` that ends in ``\\n``): cheaper for a console writer.
+  with the lines as one UTF-8 ``data`` block that ends in ``\\n``): cheaper for a console
+  writer (``engine.console.ConsoleSink`` takes both).
 - ``add(rank, stream, path, attempt=0)``: tail ``path`` from its start; it need not exist yet
   (it is picked up when it appears; one that never appears costs nothing and does not delay
   ``stop()``). Calling it again for the same (rank, stream) with another path drains the old
@@ -57,7 +58,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable, Collection, Literal, Sequence, Union
+from typing import Any, Callable, Collection, Literal, Sequence, Union
 
 from engine.events import RankOutput
 from engine.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
@@ -73,30 +74,47 @@ Prefixes = Union[dict[int, str], Callable[[int], str], None]
 
 @dataclass(frozen=True, slots=True)
 class TextBatch:
-    """``RankOutput`` with its lines as one text (``text_batches=True``)."""
+    """``RankOutput`` with its lines as one UTF-8 block (``text_batches=True``): what a
+    console writer wants, with no per-line objects and no decode/encode round trip."""
 
     rank: int
     stream: str
-    text: str
-    """Complete lines, each ending in ``\\n`` ("" if none)."""
+    data: bytes
+    """Complete lines, UTF-8, each ending in ``\n`` (b"" if none)."""
     count: int
-    """Number of lines in ``text``."""
+    """Number of lines in ``data``."""
     partial: str = ""
     attempt: int = 0
     first_line: int = 0
 
     @property
+    def text(self) -> str:
+        """``data`` decoded."""
+        return self.data.decode("utf-8", "surrogatepass")
+
+    @property
     def lines(self) -> tuple[str, ...]:
         """The lines without their newlines."""
-        return tuple(self.text.split("\n")[:-1]) if self.text else ()
+        return tuple(self.text.split("\n")[:-1]) if self.data else ()
 
 
 Batch = Union[RankOutput, TextBatch]
 
 
 class _Tail:
-    __slots__ = ("asm", "attempt", "counted", "fd", "first_line", "ino", "offset", "path",
-                 "rank", "sent_partial", "stream")
+    __slots__ = (
+        "asm",
+        "attempt",
+        "counted",
+        "fd",
+        "first_line",
+        "ino",
+        "offset",
+        "path",
+        "rank",
+        "sent_partial",
+        "stream",
+    )
 
     def __init__(self, rank: int, stream: str, path: str, attempt: int, asm: LineAssembler):
         self.rank = rank
@@ -116,8 +134,15 @@ class _Tail:
 class _Filter:
     """One duplicate filter: needles, its output file and the prefix of each rank."""
 
-    def __init__(self, stream: str, needles: Sequence[str], path: str, prefixes: Prefixes,
-                 name: str, ranks: Collection[int] | None) -> None:
+    def __init__(
+        self,
+        stream: str,
+        needles: Sequence[str],
+        path: str,
+        prefixes: Prefixes,
+        name: str,
+        ranks: Collection[int] | None,
+    ) -> None:
         self.stream = "filtered_" + stream
         self.needles = [n for n in needles if "\n" not in n]
         self.every_line = "" in self.needles
@@ -431,9 +456,9 @@ class OutputPump:
                 continue
             fd = tail.fd
             assert fd is not None
-            # Text mode collects blocks of lines ("a\nb\n"), event mode collects lines.
-            feed = tail.asm.feed_block if text_mode else tail.asm.feed
-            parts: list[str] = []
+            # Text mode collects blocks of lines (b"a\nb\n"), event mode collects lines.
+            feed: Callable[[bytes], Any] = tail.asm.feed_bytes if text_mode else tail.asm.feed
+            parts: list[Any] = []
             first = True
             while True:
                 try:
@@ -475,11 +500,11 @@ class OutputPump:
         if batch:
             self._deliver(batch)
 
-    def _close_lines(self, tail: _Tail) -> list[str]:
+    def _close_lines(self, tail: _Tail) -> list[Any]:
         last = tail.asm.close()
-        return [x + "\n" for x in last] if self._text else last
+        return [(x + "\n").encode("utf-8", "surrogatepass") for x in last] if self._text else last
 
-    def _collect(self, batch: list[Batch], tail: _Tail, parts: list[str]) -> None:
+    def _collect(self, batch: list[Batch], tail: _Tail, parts: list[Any]) -> None:
         partial = tail.asm.partial
         if not parts and partial == tail.sent_partial:
             return
@@ -489,15 +514,25 @@ class OutputPump:
         if f is not None and (f.ranks is not None and tail.rank not in f.ranks):
             f = None
         if self._text:
-            text = "".join(parts) if len(parts) != 1 else parts[0]
+            data = b"".join(parts) if len(parts) != 1 else parts[0]
             count = tail.asm.lines_done - tail.counted
-            batch.append(TextBatch(tail.rank, tail.stream, text, count, partial, tail.attempt,
-                                   first_line))
+            batch.append(
+                TextBatch(tail.rank, tail.stream, data, count, partial, tail.attempt, first_line)
+            )
+            text = data.decode("utf-8", "surrogatepass") if f is not None and data else ""
         else:
             count = len(parts)
             text = "\n".join(parts) + "\n" if f is not None and parts else ""
-            batch.append(RankOutput(tail.rank, tail.stream, tuple(parts),  # type: ignore[arg-type]
-                                    partial, tail.attempt, first_line))
+            batch.append(
+                RankOutput(
+                    tail.rank,
+                    tail.stream,
+                    tuple(parts),  # type: ignore[arg-type]
+                    partial,
+                    tail.attempt,
+                    first_line,
+                )
+            )
         tail.counted = tail.asm.lines_done
         tail.first_line += count
         if text and f is not None:
@@ -518,12 +553,29 @@ class OutputPump:
         first = f.count
         f.count += len(matched)
         if self._text:
-            batch.append(TextBatch(tail.rank, f.stream, out, len(matched), "", tail.attempt,
-                                   first))
+            batch.append(
+                TextBatch(
+                    tail.rank,
+                    f.stream,
+                    out.encode("utf-8", "surrogatepass"),
+                    len(matched),
+                    "",
+                    tail.attempt,
+                    first,
+                )
+            )
         else:
             lines = tuple(prefix + line for line in matched)
-            batch.append(RankOutput(tail.rank, f.stream, lines, "",  # type: ignore[arg-type]
-                                    tail.attempt, first))
+            batch.append(
+                RankOutput(
+                    tail.rank,
+                    f.stream,
+                    lines,
+                    "",  # type: ignore[arg-type]
+                    tail.attempt,
+                    first,
+                )
+            )
 
     def _deliver(self, batch: list[Batch]) -> None:
         try:

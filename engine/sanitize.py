@@ -51,7 +51,8 @@ _STRING_BODY: Final = r"[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
 _SEQ: Final = re.compile(
     "(" + _SGR + ")"  # group 1: keep
     r"|(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"  # CSI (cursor, erase, modes...)
-    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])" + _STRING_BODY  # OSC, DCS, SOS, PM, APC
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])"
+    + _STRING_BODY  # OSC, DCS, SOS, PM, APC
     + r"|\x1b[\x20-\x2f]*[\x30-\x7e]?"  # nF / Fp / Fe / Fs escapes, lone ESC
     r"|([\x00-\x08\x0b-\x1a\x1c-\x1f\x7f-\x9f])"  # group 2: a bare control character
 )

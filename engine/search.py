@@ -31,8 +31,9 @@ __all__ = ["SearchJob", "compile_pattern", "search_file"]
 CHUNK: Final = 1 << 20
 
 
-def compile_pattern(pattern: str | re.Pattern[str], *, regex: bool,
-                    case_sensitive: bool) -> Callable[[str, int], int]:
+def compile_pattern(
+    pattern: str | re.Pattern[str], *, regex: bool, case_sensitive: bool
+) -> Callable[[str, int], int]:
     """A function ``find(text, pos) -> index of the next match or -1``."""
     if isinstance(pattern, re.Pattern):
         rx = pattern
@@ -136,8 +137,15 @@ def search_file(
         os.close(fd)
 
 
-def _backwards(fd: int, find: Callable[[str, int], int], lower: bool, offset: int,
-               line: int, end: int, cancel: threading.Event | None) -> Iterator[int]:
+def _backwards(
+    fd: int,
+    find: Callable[[str, int], int],
+    lower: bool,
+    offset: int,
+    line: int,
+    end: int,
+    cancel: threading.Event | None,
+) -> Iterator[int]:
     stop = offset  # search the lines up to the end of line `line`
     while stop < end:
         data = os.pread(fd, min(CHUNK, end - stop), stop)

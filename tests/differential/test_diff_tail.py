@@ -102,9 +102,8 @@ def test_T11_never_appearing_files_cost_a_polling_thread_each(tmp_path: Path) ->
 
 @pytest.mark.parametrize("impl", ["torch", "ours"])
 def test_T8_forgetting_stop_and_interpreter_exit(tmp_path: Path, impl: str) -> None:
-    module = (
-        "torch.distributed.elastic.multiprocessing.tail_log" if impl == "torch" else "engine.tail_log"
-    )
+    torch_module = "torch.distributed.elastic.multiprocessing.tail_log"
+    module = torch_module if impl == "torch" else "engine.tail_log"
     code = (
         "import sys\n"
         f"from {module} import TailLog\n"
@@ -112,8 +111,9 @@ def test_T8_forgetting_stop_and_interpreter_exit(tmp_path: Path, impl: str) -> N
         "print('started', flush=True)\n"
     )
     env = {**os.environ, "PYTHONPATH": ROOT}
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, text=True
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "started\n"  # main() is over from here on

@@ -41,7 +41,7 @@ def reference(data: bytes, cap: int = 65536, clean: bool = True) -> list[str]:
 
 def split_randomly(data: bytes, rng: random.Random) -> list[bytes]:
     cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 12))))
-    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
 def test_a_line_split_across_reads_comes_out_once() -> None:
@@ -82,8 +82,9 @@ def test_crlf_is_a_plain_line_end_even_when_split() -> None:
 
 
 def test_long_lines_are_cut_with_a_visible_marker() -> None:
-    lines, _ = assemble([b"x" * 25 + b"\nshort\n" + b"y" * 12, b"y" * 12 + b"\n"],
-                        max_line_chars=10)
+    lines, _ = assemble(
+        [b"x" * 25 + b"\nshort\n" + b"y" * 12, b"y" * 12 + b"\n"], max_line_chars=10
+    )
     assert lines == ["x" * 10 + cut_marker(15), "short", "y" * 10 + cut_marker(14)]
 
 
@@ -97,8 +98,23 @@ def test_escape_sequences_are_neutralised_and_sgr_kept() -> None:
 
 def test_random_chunkings_match_the_reference() -> None:
     rng = random.Random(3)
-    tokens = [b"a", b"xyz", "é".encode(), "😀".encode(), b"\xff", b"\r", b"\n", b"\r\n",
-              b"\t", b"\x1b[31m", b"\x1b[0m", b"\x1b]0;t\x07", b"\x1b[2J", b"\x07", b" " * 30]
+    tokens = [
+        b"a",
+        b"xyz",
+        "é".encode(),
+        "😀".encode(),
+        b"\xff",
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b"\t",
+        b"\x1b[31m",
+        b"\x1b[0m",
+        b"\x1b]0;t\x07",
+        b"\x1b[2J",
+        b"\x07",
+        b" " * 30,
+    ]
     for _ in range(1500):
         data = b"".join(rng.choice(tokens) for _ in range(rng.randint(1, 40)))
         chunks = split_randomly(data, rng) if len(data) > 1 else [data]
@@ -151,3 +167,35 @@ def test_an_endless_progress_bar_keeps_memory_bounded() -> None:
         tracemalloc.stop()
     assert peak < 256 * 1024, peak
     assert asm.partial == "#" * 200
+
+
+def test_feed_bytes_gives_the_same_lines_as_feed() -> None:
+    rng = random.Random(5)
+    tokens = [
+        b"a",
+        b"xyz\n",
+        "é".encode(),
+        "😀".encode(),
+        b"\xff",
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b"\x1b[31m",
+        b"\x1b]0;t\x07",
+        b"b" * 20,
+        b"line\n" * 5,
+    ]
+    for _ in range(1500):
+        data = b"".join(rng.choice(tokens) for _ in range(rng.randint(1, 40)))
+        chunks = split_randomly(data, rng) if len(data) > 1 else [data]
+        for clean in (True, False):
+            as_lines, as_bytes = (
+                LineAssembler(max_line_chars=16, sanitize=clean) for _ in range(2)
+            )
+            expected, got = [], b""
+            for chunk in chunks:
+                expected += as_lines.feed(chunk)
+                got += as_bytes.feed_bytes(chunk)
+                assert as_bytes.partial == as_lines.partial
+            assert got.decode().split("\n")[:-1] == expected, data
+            assert as_bytes.lines_done == as_lines.lines_done

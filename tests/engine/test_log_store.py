@@ -29,8 +29,23 @@ def display(raw: bytes, cap: int) -> str:
     return text
 
 
-TOKENS = [b"a", b"word ", "é".encode(), "😀".encode(), b"\xff", b"\r", b"\n", b"\n", b"\n",
-          b"\r\n", b"\t", b"\x1b[31m", b"\x1b]0;t\x07", b"x" * 90, b"y" * 300]
+TOKENS = [
+    b"a",
+    b"word ",
+    "é".encode(),
+    "😀".encode(),
+    b"\xff",
+    b"\r",
+    b"\n",
+    b"\n",
+    b"\n",
+    b"\r\n",
+    b"\t",
+    b"\x1b[31m",
+    b"\x1b]0;t\x07",
+    b"x" * 90,
+    b"y" * 300,
+]
 
 
 def random_bytes(rng: random.Random, tokens: int) -> bytes:
@@ -98,8 +113,9 @@ def test_a_missing_then_truncated_then_replaced_file(tmp_path: Path) -> None:
 
 def test_search_plain_regex_case_start_and_backwards(tmp_path: Path) -> None:
     path = tmp_path / "s.log"
-    lines = [f"line {i} " + ("\x1b[31mERROR\x1b[0m disk" if i % 97 == 5 else "ok") for i in
-             range(50_000)]
+    lines = [
+        f"line {i} " + ("\x1b[31mERROR\x1b[0m disk" if i % 97 == 5 else "ok") for i in range(50_000)
+    ]
     lines[30_000] = "progress 10%\rprogress 100% Needle"
     path.write_text("\n".join(lines) + "\nunterminated error\n"[:-1])
     store = LogStore(str(path))
@@ -109,7 +125,8 @@ def test_search_plain_regex_case_start_and_backwards(tmp_path: Path) -> None:
     assert list(store.search("ERROR", case_sensitive=True)) == hits
     assert list(store.search("Error", case_sensitive=True)) == []
     assert list(store.search(r"^line \d*5 \S+ disk$", regex=True)) == [
-        i for i in hits if str(i).endswith("5")]
+        i for i in hits if str(i).endswith("5")
+    ]
     assert list(store.search("error", start=1000))[:2] == [1072, 1169]
     assert list(store.search("error", start=1072))[0] == 1072
     assert list(store.search("error", backwards=True, start=1071))[:3] == [975, 878, 781]
@@ -165,8 +182,13 @@ def test_search_a_big_file_and_cancel(big_log: tuple[str, int]) -> None:
     assert list(store.search("last LINE")) == [count - 1]  # the whole file, chunk by chunk
     found: list[int] = []
     done = threading.Event()
-    job = store.search_job("FIRST", backwards=True, start=count - 1, on_match=found.append,
-                           on_done=lambda j: done.set())
+    job = store.search_job(
+        "FIRST",
+        backwards=True,
+        start=count - 1,
+        on_match=found.append,
+        on_done=lambda j: done.set(),
+    )
     assert job.wait(timeout=60) and done.is_set()
     assert found == [0] and job.error is None
     job = store.search_job("not in the file")

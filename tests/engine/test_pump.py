@@ -296,11 +296,11 @@ def test_duplicate_filters_write_whole_prefixed_lines_live(tmp_path: Path) -> No
     got = text.splitlines()
     for rank in range(3):
         prefix = "[t0]:" if rank == 0 else f"[t{rank}]:"
-        mine = [x[len(prefix):] for x in got if x.startswith(prefix)]
+        mine = [x[len(prefix) :] for x in got if x.startswith(prefix)]
         expected = [f"{rank}:{i}:xxxx" for i in range(400) if i == 7 or i % 100 == 7]
         assert mine == expected
         streamed = sink.get(rank, "filtered_stdout")
-        assert [x[len(prefix):] for x in streamed] == expected
+        assert [x[len(prefix) :] for x in streamed] == expected
 
 
 def test_a_100mb_line_in_a_file_keeps_memory_bounded(tmp_path: Path) -> None:
@@ -342,10 +342,10 @@ def test_text_batches(tmp_path: Path) -> None:
     pump = OutputPump(got.extend, text_batches=True)
     pump.add(0, "stdout", str(path))
     pump.flush()
-    assert got == [TextBatch(0, "stdout", "a\nb\n", 2, "c", 0, 0)]
-    assert got[0].lines == ("a", "b")
+    assert got == [TextBatch(0, "stdout", b"a\nb\n", 2, "c", 0, 0)]
+    assert got[0].lines == ("a", "b") and got[0].text == "a\nb\n"
     pump.stop()
-    assert got[-1].text == "c\n"
+    assert got[-1].data == b"c\n"
 
 
 def test_outputs_are_rankoutput_events(tmp_path: Path) -> None:
