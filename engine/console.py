@@ -26,8 +26,8 @@ import weakref
 from typing import Any, Callable, Collection, Iterable, TextIO, Union
 
 from engine.events import RankOutput
-from engine.pump import Prefixes, TextBatch
 from engine.sanitize import sanitize
+from engine.text_batch import Prefixes, TextBatch, prefix_for
 
 __all__ = ["ConsoleSink"]
 
@@ -95,14 +95,7 @@ class ConsoleSink:
         """The header written before each line of ``rank``."""
         p = self._cache.get(rank)
         if p is None:
-            given = self._prefixes
-            if callable(given):
-                p = given(rank)
-            elif given is not None and rank in given:
-                p = given[rank]
-            else:
-                p = f"[{self._name}{rank}]:"
-            self._cache[rank] = p
+            p = self._cache[rank] = prefix_for(self._prefixes, self._name, rank)
         return p
 
     def __call__(self, batch: Iterable[Union[RankOutput, TextBatch]], /) -> None:

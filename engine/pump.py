@@ -57,48 +57,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Collection, Literal, Sequence, Union
+from typing import Any, Callable, Collection, Literal, Sequence
 
-from engine.events import RankOutput
+from engine.events import RankOutput, Stream
 from engine.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
+from engine.pump_filter import DuplicateFilter
+from engine.text_batch import Batch, Prefixes, TextBatch
 from engine.watch import Wake, Waker, make_waker
 
-__all__ = ["OutputPump", "Prefixes", "TextBatch"]
+__all__ = ["OutputPump", "Prefixes", "TextBatch"]  # the last two re-exported for callers
 
 logger = logging.getLogger(__name__)
 
 StdStream = Literal["stdout", "stderr"]
-Prefixes = Union[dict[int, str], Callable[[int], str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class TextBatch:
-    """``RankOutput`` with its lines as one UTF-8 block (``text_batches=True``): what a
-    console writer wants, with no per-line objects and no decode/encode round trip."""
-
-    rank: int
-    stream: str
-    data: bytes
-    """Complete lines, UTF-8, each ending in ``\n`` (b"" if none)."""
-    count: int
-    """Number of lines in ``data``."""
-    partial: str = ""
-    attempt: int = 0
-    first_line: int = 0
-
-    @property
-    def text(self) -> str:
-        """``data`` decoded."""
-        return self.data.decode("utf-8", "surrogatepass")
-
-    @property
-    def lines(self) -> tuple[str, ...]:
-        """The lines without their newlines."""
-        return tuple(self.text.split("\n")[:-1]) if self.data else ()
-
-
-Batch = Union[RankOutput, TextBatch]
 
 
 class _Tail:
@@ -116,7 +87,7 @@ class _Tail:
         "stream",
     )
 
-    def __init__(self, rank: int, stream: str, path: str, attempt: int, asm: LineAssembler):
+    def __init__(self, rank: int, stream: Stream, path: str, attempt: int, asm: LineAssembler):
         self.rank = rank
         self.stream = stream
         self.path = path
@@ -129,57 +100,6 @@ class _Tail:
         self.counted = 0
         """``asm.lines_done`` when the last batch was collected."""
         self.sent_partial = ""
-
-
-class _Filter:
-    """One duplicate filter: needles, its output file and the prefix of each rank."""
-
-    def __init__(
-        self,
-        stream: str,
-        needles: Sequence[str],
-        path: str,
-        prefixes: Prefixes,
-        name: str,
-        ranks: Collection[int] | None,
-    ) -> None:
-        self.stream = "filtered_" + stream
-        self.needles = [n for n in needles if "\n" not in n]
-        self.every_line = "" in self.needles
-        self.path = path
-        self.ranks = None if ranks is None else frozenset(ranks)
-        self._prefixes = prefixes
-        self._name = name
-        self.count = 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-
-    def prefix(self, rank: int) -> str:
-        p = self._prefixes
-        if callable(p):
-            return p(rank)
-        if p is not None and rank in p:
-            return p[rank]
-        return f"[{self._name}{rank}]:"
-
-    def match(self, text: str) -> list[str]:
-        """Lines of ``text`` (lines ending in ``\\n``) containing a needle, in order."""
-        if self.every_line:
-            return text.split("\n")[:-1]
-        starts: set[int] = set()
-        find, rfind = text.find, text.rfind
-        for needle in self.needles:
-            i = find(needle)
-            while i >= 0:
-                start = rfind("\n", 0, i) + 1
-                end = find("\n", i)
-                starts.add(start)
-                i = find(needle, end + 1)
-        return [text[s : find("\n", s)] for s in sorted(starts)]
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 class OutputPump:
@@ -237,7 +157,7 @@ class OutputPump:
         self._tails: dict[tuple[int, str], _Tail] = {}
         self._by_path: dict[str, list[_Tail]] = {}
         self._by_dir: dict[str, list[_Tail]] = {}
-        self._filters: dict[str, _Filter] = {}
+        self._filters: dict[str, DuplicateFilter] = {}
         self._waker: Waker | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -297,7 +217,9 @@ class OutputPump:
             if old is not None:
                 old.close()
             if needles:
-                self._filters[stream] = _Filter(stream, needles, path, prefixes, name, ranks)
+                self._filters[stream] = DuplicateFilter(
+                    stream, needles, path, prefixes, name, ranks
+                )
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -511,71 +433,28 @@ class OutputPump:
         tail.sent_partial = partial
         first_line = tail.first_line
         f = self._filters.get(tail.stream)
-        if f is not None and (f.ranks is not None and tail.rank not in f.ranks):
+        if f is not None and not f.applies_to(tail.rank):
             f = None
         if self._text:
             data = b"".join(parts) if len(parts) != 1 else parts[0]
             count = tail.asm.lines_done - tail.counted
-            batch.append(
-                TextBatch(tail.rank, tail.stream, data, count, partial, tail.attempt, first_line)
+            out: Batch = TextBatch(
+                tail.rank, tail.stream, data, count, partial, tail.attempt, first_line
             )
             text = data.decode("utf-8", "surrogatepass") if f is not None and data else ""
         else:
             count = len(parts)
             text = "\n".join(parts) + "\n" if f is not None and parts else ""
-            batch.append(
-                RankOutput(
-                    tail.rank,
-                    tail.stream,
-                    tuple(parts),  # type: ignore[arg-type]
-                    partial,
-                    tail.attempt,
-                    first_line,
-                )
+            out = RankOutput(
+                tail.rank, tail.stream, tuple(parts), partial, tail.attempt, first_line
             )
+        batch.append(out)
         tail.counted = tail.asm.lines_done
         tail.first_line += count
         if text and f is not None:
-            self._filter(batch, f, tail, text)
-
-    def _filter(self, batch: list[Batch], f: _Filter, tail: _Tail, text: str) -> None:
-        matched = f.match(text)
-        if not matched:
-            return
-        prefix = f.prefix(tail.rank)
-        out = prefix + ("\n" + prefix).join(matched) + "\n"
-        data = out.encode("utf-8", "replace")
-        try:
-            while data:  # complete lines only: the whole batch goes out, retried if short
-                data = data[os.write(f.fd, data) :]
-        except OSError as e:  # a full disk must not stop the rank streams
-            logger.warning("writing %s failed: %s", f.path, e)
-        first = f.count
-        f.count += len(matched)
-        if self._text:
-            batch.append(
-                TextBatch(
-                    tail.rank,
-                    f.stream,
-                    out.encode("utf-8", "surrogatepass"),
-                    len(matched),
-                    "",
-                    tail.attempt,
-                    first,
-                )
-            )
-        else:
-            lines = tuple(prefix + line for line in matched)
-            batch.append(
-                RankOutput(
-                    tail.rank,
-                    f.stream,
-                    lines,
-                    "",  # type: ignore[arg-type]
-                    tail.attempt,
-                    first,
-                )
-            )
+            filtered = f.apply(tail.rank, tail.attempt, text, self._text)
+            if filtered is not None:
+                batch.append(filtered)
 
     def _deliver(self, batch: list[Batch]) -> None:
         try:
