@@ -119,7 +119,9 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     shuts the Supervisor down, with escalation.
     """
     sup = Supervisor(config, stdin=subprocess.DEVNULL)
-    restore = sup.install_signal_handlers((signal.SIGTERM, signal.SIGHUP))
+    restore = sup.install_signal_handlers(
+        tuple(s for s in config.signals_to_handle if s != signal.SIGINT)
+    )
 
     def close_app_after_signal() -> None:
         sup.wait()

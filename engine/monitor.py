@@ -290,6 +290,7 @@ class MonitorMixin:
             return RankProcess.spawn(
                 slot.argv, slot.env, slot.stdout_path, slot.stderr_path,
                 cwd=self.config.cwd, stdin=self._stdin,
+                cpu_affinity=self._cpu_sets.get(slot.rank),
             )
         except (OSError, ValueError) as e:
             return e

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import uuid
 from dataclasses import dataclass, field
 from typing import Union
@@ -57,6 +58,12 @@ class SupervisorConfig:
         unbuffered: ``PYTHONUNBUFFERED=1`` unless set.
         faulthandler: ``PYTHONFAULTHANDLER=1`` unless set.
         cwd: Working directory of the ranks (ours when None).
+        numa_binding: torchrun's ``--numa-binding`` mode ("node", "socket", "exclusive",
+            "core-complex"): each rank's CPU affinity from ``engine.numa.plan``, applied at
+            spawn (no numactl needed). None binds nothing.
+        signals_to_handle: Signals that stop the run when they reach rankvisor (forwarded
+            to the ranks, SIGKILL after ``term_timeout``); torchrun's
+            ``--signals-to-handle``.
         sample_interval: Seconds between stats samples (0 turns sampling off).
         kill_wait_s: How long to wait for a reap after SIGKILL before reporting a stuck rank.
         output_debounce_s: After a log file changes, how long the pump waits before reading
@@ -90,6 +97,10 @@ class SupervisorConfig:
     unbuffered: bool = True
     faulthandler: bool = True
     cwd: str | None = None
+    numa_binding: str | None = None
+    signals_to_handle: tuple[int, ...] = (
+        signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+    )
     sample_interval: float = 1.0
     kill_wait_s: float = 5.0
     output_debounce_s: float = 0.05
@@ -116,6 +127,19 @@ class SupervisorConfig:
         tees = to_map(self.tee, self.nprocs)[rank]
         shown = (~redirs & Std.ALL) | tees
         return bool(shown & Std.OUT), bool(shown & Std.ERR)
+
+    def cpu_sets(self) -> dict[int, frozenset[int] | None]:
+        """Each rank's CPU affinity under ``numa_binding`` (None: unbound).
+
+        Raises:
+            ValueError: an unknown mode.
+            RuntimeError: the machine's topology allows no such binding.
+        """
+        if self.numa_binding is None:
+            return dict.fromkeys(range(self.nprocs))
+        from engine.numa import AffinityMode, NumaOptions, plan
+
+        return plan(NumaOptions(AffinityMode(self.numa_binding)), self.nprocs)
 
     def validate(self) -> None:
         """Refuse, with one clear line, a run that cannot start.
@@ -144,6 +168,11 @@ class SupervisorConfig:
         if self.cwd is not None and not os.path.isdir(self.cwd):
             raise ConfigError(f"working directory {self.cwd}: not a directory")
         self._validate_log_dir()
+        if self.numa_binding is not None:
+            try:
+                self.cpu_sets()
+            except (RuntimeError, ValueError) as e:
+                raise ConfigError(f"--numa-binding {self.numa_binding}: {e}") from None
         if self.master_port is not None:
             if not 0 < self.master_port < 65536:
                 raise ConfigError(f"--master-port {self.master_port}: not a TCP port")

@@ -60,9 +60,6 @@ __all__ = ["Supervisor", "SupervisorConfig"]
 
 log = logging.getLogger(__name__)
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
 class Supervisor(CommandsMixin, MonitorMixin):
     """One supervised run (implements ``engine.handle.SupervisorHandle``).
 
@@ -87,7 +84,7 @@ class Supervisor(CommandsMixin, MonitorMixin):
         self._finished: RunFinished | None = None
         self._finished_event = threading.Event()
         self.received_signal: int | None = None
-        """The first of HANDLED_SIGNALS that reached us through our handlers, if any."""
+        """The first handled signal (``config.signals_to_handle``) that reached us, if any."""
         self._signals_pending: list[int] = []
 
         self._attempt = 0
@@ -117,6 +114,7 @@ class Supervisor(CommandsMixin, MonitorMixin):
         self._slots = {
             r: RankSlot(rank=r, argv=config.argv(r), env={}) for r in range(config.nprocs)
         }
+        self._cpu_sets = config.cpu_sets()  # NUMA placement, the same for every incarnation
 
         self._guard = Guard()
         self._sampler = StatsSampler(self._publish_now, interval=config.sample_interval or 1.0)
@@ -260,19 +258,24 @@ class Supervisor(CommandsMixin, MonitorMixin):
         self.shutdown()
 
     def install_signal_handlers(
-        self, signals: Iterable[int] = HANDLED_SIGNALS
+        self, signals: Iterable[int] | None = None
     ) -> Callable[[], None]:
-        """Make SIGTERM/SIGINT/SIGHUP stop the run: opt-in, main thread only.
+        """Make SIGTERM/SIGINT/SIGHUP/SIGQUIT stop the run: opt-in, main thread only.
 
         The first signal terminates every rank with the *same* signal (as torch's agent
         forwards it), SIGKILL following at the term timeout; a second one SIGKILLs at once.
         The handler itself only records the signal and wakes the monitor (nothing in a
         signal handler may take a lock the interrupted code could hold).
 
+        Args:
+            signals: Which signals (default: the config's ``signals_to_handle``).
+
         Returns:
             A function restoring the previous handlers.
         """
         previous: dict[int, Any] = {}
+        if signals is None:
+            signals = self.config.signals_to_handle
 
         def handler(signum: int, _frame: FrameType | None) -> None:
             self._signals_pending.append(signum)

@@ -233,3 +233,32 @@ def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path)
     assert cfg.args[-1].endswith("demo_job.py") and cfg.entrypoint == sys.executable
     assert "WARNING" in cfg.stderr_filters
     assert cfg.console(0) == (True, True)
+
+
+def test_signals_to_handle_and_numa_binding_flags(tmp_path: Path) -> None:
+    assert_refused(rankvisor("run", "--signals-to-handle", "SIGTERM,SIGFOO", SV_RANK), "'SIGFOO'")
+    assert_refused(rankvisor("run", "--signals-to-handle", "SIGKILL", SV_RANK), "SIGKILL")
+    assert_refused(rankvisor("run", "--logs-specs", "custom", SV_RANK), "--logs-specs")
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+         "--numa-binding", "node", "--signals-to-handle", "SIGUSR1", "--term-timeout", "3",
+         "--log-dir", str(tmp_path / "logs"), SV_RANK, "--pid-dir", str(pid_dir)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        wait_until(lambda: len(list(pid_dir.glob("*.pids"))) == 2, timeout=30)
+        from engine.numa import AffinityMode, NumaOptions, plan
+
+        cpus = plan(NumaOptions(AffinityMode.NODE), 2)
+        for r in range(2):
+            (pid,) = [int(x) for x in (pid_dir / f"{r}.0.pids").read_text().split()]
+            assert os.sched_getaffinity(pid) == cpus[r]
+        # A SLURM-style preemption signal, declared as handled, stops the run cleanly.
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.wait(timeout=30) == 128 + signal.SIGUSR1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

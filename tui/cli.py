@@ -21,6 +21,7 @@ import ast
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 from typing import Any, NoReturn
 
@@ -112,6 +113,18 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
     p.add_argument("--log-line-prefix-template", dest="log_line_prefix_template",
                    default=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
                    help="e.g. '[${role_name}${rank}]:' (${local_rank} too)")
+    p.add_argument("--numa-binding", "--numa_binding", dest="numa_binding", default=None,
+                   choices=["node", "socket", "exclusive", "core-complex"],
+                   help="pin each rank's CPUs to its NUMA node (as torchrun; no numactl)")
+    p.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle",
+                   default=_env_default("signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
+                   help="signals that stop the run (forwarded to the ranks, then SIGKILL)")
+    p.add_argument("--event-log-handler", "--event_log_handler", default="null",
+                   help=argparse.SUPPRESS)
+    p.add_argument("--logs-specs", "--logs_specs", dest="logs_specs", default=None,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--virtual-local-rank", "--virtual_local_rank", dest="virtual_local_rank",
+                   action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-unbuffered", action="store_true",
                    help="do not run Python ranks unbuffered (-u, PYTHONUNBUFFERED)")
     p.add_argument("--no-faulthandler", action="store_true",
@@ -198,6 +211,21 @@ def _check_script(args: argparse.Namespace) -> None:
         raise ConfigError(f"script {script!r} does not exist")
 
 
+def _signals(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(","):
+        name = part.strip().upper()
+        if not name:
+            continue
+        try:
+            out.append(int(signal.Signals[name if name.startswith("SIG") else "SIG" + name]))
+        except KeyError:
+            raise ConfigError(f"--signals-to-handle {text!r}: unknown signal {part!r}") from None
+        if out[-1] in (signal.SIGKILL, signal.SIGSTOP):
+            raise ConfigError(f"--signals-to-handle: {name} cannot be handled")
+    return tuple(out)
+
+
 def _term_timeout(args: argparse.Namespace) -> float:
     if args.term_timeout is not None:
         return float(args.term_timeout)
@@ -212,6 +240,10 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
     """
     if args.run_path:
         raise ConfigError("--run-path is not supported: scripts run as separate processes")
+    if args.logs_specs:
+        raise ConfigError("--logs-specs is not supported: rankvisor keeps torch's default layout")
+    if args.virtual_local_rank:
+        raise ConfigError("--virtual-local-rank is not supported yet")
     nnodes = args.nnodes.strip()
     if nnodes not in ("1", "1:1") or args.node_rank != 0:
         raise ConfigError(
@@ -254,6 +286,8 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         master_port=args.master_port,
         unbuffered=not args.no_unbuffered,
         faulthandler=not args.no_faulthandler,
+        numa_binding=args.numa_binding,
+        signals_to_handle=_signals(args.signals_to_handle),
     )
     config.validate()
     return config

@@ -280,6 +280,18 @@ def child_whole_log(seconds: float) -> dict[str, Any]:
     return {k: _whole(_launch_cmd(k, args), seconds, warmup=6) for k in ("torchrun", "rankvisor")}
 
 
+NOTES = """Notes:
+- CPU is user+system time of the supervising process over the window, in % of one core;
+  rankvisor's in-process figures include the guard process and stats sampling at 1 s, and
+  the console (tee) goes to /dev/null for both sides.
+- The machine is a shared 2-CPU VM on which other test suites ran at the same time (load
+  average 5-9): single figures move by +-30 % between runs; the ratios held in every run.
+- "rank exit to its state event": the rank writes time.time_ns() just before os._exit; the
+  figure is the time until a subscriber receives RankStateChanged. torch's PContext.wait()
+  polls (period 1 s by default; LocalElasticAgent calls wait(0) every 0.1 s).
+- terminate-all: SIGTERM to 32 `sleep` ranks until every exit is recorded (rankvisor: the
+  last RankStateChanged; torch: PContext.close() returning)."""
+
 CHILDREN = {name[6:]: fn for name, fn in globals().items() if name.startswith("child_")}
 
 
@@ -342,6 +354,7 @@ def main() -> None:
         cmd = "python tests/bench/bench_supervisor.py " + " ".join(sys.argv[1:])
         text = (f"# Supervisor benchmark\n\nCommand: `{cmd.strip()}`\n\n"
                 f"Machine: {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d')}.\n\n{table}\n\n"
+                f"{NOTES}\n\n"
                 "Raw results:\n\n```json\n" + json.dumps(results, indent=1) + "\n```\n")
         Path(__file__).with_name("RESULTS_supervisor.md").write_text(text)
 
