@@ -25,6 +25,14 @@ Events: one subscription point per Supervisor (``subscribe``). Lifecycle events 
 under the state lock and delivered in order after it is released, so a sink may call back
 into the Supervisor; sinks run on engine threads and must not block.
 
+Events published: ``RankStateChanged`` (every transition, with pid, exit code, signal,
+ProcessFailure, restart count, attempt, caused_by_us), ``RankOutput`` (batches of lines,
+also ``filtered_*``), ``RankStats`` (one per rank per sample), ``EscalationScheduled`` /
+``EscalationFinished`` (deadline and who was SIGKILLed), ``RankRestarted``,
+``AttemptStarted``, ``TimerExpired`` (torch's watchdog), ``SupervisorNotice`` (refusals
+that deserve a line, SIGKILLs, stuck ranks, teardown) and ``RunFinished`` (RunProcsResult
+keyed by global rank, and the root-cause rank: the earliest failure we did not cause).
+
 Restarted ranks' files: a rank restarted alone writes to ``attempt_<n>/<rank>/restart_<k>/``
 (k = its restart count); its earlier stdout.log, stderr.log and error.json stay where they
 were. Restarting everything starts ``attempt_<n+1>/`` as torch's agent does; earlier
