@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from datetime import timezone, tzinfo
 from typing import Any, Callable, ClassVar, Iterable
 
@@ -57,6 +58,9 @@ from tui.screens.signal_picker import SignalPicker
 __all__ = ["RankvisorApp", "make_app", "run_tui"]
 
 DRAIN_HZ = 15.0
+THROTTLE_LOAD = 0.5
+"""Above this UI-thread load, panes other than the selected one are drawn less often."""
+THROTTLE_EVERY = 3
 
 
 class _ShutdownDone(Message):
@@ -73,9 +77,11 @@ class RankvisorApp(App[int]):
         start_handle: Call ``handle.start()`` once mounted (on a worker thread, or on the UI
             thread when ``sync_start``: the scripted engine in tests, for deterministic frames).
         buffer_lines: Lines kept in memory per rank for the panes (the zoomed view reads disk).
+        throttle: Draw unselected panes less often while the UI thread is overloaded.
     """
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")
+    """Absolute, so that subclasses defined elsewhere (tests, benchmarks) find it too."""
     TITLE = "rankvisor"
     ENABLE_COMMAND_PALETTE = True
 
@@ -107,6 +113,7 @@ class RankvisorApp(App[int]):
         buffer_lines: int = 5_000,
         cursor_blink: bool = True,
         time_zone: tzinfo | None = None,
+        throttle: bool = True,
     ) -> None:
         super().__init__()
         self.cursor_blink = cursor_blink
@@ -126,6 +133,13 @@ class RankvisorApp(App[int]):
         self._paused = False
         self._status = ""
         self._last_second = -1
+        self._ticks = 0
+        self._dirty: set[int] = set()
+        """Ranks with lines not drawn yet (throttled panes catch up on a later tick)."""
+        self._load_mark: tuple[float, float] | None = None
+        self._throttle = throttle
+        self.ui_load = 0.0
+        """Share of wall time the UI thread spent working, smoothed over about a second."""
         self.shutting_down = False
         self.shut_down = False
         """True once ``handle.shutdown()`` returned (run_tui calls it if the app did not)."""
@@ -146,7 +160,8 @@ class RankvisorApp(App[int]):
                 self.run_view.merge_paths(self.handle.snapshot())
             else:
                 self._start_worker()
-        self.call_after_refresh(self._tick)
+        if self.main_screen.ready:
+            self._tick()
 
     @work(thread=True, group="engine", exit_on_error=False, description="start ranks")
     def _start_worker(self) -> None:
@@ -190,12 +205,30 @@ class RankvisorApp(App[int]):
         return changed
 
     def _tick(self) -> None:
-        """The drain tick: draw what arrived since the last one."""
-        changed = self._drain()
+        """The drain tick: draw what arrived since the last one.
+
+        Under a flood the UI thread would spend all its time redrawing panes nobody can read
+        at that speed, and keys would wait behind the frames. So when the UI thread was busy
+        more than half the time, panes other than the selected one are redrawn every third
+        tick only (about 5 Hz, still within 250 ms of the files); their lines are buffered
+        meanwhile, nothing is lost."""
+        self._ticks += 1
+        cpu, wall = time.thread_time(), time.perf_counter()
+        if self._load_mark is not None:
+            spent = cpu - self._load_mark[0]
+            elapsed = max(1e-6, wall - self._load_mark[1])
+            self.ui_load = 0.8 * self.ui_load + 0.2 * min(1.0, spent / elapsed)
+        self._load_mark = (cpu, wall)
+        self._dirty |= self._drain()
         now = self.clock()
         second = int(now - self._started_at)
+        if self._throttle and self.ui_load > THROTTLE_LOAD and self._ticks % THROTTLE_EVERY:
+            changed = self._dirty & {self.selected}
+        else:
+            changed = set(self._dirty)
         if changed or second != self._last_second or self._any_countdown():
             self._last_second = second
+            self._dirty -= changed
             self._show(changed, now)
 
     def _any_countdown(self) -> bool:
@@ -473,6 +506,7 @@ def make_app(
     kwargs.setdefault("sync_start", True)
     kwargs.setdefault("cursor_blink", False)
     kwargs.setdefault("time_zone", timezone.utc)
+    kwargs.setdefault("throttle", False)  # load-dependent drawing would make tests flaky
     return RankvisorApp(handle, clock=clock or (lambda: 1000.0), **kwargs)
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Final, Iterable, Literal
+from itertools import repeat
+from typing import Any, Final, Literal, Sequence
 
 from engine.events import (
     AttemptStarted,
@@ -88,21 +89,19 @@ class LineBuffer:
     def __getitem__(self, index: int) -> tuple[LineKind, str]:
         return self._lines[index]
 
-    def extend(self, kind: LineKind, lines: Iterable[str]) -> None:
-        """Append complete lines of one stream."""
-        before = len(self._lines)
-        added = 0
-        width = self.width
-        for line in lines:
-            self._lines.append((kind, line))
-            added += 1
-            if len(line) > width:
-                width = len(line)
+    def extend(self, kind: LineKind, lines: Sequence[str]) -> None:
+        """Append complete lines of one stream (one call per batch: no per-line Python)."""
+        added = len(lines)
         if not added:
             return
-        self.width = width
+        before = len(self._lines)
+        capacity = self.max_lines
+        # Only the lines that will stay in the ring are worth storing or measuring.
+        kept = lines if added <= capacity else lines[added - capacity :]
+        self._lines.extend(zip(repeat(kind), kept))
+        self.width = max(self.width, max(map(len, kept)))
         self.total += added
-        self.evicted += max(0, before + added - self.max_lines)
+        self.evicted += max(0, before + added - capacity)
         self.version += 1
 
     def set_partial(self, kind: LineKind, partial: str) -> None:

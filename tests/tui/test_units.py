@@ -99,7 +99,7 @@ def test_bridge_is_safe_from_many_threads() -> None:
 
 def test_line_buffer_evicts_and_keeps_stable_ids() -> None:
     buffer = LineBuffer(100)
-    buffer.extend("stdout", (str(i) for i in range(250)))
+    buffer.extend("stdout", [str(i) for i in range(250)])
     assert len(buffer) == 100 and buffer.evicted == 150 and buffer[0] == ("stdout", "150")
     buffer.extend("stderr", ["err"])
     assert buffer.tail(1, "stderr") == ["err"] and buffer.tail(2) == ["249", "err"]
@@ -215,7 +215,7 @@ async def test_rank_log_renders_a_ring_of_100k_lines() -> None:
     async with app.run_test(size=(60, 10)) as pilot:
         log = app.query_one(RankLog)
         for start in range(0, 100_000, 5_000):
-            buffer.extend("stdout", (f"line {i}" for i in range(start, start + 5_000)))
+            buffer.extend("stdout", [f"line {i}" for i in range(start, start + 5_000)])
             log.sync()
         buffer.set_partial("stdout", "\x1b[32m 50%|#####\x1b[0m")
         log.sync()
@@ -229,7 +229,7 @@ async def test_rank_log_renders_a_ring_of_100k_lines() -> None:
         await pilot.pause()
         assert not log.follow
         top = log.render_line(0).text.rstrip()
-        buffer.extend("stdout", (f"more {i}" for i in range(10)))
+        buffer.extend("stdout", [f"more {i}" for i in range(10)])
         log.sync()
         await pilot.pause()
         assert log.render_line(0).text.rstrip() == top

@@ -21,9 +21,10 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Input
 
 from tui.widgets.file_log import FileLog
+from tui.widgets.text_bar import TextBar
 
 __all__ = ["LogFilesScreen", "Streams", "parse_pattern"]
 
@@ -85,7 +86,7 @@ class LogFilesScreen(Screen[None]):
     # -- layout ----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static(id="view-title")
+        yield TextBar(id="view-title")
         yield Vertical(id="logs")
         search = Input(placeholder="search: text, or /regex/ · enter find · escape close", id="search")
         search.display = False
@@ -150,7 +151,7 @@ class LogFilesScreen(Screen[None]):
         title.append(f"  │ showing {self.streams} (o)", "dim")
         if self.status:
             title.append(f"  │ {self.status}", "bold yellow")
-        self.query_one("#view-title", Static).update(title)
+        self.query_one("#view-title", TextBar).show_text(title)
 
     def action_toggle_follow(self) -> None:
         for log in self.visible_logs():

@@ -77,24 +77,40 @@ class MainScreen(Screen[None]):
         self.mode: Literal["grid", "list"] = "grid"
         self.grid_shape = (1, 1)
         self._root_cause: int | None = None
+        # Children are made here and kept, so drawing never depends on a query finding them.
+        self.summary = RunSummary()
+        self.tiles = RankTiles(run.ranks, id="tiles")
+        self.focus_pane = RankPane(run.ranks[0], id="focus")
+        self.panes = (
+            [RankPane(v, id=f"rank-{v.rank}", classes="grid-pane") for v in run.ranks]
+            if len(run.ranks) <= MAX_GRID
+            else []
+        )
         self.ready = False
         """True once composed and laid out (the app draws only then)."""
 
     def compose(self) -> ComposeResult:
-        yield RunSummary()
+        yield self.summary
         with Container(id="body"):
-            if len(self.run.ranks) <= MAX_GRID:
+            if self.panes:
                 with Grid(id="grid"):
-                    for view in self.run.ranks:
-                        yield RankPane(view, id=f"rank-{view.rank}", classes="grid-pane")
+                    yield from self.panes
             with Horizontal(id="split"):
-                yield RankTiles(self.run.ranks, id="tiles")
-                yield RankPane(self.run.ranks[0], id="focus")
+                yield self.tiles
+                yield self.focus_pane
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.ready = True
         self._relayout()
+        # First frame with whatever the engine sent so far, before any key is handled.
+        first_draw = getattr(self.app, "_tick", None)
+        if callable(first_draw):
+            first_draw()
+        redraw = getattr(self.app, "_show", None)
+        if callable(redraw):
+            # Once more after the first frame: widgets shown before they were mounted.
+            self.call_after_refresh(redraw, None)
 
     def on_resize(self) -> None:
         self._relayout()
@@ -145,13 +161,12 @@ class MainScreen(Screen[None]):
             self.app.selected = new
 
     def _show_selection(self, old: int | None = None) -> None:
-        if old is not None and self.query(f"#rank-{old}"):
-            self.query_one(f"#rank-{old}", RankPane).remove_class("-selected")
-        if self.query(f"#rank-{self.selected}"):
-            self.query_one(f"#rank-{self.selected}", RankPane).add_class("-selected")
-        tiles = self.query_one(RankTiles)
-        tiles.selected = self.selected
-        focus = self.query_one("#focus", RankPane)
+        if old is not None and old < len(self.panes):
+            self.panes[old].remove_class("-selected")
+        if self.selected < len(self.panes):
+            self.panes[self.selected].add_class("-selected")
+        self.tiles.selected = self.selected
+        focus = self.focus_pane
         if focus.rank != self.selected:
             focus.bind(self.run.ranks[self.selected])
             focus.show(self.app_now(), root_cause=self._root_cause == self.selected)
@@ -163,14 +178,14 @@ class MainScreen(Screen[None]):
             cols = self.grid_shape[0]
             target = self.selected + dx + dy * cols
         else:
-            tiles = self.query_one(RankTiles)
+            tiles = self.tiles
             step = tiles.rows if tiles.columns > 1 else 1
             target = self.selected + dy + dx * step
         if 0 <= target < n:
             self.selected = target
 
     def action_page(self, direction: int) -> None:
-        tiles = self.query_one(RankTiles)
+        tiles = self.tiles
         page = max(1, tiles.scrollable_content_region.height) * (
             tiles.columns if self.mode == "list" else 1
         )
@@ -199,19 +214,19 @@ class MainScreen(Screen[None]):
         """Redraw what changed (``None``: everything); cheap for unchanged ranks."""
         self._root_cause = root_cause
         if self.mode == "grid":
-            for pane in self.query(".grid-pane").results(RankPane):
+            for pane in self.panes:
                 pane.show(now, root_cause=pane.rank == root_cause)
                 if changed is None or pane.rank in changed:
                     pane.sync_log()
         else:
-            self.query_one(RankTiles).show(now, root_cause)
-            focus = self.query_one("#focus", RankPane)
+            self.tiles.show(now, root_cause)
+            focus = self.focus_pane
             focus.show(now, root_cause=focus.rank == root_cause)
             if changed is None or focus.rank in changed:
                 focus.sync_log()
 
     def show_summary(self, *, elapsed: float, paused: bool, status: str) -> None:
-        self.query_one(RunSummary).show(self.run, elapsed=elapsed, paused=paused, status=status)
+        self.summary.show(self.run, elapsed=elapsed, paused=paused, status=status)
 
     def set_paused(self, paused: bool) -> None:
         for pane in self.query(RankPane):

@@ -29,12 +29,18 @@ _ESCAPES: Final = re.compile(
 )
 
 
+_CONTROLS: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+"""Any control character but tab (CR and ESC included): the slow path is needed."""
+
+
 def safe_line(line: str) -> str:
     """Keep the last ``\\r`` frame and SGR colours; drop every other control sequence."""
+    if _CONTROLS.search(line) is None:
+        return line  # the common case: plain text
     if "\r" in line:
         frames = line.split("\r")
         line = next((frame for frame in reversed(frames) if frame), "")
-    if "\x1b" not in line and not _has_controls(line):
+    if "\x1b" not in line and _CONTROLS.search(line) is None:
         return line
     kept: list[str] = []
     pos = 0
@@ -44,10 +50,6 @@ def safe_line(line: str) -> str:
         pos = match.end()
     kept.append(_ESCAPES.sub("", line[pos:]))
     return "".join(kept)
-
-
-def _has_controls(line: str) -> bool:
-    return any(ord(ch) < 32 and ch != "\t" or 0x7F <= ord(ch) <= 0x9F for ch in line)
 
 
 @lru_cache(maxsize=4096)

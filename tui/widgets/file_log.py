@@ -23,11 +23,10 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
-from textual.reactive import reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.widgets.ansi import display_text
+from tui.widgets.follow import FollowingScrollView
 
 __all__ = ["FileLog", "LogSource", "open_source"]
 
@@ -67,7 +66,7 @@ def open_source(path: str) -> LogSource | None:
     return LogStore(path, tail_lines=0)
 
 
-class FileLog(ScrollView, can_focus=True):
+class FileLog(FollowingScrollView, can_focus=True):
     """Rows of a file on disk, with line numbers, following and search highlights."""
 
     COMPONENT_CLASSES = {"filelog--gutter", "filelog--match", "filelog--current"}
@@ -92,9 +91,6 @@ class FileLog(ScrollView, can_focus=True):
         Binding("G,end", "scroll_end", "Bottom", show=False),
     ]
 
-    follow: reactive[bool] = reactive(True, init=False)
-    paused: reactive[bool] = reactive(False, init=False)
-
     def __init__(self, path: str, *, label: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.path = path
@@ -106,13 +102,16 @@ class FileLog(ScrollView, can_focus=True):
         self._width = 0
         self._pattern: re.Pattern[str] | None = None
         self.current_match: int | None = None
-        self._programmatic = False
         self._indexing = False
 
     # -- data ------------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        super().on_mount()
         self.poll()
+
+    def on_resize(self) -> None:
+        self._update_virtual_size()
 
     def poll(self) -> None:
         """Pick up lines appended to the file since the last call (indexing off-thread)."""
@@ -149,10 +148,7 @@ class FileLog(ScrollView, can_focus=True):
             # The last chunk was partial; it has more lines now.
             self._chunks.discard(self.line_count // CHUNK)
         self.line_count = count
-        self._update_virtual_size()
-        if self.follow:
-            self._scroll_to_end()
-            self.call_after_refresh(self._scroll_to_end_if_following)
+        self._update_virtual_size()  # anchored: the compositor keeps the view at the end
         self._set_title()
         self.refresh()
 
@@ -188,45 +184,19 @@ class FileLog(ScrollView, can_focus=True):
         else:
             self.border_subtitle = Text("")
 
-    # -- following -------------------------------------------------------------------------
-
-    def _scroll_to_end_if_following(self) -> None:
-        if self.follow:
-            self._scroll_to_end()
-
-    def _scroll_to_end(self) -> None:
-        self._programmatic = True
-        try:
-            self.scroll_to(y=self.max_scroll_y, animate=False)
-        finally:
-            self._programmatic = False
+    # -- following ------------------------------------------------------------------------
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        if self._programmatic or self.paused:
-            return
-        self.follow = new_value >= self.max_scroll_y
-
-    def watch_follow(self) -> None:
         self._set_title()
 
     def watch_paused(self, paused: bool) -> None:
-        self.follow = not paused
-        if not paused:
-            self._scroll_to_end()
+        super().watch_paused(paused)
         self._set_title()
 
     def action_scroll_end(self) -> None:  # type: ignore[override]
-        self.follow = True
-        self._scroll_to_end()
-
-    def action_scroll_home(self) -> None:  # type: ignore[override]
-        self.follow = False
-        self._programmatic = True
-        try:
-            self.scroll_to(y=0, animate=False)
-        finally:
-            self._programmatic = False
+        self.anchor()
+        self._set_title()
 
     # -- search ----------------------------------------------------------------------------
 
@@ -238,20 +208,17 @@ class FileLog(ScrollView, can_focus=True):
     def go_to(self, index: int) -> None:
         """Show line ``index`` (a third down the view) and mark it current."""
         self.current_match = index
-        self.follow = False
         self._strips.clear()
-        self._programmatic = True
-        try:
-            top = max(0, index - self.scrollable_content_region.height // 3)
-            self.scroll_to(y=top, animate=False)
-            line = display_text(self.get_line(index)).plain
-            if self._pattern is not None and (match := self._pattern.search(line)):
-                x = match.start()
-                width = self.scrollable_content_region.width - self._gutter_width()
-                if not self.scroll_x <= x < self.scroll_x + width - 1:
-                    self.scroll_to(x=max(0, x - width // 3), animate=False)
-        finally:
-            self._programmatic = False
+        # A scroll of ours releases the anchor: the view stays on the match as lines arrive.
+        top = max(0, index - self.scrollable_content_region.height // 3)
+        self.scroll_to(y=top, animate=False)
+        line = display_text(self.get_line(index)).plain
+        if self._pattern is not None and (match := self._pattern.search(line)):
+            x = match.start()
+            width = self.scrollable_content_region.width - self._gutter_width()
+            if not self.scroll_x <= x < self.scroll_x + width - 1:
+                self.scroll_to(x=max(0, x - width // 3), animate=False)
+        self._set_title()
         self.refresh()
 
     # -- rendering -------------------------------------------------------------------------

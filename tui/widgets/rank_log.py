@@ -14,21 +14,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.cache import LRUCache
 from textual.geometry import Size
-from textual.reactive import reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.model import LineBuffer
-from tui.widgets.ansi import display_text
+from tui.widgets.follow import FollowingScrollView
+from tui.widgets.ansi import display_text, safe_line
 
 __all__ = ["RankLog"]
 
 
-class RankLog(ScrollView, can_focus=False):
+class RankLog(FollowingScrollView, can_focus=False):
     """The tail of one rank's stdout and stderr, following until scrolled."""
 
     COMPONENT_CLASSES = {"ranklog--stderr", "ranklog--marker", "ranklog--partial"}
@@ -44,18 +44,12 @@ class RankLog(ScrollView, can_focus=False):
     RankLog > .ranklog--partial { color: $text-accent; }
     """
 
-    follow: reactive[bool] = reactive(True, init=False)
-    """Stick to the tail. False after the user scrolls up or pauses."""
-    paused: reactive[bool] = reactive(False, init=False)
-    """Following paused by the user (space); new lines arrive but the view holds still."""
-
     def __init__(self, buffer: LineBuffer | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._buffer = buffer if buffer is not None else LineBuffer(1)
-        self._strips: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
+        self._strips: LRUCache[tuple[int, int, int, int], Strip] = LRUCache(1024)
         self._seen_evicted = self._buffer.evicted
         self._seen_version = -1
-        self._programmatic = False
 
     @property
     def buffer(self) -> LineBuffer:
@@ -70,69 +64,31 @@ class RankLog(ScrollView, can_focus=False):
         self._strips.clear()
         self._seen_evicted = buffer.evicted
         self._seen_version = -1
-        self.follow = not self.paused
+        self.resume_following()
         self.sync()
 
     def on_mount(self) -> None:
+        super().on_mount()
         self.sync()
-
-    def on_resize(self) -> None:
-        if self.follow:
-            self._scroll_to_end()
 
     # -- updating --------------------------------------------------------------------------
 
     def sync(self) -> None:
-        """Take in what was added to the buffer since the last call (once per drain tick)."""
+        """Take in what was added to the buffer since the last call (once per drain tick).
+
+        While following, the compositor keeps the view at the bottom (see ``follow.py``);
+        once the ring is full the size stops changing and the rows simply show newer lines.
+        """
         buffer = self._buffer
         if buffer.version == self._seen_version:
             return
         self._seen_version = buffer.version
-        newly_evicted = buffer.evicted - self._seen_evicted
+        dropped = buffer.evicted - self._seen_evicted
         self._seen_evicted = buffer.evicted
         height = len(buffer) + (1 if buffer.partial else 0)
         self.virtual_size = Size(buffer.width + 1, height)
-        if self.follow:
-            self._scroll_to_end()
-            # Layout may not have caught up with the new virtual size yet: again after it.
-            self.call_after_refresh(self._scroll_to_end_if_following)
-        elif newly_evicted:
-            # Keep the same lines in view although the ring dropped some from its front.
-            self._programmatic = True
-            try:
-                self.scroll_to(y=max(0, self.scroll_y - newly_evicted), animate=False)
-            finally:
-                self._programmatic = False
+        self.keep_in_view(dropped)
         self.refresh()
-
-    def _scroll_to_end_if_following(self) -> None:
-        if self.follow:
-            self._scroll_to_end()
-
-    def _scroll_to_end(self) -> None:
-        self._programmatic = True
-        try:
-            self.scroll_to(y=self.max_scroll_y, animate=False)
-        finally:
-            self._programmatic = False
-
-    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
-        super().watch_scroll_y(old_value, new_value)
-        if self._programmatic or self.paused:
-            return
-        # The user scrolled: follow again only once they are back at the bottom.
-        self.follow = new_value >= self.max_scroll_y
-
-    def watch_paused(self, paused: bool) -> None:
-        self.set_class(paused, "-paused")
-        if paused:
-            self.follow = False
-        else:
-            self.follow = True
-            self._scroll_to_end()
-
-    def watch_follow(self, follow: bool) -> None:
-        self.set_class(follow, "-follow")
 
     # -- rendering -------------------------------------------------------------------------
 
@@ -143,24 +99,33 @@ class RankLog(ScrollView, can_focus=False):
         base = self.rich_style
         buffer = self._buffer
         if index < len(buffer):
-            key = (buffer.evicted + index, id(buffer))
+            # Keyed by the line's absolute index and the crop: while following, a line moves
+            # up a row each tick and its strip is reused as is.
+            key = (buffer.evicted + index, id(buffer), scroll_x, width)
             strip = self._strips.get(key)
             if strip is None:
                 kind, line = buffer[index]
                 strip = self._make_strip(line, kind, base)
+                strip = strip.crop_extend(scroll_x, scroll_x + width, base)
                 self._strips[key] = strip
-        elif index == len(buffer) and buffer.partial:
+            return strip
+        if index == len(buffer) and buffer.partial:
             strip = self._make_strip(buffer.partial, "partial", base)
-        else:
-            return Strip.blank(width, base)
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+            return strip.crop_extend(scroll_x, scroll_x + width, base)
+        return Strip.blank(width, base)
 
     def _make_strip(self, line: str, kind: str, base: Style) -> Strip:
-        text = display_text(line)
         if kind == "stdout":
             style = base
         else:
             style = base + self.get_component_rich_style(f"ranklog--{kind}", partial=True)
+        clean = safe_line(line)
+        if "\x1b" not in clean:
+            # Plain text, the common case: one segment, no Rich Text on the way.
+            if "\t" in clean:
+                clean = clean.expandtabs(8)
+            return Strip([Segment(clean, style)], cell_len(clean))
+        text = display_text(clean)
         segments = list(text.render(self.app.console))
         return Strip(Segment.apply_style(segments, style), text.cell_len)
 

@@ -84,6 +84,9 @@ class RankHeader(Static):
         self._view = view
         self.refresh()
 
+    def on_mount(self) -> None:
+        self.refresh()  # shown before it was mounted
+
     def render(self) -> Text:
         if self._view is None:
             return Text()
@@ -144,14 +147,17 @@ class RankPane(Vertical):
         self.rank = view.rank
         self._view = view
         self._shown: tuple[object, ...] = ()
+        # Made here, not queried: the app may draw before the children are mounted.
+        self._header = RankHeader()
+        self._log = RankLog(view.buffer)
 
     def compose(self) -> ComposeResult:
-        yield RankHeader()
-        yield RankLog(self._view.buffer)
+        yield self._header
+        yield self._log
 
     @property
     def log_view(self) -> RankLog:
-        return self.query_one(RankLog)
+        return self._log
 
     def bind(self, view: RankView) -> None:
         """Show another rank (the focused pane beside the tiles)."""
@@ -179,7 +185,7 @@ class RankPane(Vertical):
         # label comes from the rank's own code.
         self.border_title = Text(f"{GLYPHS[view.state]} rank {view.rank}")
         self.border_subtitle = Text(state_label(view, now, root_cause=root_cause))
-        self.query_one(RankHeader).show(view)
+        self._header.show(view)
 
     def sync_log(self) -> None:
         self.log_view.sync()

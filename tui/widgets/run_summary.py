@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from tui.widgets.text_bar import TextBar
 
 from engine.states import RankState
 from tui.model import RunView
@@ -56,18 +56,18 @@ def summary_text(
     return text
 
 
-class RunSummary(Static):
-    """Docked at the top of the main screen."""
+class RunSummary(TextBar):
+    """Docked at the top of the main screen.
+
+    A plain widget that repaints itself, not a ``Static``: ``Static.update`` asks for a new
+    layout of the whole screen, and this bar changes every second."""
 
     DEFAULT_CSS = """
     RunSummary {
         dock: top;
-        height: 1;
         background: $panel;
-        text-wrap: nowrap;
-        text-overflow: ellipsis;
     }
     """
 
     def show(self, run: RunView, *, elapsed: float, paused: bool, status: str = "") -> None:
-        self.update(summary_text(run, elapsed=elapsed, paused=paused, status=status))
+        self.show_text(summary_text(run, elapsed=elapsed, paused=paused, status=status))

@@ -1,0 +1,272 @@
+"""UI benchmark: does the app keep up while every rank floods its log? (not collected)
+
+    python tests/bench/bench_tui.py                      # 8x10k, 64x1.25k, 64x10k lines/s
+    python tests/bench/bench_tui.py --config 8x10000 --seconds 10 --json
+
+The real thing, in one process: the Supervisor (engine) runs N ranks of
+``tests/bench/tui_writer.py``, each writing timestamped numbered lines at the given rate; the
+log pipeline tails them; the app (headless, 160x48, drain tick 15 Hz) draws them. Measured
+while the writers run:
+
+- key to screen: a selection move pressed through the Pilot, until the first frame drawn
+  with the move in it (frames are rendered to escape sequences as the terminal driver would,
+  minus the write to a tty);
+- app CPU: the UI thread alone, and the whole process (UI + supervisor + log pump + stats),
+  in % of one core (writers are other processes, not counted);
+- pane lag: at each drain tick, now minus the timestamp inside the newest line drawn for each
+  rank that got lines (how far the panes are behind the files);
+- lines drawn vs skipped: when the UI falls behind, the bridge drops the oldest batches for
+  the panes (marked in the pane) and never the files;
+- files intact: afterwards every rank's stdout.log holds lines 0..n-1, in order, none missing.
+
+Goals (issue 5): key to screen < 100 ms, panes within 250 ms of the files, no byte missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from textual._compositor import CompositorUpdate  # noqa: E402
+
+from engine.run_config import SupervisorConfig  # noqa: E402
+from engine.states import RankState  # noqa: E402
+from engine.supervisor import Supervisor  # noqa: E402
+from tui.app import RankvisorApp  # noqa: E402
+
+WRITER = Path(__file__).with_name("tui_writer.py")
+_STAMP = re.compile(r" t=(\d+\.\d+) ")
+_NUM = re.compile(rb"^r\d+ n=(\d+) ")
+
+
+class BenchApp(RankvisorApp):
+    """The app, with frames rendered as a terminal driver would and timed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.frames: list[float] = []
+        self.frame_hooks: list[Any] = []
+        self.lags: list[float] = []
+        self.measuring = False
+        self.frame_bytes = 0
+        self._render_console = Console(
+            width=160, height=48, color_system="truecolor", force_terminal=True,
+            legacy_windows=False, file=open("/dev/null", "w"),  # noqa: SIM115
+        )
+
+    def _display(self, screen: Any, renderable: Any) -> None:
+        super()._display(screen, renderable)
+        if renderable is None or self._batch_count:
+            return
+        # Headless Textual stops before turning the frame into escape sequences: do it here,
+        # so the figures include the cost of a real terminal frame.
+        if isinstance(renderable, CompositorUpdate):
+            self.frame_bytes += len(renderable.render_segments(self._render_console))
+        now = time.perf_counter()
+        self.frames.append(now)
+        for hook in list(self.frame_hooks):
+            hook(now)
+
+    def _drain(self, upto: int | None = None) -> set[int]:
+        changed = super()._drain(upto)
+        if self.measuring:
+            wall = time.time()
+            for rank in changed:
+                match = _STAMP.search(self.run_view.ranks[rank].last_line)
+                if match:
+                    self.lags.append(wall - float(match.group(1)))
+        return changed
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _wait(pilot: Any, predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await pilot.pause(0.02)
+    return True
+
+
+async def _key_latency(app: BenchApp, pilot: Any, key: str, target: int) -> float:
+    """Seconds from pressing ``key`` to the first frame that shows rank ``target`` selected."""
+    shown: list[float] = []
+
+    def hook(now: float) -> None:
+        if app.main_screen.selected == target and not shown:
+            shown.append(now)
+
+    app.frame_hooks.append(hook)
+    start = time.perf_counter()
+    try:
+        await pilot.press(key)
+        await _wait(pilot, lambda: bool(shown), 5.0)
+    finally:
+        app.frame_hooks.remove(hook)
+    return (shown[0] - start) if shown else float("inf")
+
+
+def _check_files(run_dir: Path, nprocs: int) -> tuple[int, int, int]:
+    """(lines on disk, ranks intact, bad lines): every stdout.log must be n=0..k-1 in order."""
+    total = intact = bad = 0
+    for rank in range(nprocs):
+        path = run_dir / "attempt_0" / str(rank) / "stdout.log"
+        expected = 0
+        ok = True
+        with open(path, "rb") as f:
+            for line in f:
+                match = _NUM.match(line)
+                if not match or int(match.group(1)) != expected or not line.endswith(b"\n"):
+                    ok = False
+                    bad += 1
+                expected += 1
+        total += expected
+        intact += ok
+    return total, intact, bad
+
+
+async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rankvisor-bench-tui-") as tmp:
+        delay = 1.0 + nprocs * 0.05
+        config = SupervisorConfig(
+            entrypoint=sys.executable,
+            args=("-u", str(WRITER), "--rate", str(rate), "--seconds", str(seconds),
+                  "--delay", str(delay)),
+            nprocs=nprocs,
+            log_dir=tmp,
+            term_timeout=5.0,
+            sample_interval=1.0,
+        )
+        sup = Supervisor(config)
+        app = BenchApp(sup)
+        result: dict[str, Any] = {"ranks": nprocs, "rate_per_rank": rate, "seconds": seconds}
+        try:
+            async with app.run_test(size=(160, 48)) as pilot:
+                ranks = app.run_view.ranks
+                await _wait(pilot, lambda: all(v.state is RankState.RUNNING for v in ranks), 60)
+                await _wait(pilot, lambda: all(v.lines_seen for v in ranks), 30 + delay)
+                await pilot.pause(0.5)
+                # Steady state: measure CPU, lag and key latency while the writers write.
+                app.measuring = True
+                usage0 = resource.getrusage(resource.RUSAGE_SELF)
+                thread0 = time.thread_time()
+                wall0 = time.perf_counter()
+                lines0 = app.bridge.lines_seen
+                latencies: list[float] = []
+                screen = app.main_screen
+                for i in range(keys):
+                    forward = i % 2 == 0
+                    if screen.mode == "grid":
+                        key = "l" if forward else "h"
+                    else:
+                        key = "j" if forward else "k"
+                    target = screen.selected + (1 if forward else -1)
+                    latencies.append(await _key_latency(app, pilot, key, target))
+                    await pilot.pause(random.uniform(0.05, 0.15))
+                measured = time.perf_counter() - wall0
+                usage1 = resource.getrusage(resource.RUSAGE_SELF)
+                thread_cpu = time.thread_time() - thread0
+                app.measuring = False
+                lines = app.bridge.lines_seen - lines0
+                skipped = sum(
+                    1 for v in ranks for i in range(len(v.buffer)) if v.buffer[i][0] == "marker"
+                )
+                # Let the writers finish, then check the files.
+                await _wait(pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks),
+                            seconds + 60)
+                await pilot.pause(0.3)
+                on_disk, intact, bad = _check_files(Path(app.run_view.log_dir), nprocs)
+                drawn = sum(v.lines_seen for v in ranks)
+                proc_cpu = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
+                result.update(
+                    measured_s=round(measured, 2),
+                    lines_per_s_seen=round(lines / measured),
+                    key_to_screen_ms_p50=round(statistics.median(latencies) * 1000, 1),
+                    key_to_screen_ms_max=round(max(latencies) * 1000, 1),
+                    ui_thread_cpu_pct=round(100 * thread_cpu / measured, 1),
+                    process_cpu_pct=round(100 * proc_cpu / measured, 1),
+                    pane_lag_ms_p50=round(_pct(app.lags, 0.5) * 1000, 1),
+                    pane_lag_ms_p99=round(_pct(app.lags, 0.99) * 1000, 1),
+                    pane_lag_ms_max=round(max(app.lags, default=float("nan")) * 1000, 1),
+                    frames_per_s=round(sum(1 for t in app.frames if wall0 <= t <= wall0 + measured) / measured, 1),
+                    lines_on_disk=on_disk,
+                    lines_received=drawn,
+                    skip_markers=skipped,
+                    ranks_intact=f"{intact}/{nprocs}",
+                    bad_lines=bad,
+                )
+                await pilot.press("q")
+                await _wait(pilot, lambda: app.shut_down, 30)
+        finally:
+            sup.shutdown()
+        return result
+
+
+COLUMNS = [
+    ("ranks", "ranks"),
+    ("rate_per_rank", "lines/s per rank"),
+    ("lines_per_s_seen", "lines/s seen by UI"),
+    ("key_to_screen_ms_p50", "key→screen p50 ms"),
+    ("key_to_screen_ms_max", "key→screen max ms"),
+    ("pane_lag_ms_p50", "pane lag p50 ms"),
+    ("pane_lag_ms_p99", "pane lag p99 ms"),
+    ("ui_thread_cpu_pct", "UI thread CPU %"),
+    ("process_cpu_pct", "app process CPU %"),
+    ("frames_per_s", "frames/s"),
+    ("ranks_intact", "files intact"),
+    ("bad_lines", "bad lines"),
+]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = "| " + " | ".join(title for _, title in COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    rows = ["| " + " | ".join(str(r.get(key, "")) for key, _ in COLUMNS) + " |" for r in results]
+    return "\n".join([head, rule, *rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="rankvisor UI benchmark")
+    p.add_argument("--config", action="append", help="RANKSxRATE, e.g. 8x10000 (repeatable)")
+    p.add_argument("--seconds", type=float, default=10.0, help="how long each writer writes")
+    p.add_argument("--keys", type=int, default=20, help="key presses timed per config")
+    p.add_argument("--json", action="store_true", help="print JSON only")
+    a = p.parse_args(argv)
+    configs = a.config or ["8x10000", "64x1250", "64x10000"]
+    results = []
+    for spec in configs:
+        nprocs, rate = spec.lower().split("x")
+        result = asyncio.run(run_config(int(nprocs), float(rate), a.seconds, a.keys))
+        results.append(result)
+        if not a.json:
+            print(json.dumps(result), flush=True)
+    if a.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print()
+        print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
