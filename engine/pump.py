@@ -162,6 +162,10 @@ class OutputPump:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped = False
+        self._read_last = 0
+        """Bytes read by the last cycle."""
+        self._busy_bytes = 4 * chunk_size
+        """A cycle that read this much means the files are busy: wake at once next time."""
         self.wakeups = 0
         """Wake-ups of the pump thread so far (idle cost is counted in these)."""
 
@@ -297,7 +301,7 @@ class OutputPump:
                     self._handle(wake)
                 except Exception:  # never let one bad file or sink call kill the pump
                     logger.exception("output pump cycle failed")
-            wake = waker.wait(self._sweep)
+            wake = waker.wait(self._sweep, self._read_last >= self._busy_bytes)
 
     def _handle(self, wake: Wake) -> None:
         if wake.dirs is None:
@@ -368,6 +372,7 @@ class OutputPump:
         """Read ``tails`` to their end and deliver what they completed."""
         batch: list[Batch] = []
         size = 0
+        total = 0
         chunk = self._chunk
         text_mode = self._text
         registered = self._tails
@@ -401,6 +406,7 @@ class OutputPump:
                     break
                 first = False
                 tail.offset += len(data)
+                total += len(data)
                 got = feed(data)
                 if got:
                     if text_mode:
@@ -421,6 +427,7 @@ class OutputPump:
             self._collect(batch, tail, parts)
         if batch:
             self._deliver(batch)
+        self._read_last = total
 
     def _close_lines(self, tail: _Tail) -> list[Any]:
         last = tail.asm.close()
