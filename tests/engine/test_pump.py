@@ -377,3 +377,19 @@ def test_a_log_dir_removed_and_recreated_is_followed(tmp_path: Path) -> None:
         f.write("more\n")
     wait_until(lambda: sink.get(0) == ["before", "after", "more"], timeout=5)
     pump.stop()
+
+
+def test_a_utf8_character_split_across_two_reads(tmp_path: Path) -> None:
+    sink = Collector()
+    path = tmp_path / "u.log"
+    path.write_bytes(b"")
+    pump = OutputPump(sink).start()
+    pump.add(0, "stdout", str(path))
+    with open(path, "ab", buffering=0) as f:
+        f.write(b"caf\xc3")  # the first byte of "é"
+        wait_until(lambda: pump._tails[(0, "stdout")].offset == 4)  # the pump has read it
+        f.write(b"\xa9 \xe2\x9c")
+        wait_until(lambda: pump._tails[(0, "stdout")].offset == 7)
+        f.write(b"\x93\n")
+    wait_until(lambda: sink.get(0) == ["café ✓"], timeout=5)
+    pump.stop()
