@@ -389,7 +389,7 @@ def test_a_utf8_character_split_across_two_reads(tmp_path: Path) -> None:
         f.write(b"caf\xc3")  # the first byte of "é"
         wait_until(lambda: pump._tails[(0, "stdout")].offset == 4)  # the pump has read it
         f.write(b"\xa9 \xe2\x9c")
-        wait_until(lambda: pump._tails[(0, "stdout")].offset == 7)
+        wait_until(lambda: pump._tails[(0, "stdout")].offset == 8)
         f.write(b"\x93\n")
     wait_until(lambda: sink.get(0) == ["café ✓"], timeout=5)
     pump.stop()
