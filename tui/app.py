@@ -20,7 +20,7 @@ from pathlib import Path
 from datetime import timezone, tzinfo
 from typing import Any, Callable, ClassVar, Iterable
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
@@ -61,6 +61,8 @@ DRAIN_HZ = 15.0
 THROTTLE_LOAD = 0.5
 """Above this UI-thread load, panes other than the selected one are drawn less often."""
 THROTTLE_EVERY = 3
+KEY_PRIORITY_S = 0.12
+"""After a key press, panes other than the selected one wait this long to be redrawn."""
 
 
 class _ShutdownDone(Message):
@@ -138,6 +140,7 @@ class RankvisorApp(App[int]):
         """Ranks with lines not drawn yet (throttled panes catch up on a later tick)."""
         self._load_mark: tuple[float, float] | None = None
         self._throttle = throttle
+        self._last_key = 0.0
         self.ui_load = 0.0
         """Share of wall time the UI thread spent working, smoothed over about a second."""
         self.shutting_down = False
@@ -147,6 +150,11 @@ class RankvisorApp(App[int]):
         self.main_screen = MainScreen(self.run_view)
 
     # -- set-up ----------------------------------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):
+            self._last_key = time.perf_counter()
+        await super().on_event(event)
 
     def get_default_screen(self) -> Screen[Any]:
         return self.main_screen
@@ -210,8 +218,8 @@ class RankvisorApp(App[int]):
         Under a flood the UI thread would spend all its time redrawing panes nobody can read
         at that speed, and keys would wait behind the frames. So when the UI thread was busy
         more than half the time, panes other than the selected one are redrawn every third
-        tick only (about 5 Hz, still within 250 ms of the files); their lines are buffered
-        meanwhile, nothing is lost."""
+        tick only (about 5 Hz, still within 250 ms of the files; a third of them on each
+        tick); their lines are buffered meanwhile, nothing is lost."""
         self._ticks += 1
         cpu, wall = time.thread_time(), time.perf_counter()
         if self._load_mark is not None:
@@ -222,8 +230,13 @@ class RankvisorApp(App[int]):
         self._dirty |= self._drain()
         now = self.clock()
         second = int(now - self._started_at)
-        if self._throttle and self.ui_load > THROTTLE_LOAD and self._ticks % THROTTLE_EVERY:
+        if self._throttle and time.perf_counter() - self._last_key < KEY_PRIORITY_S:
+            # A key was just pressed: draw its effect first, the other panes right after.
             changed = self._dirty & {self.selected}
+        elif self._throttle and self.ui_load > THROTTLE_LOAD:
+            # A third of the panes each tick, in turn, so that frames stay evenly cheap.
+            tick = self._ticks
+            changed = {r for r in self._dirty if r == self.selected or (r + tick) % THROTTLE_EVERY == 0}
         else:
             changed = set(self._dirty)
         if changed or second != self._last_second or self._any_countdown():

@@ -227,7 +227,7 @@ class FileLog(FollowingScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self._base_style()
         if index >= self.line_count or self.source is None:
             if index == 0 and self.line_count == 0:
                 note = "(empty)" if self.source is not None else "(no file yet)"

@@ -9,6 +9,7 @@ altogether, so reaching the bottom does not resume; unpausing anchors again.
 
 from __future__ import annotations
 
+from rich.style import Style
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 
@@ -20,6 +21,18 @@ class FollowingScrollView(ScrollView):
 
     paused: reactive[bool] = reactive(False, init=False)
     """Following paused by the user; new lines arrive but the view holds still."""
+
+    _base: Style | None = None
+
+    def _base_style(self) -> Style:
+        """``rich_style``, computed once per style change instead of once per row drawn."""
+        if self._base is None:
+            self._base = self.rich_style
+        return self._base
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None
 
     @property
     def follow(self) -> bool:

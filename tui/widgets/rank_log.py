@@ -96,7 +96,7 @@ class RankLog(FollowingScrollView, can_focus=False):
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self._base_style()
         buffer = self._buffer
         if index < len(buffer):
             # Keyed by the line's absolute index and the crop: while following, a line moves

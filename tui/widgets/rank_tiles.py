@@ -140,9 +140,20 @@ class RankTiles(ScrollView, can_focus=False):
 
     # -- rendering -------------------------------------------------------------------------
 
+    _base: Style | None = None
+
+    def _base_style(self) -> Style:
+        if self._base is None:
+            self._base = self.rich_style
+        return self._base
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self._base_style()
         row = self.scroll_offset.y + y
         if row >= self.rows:
             return Strip.blank(width, base)
