@@ -214,9 +214,7 @@ class ScriptedSupervisor:
     def snapshot(self) -> RunInfo:
         with self._lock:
             ranks = tuple(self._ranks[r] for r in sorted(self._ranks))
-            return replace(
-                self._info, ranks=ranks, attempt=self._attempt, finished=self._finished
-            )
+            return replace(self._info, ranks=ranks, attempt=self._attempt, finished=self._finished)
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         with self._lock:
@@ -325,9 +323,7 @@ class ScriptedSupervisor:
             alive = self._alive(command.ranks)
             if not alive:
                 raise _Refused("no running rank to terminate")
-            timeout = (
-                self._info.term_timeout_s if command.timeout_s is None else command.timeout_s
-            )
+            timeout = self._info.term_timeout_s if command.timeout_s is None else command.timeout_s
             name = signal.Signals(command.sig).name
             if self._obey_term:
                 events += [self._final(r, -command.sig, caused_by_us=True) for r in alive]
@@ -372,8 +368,13 @@ class ScriptedSupervisor:
     def _move(self, rank: int, new: RankState) -> RankStateChanged:
         info = self._ranks[rank]
         event = RankStateChanged(
-            rank, info.state, new, info.pid, restart_count=info.restart_count,
-            attempt=info.attempt, t=T0 + 60,
+            rank,
+            info.state,
+            new,
+            info.pid,
+            restart_count=info.restart_count,
+            attempt=info.attempt,
+            t=T0 + 60,
         )
         self._track(event)
         return event
@@ -381,21 +382,34 @@ class ScriptedSupervisor:
     def _final(self, rank: int, exitcode: int, *, caused_by_us: bool) -> RankStateChanged:
         info = self._ranks[rank]
         self._escalating.discard(rank)
-        new = RankState.SIGNALLED if exitcode < 0 else (
-            RankState.SUCCEEDED if exitcode == 0 else RankState.FAILED
+        new = (
+            RankState.SIGNALLED
+            if exitcode < 0
+            else (RankState.SUCCEEDED if exitcode == 0 else RankState.FAILED)
         )
         name = signal.Signals(-exitcode).name if exitcode < 0 else None
         failure = None
         if new is not RankState.SUCCEEDED:
             failure = ScriptedFailure(
-                rank, info.pid or 0, exitcode, info.error_file,
+                rank,
+                info.pid or 0,
+                exitcode,
+                info.error_file,
                 message=f"Signal {-exitcode} ({name}) received by PID {info.pid}" if name else "",
                 timestamp=int(T0 + 60),
             )
         event = RankStateChanged(
-            rank, info.state, new, info.pid, exitcode=exitcode, signal_name=name,
-            restart_count=info.restart_count, attempt=info.attempt, failure=failure,
-            caused_by_us=caused_by_us, t=T0 + 60,
+            rank,
+            info.state,
+            new,
+            info.pid,
+            exitcode=exitcode,
+            signal_name=name,
+            restart_count=info.restart_count,
+            attempt=info.attempt,
+            failure=failure,
+            caused_by_us=caused_by_us,
+            t=T0 + 60,
         )
         self._track(event)
         return event
@@ -433,15 +447,18 @@ class ScriptedSupervisor:
         events.append(restarted)
         info = self._ranks[rank]
         starting = RankStateChanged(
-            rank, info.state, RankState.STARTING, pid, restart_count=count,
-            attempt=self._attempt, t=T0 + 61,
+            rank,
+            info.state,
+            RankState.STARTING,
+            pid,
+            restart_count=count,
+            attempt=self._attempt,
+            t=T0 + 61,
         )
         self._track(starting)
         events.append(starting)
         events.append(self._move(rank, RankState.RUNNING))
-        events.append(
-            RankOutput(rank, "stdout", (f"rank {rank} started again (restart {count})",))
-        )
+        events.append(RankOutput(rank, "stdout", (f"rank {rank} started again (restart {count})",)))
         return events
 
 
@@ -518,7 +535,17 @@ def training_lines(rank: int, steps: int, *, start: int = 0) -> Iterator[str]:
 def _stats(rank: int, cpu: Sequence[float], rss: int, numa: int | None = 0) -> list[Event]:
     return [
         RankStats(
-            rank, BASE_PID + rank, "running", value, rss, 12, 2, (rank,), rank, numa, 10.0 + i,
+            rank,
+            BASE_PID + rank,
+            "running",
+            value,
+            rss,
+            12,
+            2,
+            (rank,),
+            rank,
+            numa,
+            10.0 + i,
             T0 + i,
         )
         for i, value in enumerate(cpu)
@@ -531,9 +558,7 @@ def running_script(
     """Every rank starts, runs and logs; rank 0 draws a progress bar; nothing ends."""
     items: list[ScriptItem] = []
     for r in range(nprocs):
-        items.append(
-            RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=T0)
-        )
+        items.append(RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=T0))
     for r in range(nprocs):
         lines = list(training_lines(r, steps - (r % 3)))
         if r == 1:
@@ -550,14 +575,17 @@ def running_script(
     if with_stats:
         for r in range(nprocs):
             shape = [40 + ((r * 7 + i * 13) % 60) for i in range(24)]
-            items.extend(_stats(r, shape, (900 + 37 * r) * 1024 * 1024, numa=r * 2 // max(1, nprocs)))
+            items.extend(
+                _stats(r, shape, (900 + 37 * r) * 1024 * 1024, numa=r * 2 // max(1, nprocs))
+            )
     return items
 
 
 TRACEBACK = """Traceback (most recent call last):
   File "/job/train.py", line 88, in <module>
     main()
-  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357, in wrapper
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/\
+errors/__init__.py", line 357, in wrapper
     return f(*args, **kwargs)
   File "/job/train.py", line 81, in main
     loss = train_step(model, batch, step)
@@ -589,8 +617,13 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
     items += [
         RankOutput(2, "stderr", tuple(TRACEBACK.splitlines())),
         RankStateChanged(
-            2, RankState.RUNNING, RankState.FAILED, BASE_PID + 2, exitcode=1,
-            failure=root, t=T0 + 42,
+            2,
+            RankState.RUNNING,
+            RankState.FAILED,
+            BASE_PID + 2,
+            exitcode=1,
+            failure=root,
+            t=T0 + 42,
         ),
     ]
     collective = (
@@ -606,8 +639,13 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
         items += [
             RankOutput(r, "stderr", collective),
             RankStateChanged(
-                r, RankState.RUNNING, RankState.FAILED, BASE_PID + r, exitcode=1,
-                failure=failure, t=T0 + 42 + delay,
+                r,
+                RankState.RUNNING,
+                RankState.FAILED,
+                BASE_PID + r,
+                exitcode=1,
+                failure=failure,
+                t=T0 + 42 + delay,
             ),
         ]
     items.append(

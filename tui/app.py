@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from datetime import timezone, tzinfo
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable
 
 from textual import events, on, work
@@ -236,7 +236,9 @@ class RankvisorApp(App[int]):
         elif self._throttle and self.ui_load > THROTTLE_LOAD:
             # A third of the panes each tick, in turn, so that frames stay evenly cheap.
             tick = self._ticks
-            changed = {r for r in self._dirty if r == self.selected or (r + tick) % THROTTLE_EVERY == 0}
+            changed = {
+                r for r in self._dirty if r == self.selected or (r + tick) % THROTTLE_EVERY == 0
+            }
         else:
             changed = set(self._dirty)
         if changed or second != self._last_second or self._any_countdown():
@@ -287,7 +289,8 @@ class RankvisorApp(App[int]):
                 self.notify("all ranks finished successfully", timeout=6)
             elif root is not None:
                 self.notify(
-                    f"run finished: rank {root} failed first (e: errors)", severity="error",
+                    f"run finished: rank {root} failed first (e: errors)",
+                    severity="error",
                     timeout=8,
                 )
         elif isinstance(event, AttemptStarted):
@@ -490,17 +493,33 @@ class RankvisorApp(App[int]):
         yield from super().get_system_commands(screen)
         commands: list[tuple[str, str, Callable[[], Any]]] = [
             ("Zoom selected rank", "Full log of the selected rank from disk", self.action_zoom),
-            ("SIGTERM selected rank", "Escalates to SIGKILL after the term timeout", self.action_terminate),
+            (
+                "SIGTERM selected rank",
+                "Escalates to SIGKILL after the term timeout",
+                self.action_terminate,
+            ),
             ("SIGKILL selected rank", "Kill the selected rank now", self.action_kill),
-            ("Send signal to selected rank", "USR1, USR2, INT, STOP, CONT, HUP, QUIT, TERM, KILL", self.action_signal),
+            (
+                "Send signal to selected rank",
+                "USR1, USR2, INT, STOP, CONT, HUP, QUIT, TERM, KILL",
+                self.action_signal,
+            ),
             ("Restart selected rank", "Earlier logs are kept", self.action_restart),
-            ("Terminate all ranks", "SIGTERM, then SIGKILL after the timeout (asks first)", self.action_terminate_all),
+            (
+                "Terminate all ranks",
+                "SIGTERM, then SIGKILL after the timeout (asks first)",
+                self.action_terminate_all,
+            ),
             ("Restart all ranks", "A new attempt (asks first)", self.action_restart_all),
             ("Error view", "Tracebacks of failed ranks, root cause first", self.action_errors),
             ("Filtered view", "filtered_stdout.log / filtered_stderr.log", self.action_filtered),
             ("Search the zoomed log", "Plain text; n / N for next / previous", self.action_search),
             ("Pause / resume following", "Hold the panes still to read", self.action_toggle_follow),
-            ("Toggle grid / list layout", "Panes for every rank, or tiles beside one pane", lambda: self.main_screen.action_toggle_layout()),
+            (
+                "Toggle grid / list layout",
+                "Panes for every rank, or tiles beside one pane",
+                lambda: self.main_screen.action_toggle_layout(),
+            ),
             ("Help: keys", "Every key of rankvisor", self.action_help),
             ("Quit rankvisor", "Asks first while ranks run", self.action_request_quit),
         ]

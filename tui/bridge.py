@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
 from engine.events import Event, RankOutput, RankStats
-
 from tui.messages import EngineEvent
 
 __all__ = ["Drained", "EngineBridge"]

@@ -54,17 +54,24 @@ def _bar(step: int, total: int, started: float, note: str = "") -> str:
     left = (total - step) / rate if rate > 0 else 0.0
     pct = step * 100 // max(1, total)
     bar = "█" * done + " " * (20 - done)
-    return f"\rtrain {pct:3d}%|{bar}| {step}/{total} [{elapsed:4.1f}s<{left:4.1f}s, {rate:4.1f}it/s]{note}"
+    timing = f"[{elapsed:4.1f}s<{left:4.1f}s, {rate:4.1f}it/s]"
+    return f"\rtrain {pct:3d}%|{bar}| {step}/{total} {timing}{note}"
 
 
 def _stall(rank: int) -> None:
     """Stuck, as a rank in a deadlocked data loader would be: no output, no CPU."""
-    print(f"UserWarning: rank {rank}: WARNING data loader worker has not answered (stalled)",
-          file=sys.stderr, flush=True)
+    print(
+        f"UserWarning: rank {rank}: WARNING data loader worker has not answered (stalled)",
+        file=sys.stderr,
+        flush=True,
+    )
 
     def ignore(signum: int, frame: object) -> None:
-        print(f"rank {rank}: got signal {signum} while stuck in the data loader; not exiting",
-              file=sys.stderr, flush=True)
+        print(
+            f"rank {rank}: got signal {signum} while stuck in the data loader; not exiting",
+            file=sys.stderr,
+            flush=True,
+        )
 
     signal.signal(signal.SIGTERM, ignore)
     while True:
@@ -89,8 +96,11 @@ def _train() -> int:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     started = time.monotonic()
     quiet = rank == stall_rank
-    print(f"rank {rank}/{world}: gloo process group up (pid {os.getpid()})"
-          + (", quiet: warnings only" if quiet else ""), flush=True)
+    print(
+        f"rank {rank}/{world}: gloo process group up (pid {os.getpid()})"
+        + (", quiet: warnings only" if quiet else ""),
+        flush=True,
+    )
 
     model = torch.nn.Linear(32, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -113,7 +123,9 @@ def _train() -> int:
             while not work.is_completed():
                 waited = time.monotonic() - waited_from
                 if waited > 0.5:
-                    out.write(_bar(step - 1, steps, started, f"  waiting {waited:4.1f}s for all_reduce"))
+                    out.write(
+                        _bar(step - 1, steps, started, f"  waiting {waited:4.1f}s for all_reduce")
+                    )
                     out.flush()
                 if rank == fail_rank and waited >= fail_wait:
                     # Rank 2's own watchdog: the run's failure, recorded in error.json.
@@ -130,8 +142,12 @@ def _train() -> int:
         if rank == 0 and step % 50 == 0:
             out.write(f"saved checkpoint step {step} to ckpt/step_{step}.pt\n")
         if rank in (1, 3) and step % 25 == 0:
-            print(f"UserWarning: rank {rank}: WARNING grad norm {loss.item() * 1e3:.0f} clipped "
-                  f"to 1.0 (step {step})", file=sys.stderr, flush=True)
+            print(
+                f"UserWarning: rank {rank}: WARNING grad norm {loss.item() * 1e3:.0f} clipped "
+                f"to 1.0 (step {step})",
+                file=sys.stderr,
+                flush=True,
+            )
         out.write(_bar(step, steps, started))
         out.flush()
         time.sleep(step_s)

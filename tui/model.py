@@ -437,7 +437,9 @@ class RunView:
         view.stdout_path = event.stdout_path
         view.stderr_path = event.stderr_path
         view.error_file = event.error_file
-        why = f"attempt {event.attempt}" if event.whole_attempt else f"restart {event.restart_count}"
+        why = (
+            f"attempt {event.attempt}" if event.whole_attempt else f"restart {event.restart_count}"
+        )
         view.buffer.mark(f"── {why} · pid {event.pid} ──")
         view.last_line = ""
         return {event.rank, -1}

@@ -19,7 +19,9 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     out: list[str] = []
     counts = ", ".join(f"{n} {state.value}" for state, n in run.counts().items())
     verdict = "succeeded" if run.exit_code() == 0 else "did not succeed"
-    out.append(f"rankvisor: {run.name} ({run.nprocs} ranks, attempt {run.attempt}) {verdict}: {counts}")
+    out.append(
+        f"rankvisor: {run.name} ({run.nprocs} ranks, attempt {run.attempt}) {verdict}: {counts}"
+    )
     failures = run.failures()
     root = run.root_cause()
     for view in failures:
@@ -29,9 +31,8 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         if details.timestamp:
             when = " at " + datetime.fromtimestamp(details.timestamp).strftime("%Y-%m-%d %H:%M:%S")
         by_us = " (stopped by rankvisor)" if view.caused_by_us else ""
-        out.append(
-            f"  {head}: rank {view.rank} (pid {view.pid}) {view.exit_label or view.state.value}{when}{by_us}"
-        )
+        how = view.exit_label or view.state.value
+        out.append(f"  {head}: rank {view.rank} (pid {view.pid}) {how}{when}{by_us}")
         if view.rank != root:
             continue
         last_line = details.callstack.strip().splitlines()[-1] if details.callstack.strip() else ""

@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--public-url", default=None, help="URL the browser uses, behind a proxy")
     p.add_argument(
-        "job", nargs=argparse.REMAINDER,
+        "job",
+        nargs=argparse.REMAINDER,
         help="what each session runs: 'demo' (default) or 'run' with run's arguments",
     )
     return p
@@ -84,8 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from textual_serve.server import Server
     except ImportError:
-        print(f"{PROG}: error: textual-serve is not installed (pip install 'rankvisor[web]')",
-              file=sys.stderr)
+        print(
+            f"{PROG}: error: textual-serve is not installed (pip install 'rankvisor[web]')",
+            file=sys.stderr,
+        )
         return 2
     if not _is_loopback(args.host):
         print(
@@ -94,7 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     server = Server(
-        session_command(job), host=args.host, port=args.port, title="rankvisor",
+        session_command(job),
+        host=args.host,
+        port=args.port,
+        title="rankvisor",
         public_url=args.public_url,
     )
     server.serve()

@@ -64,8 +64,12 @@ class BenchApp(RankvisorApp):
         self.measuring = False
         self.frame_bytes = 0
         self._render_console = Console(
-            width=160, height=48, color_system="truecolor", force_terminal=True,
-            legacy_windows=False, file=open("/dev/null", "w"),  # noqa: SIM115
+            width=160,
+            height=48,
+            color_system="truecolor",
+            force_terminal=True,
+            legacy_windows=False,
+            file=open("/dev/null", "w"),  # noqa: SIM115
         )
 
     def _display(self, screen: Any, renderable: Any) -> None:
@@ -150,8 +154,16 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
         delay = 1.0 + nprocs * 0.05
         config = SupervisorConfig(
             entrypoint=sys.executable,
-            args=("-u", str(WRITER), "--rate", str(rate), "--seconds", str(seconds),
-                  "--delay", str(delay)),
+            args=(
+                "-u",
+                str(WRITER),
+                "--rate",
+                str(rate),
+                "--seconds",
+                str(seconds),
+                "--delay",
+                str(delay),
+            ),
             nprocs=nprocs,
             log_dir=tmp,
             term_timeout=5.0,
@@ -192,8 +204,9 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                     1 for v in ranks for i in range(len(v.buffer)) if v.buffer[i][0] == "marker"
                 )
                 # Let the writers finish, then check the files.
-                await _wait(pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks),
-                            seconds + 60)
+                await _wait(
+                    pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks), seconds + 60
+                )
                 await pilot.pause(0.3)
                 on_disk, intact, bad = _check_files(Path(app.run_view.log_dir), nprocs)
                 drawn = sum(v.lines_seen for v in ranks)
@@ -208,7 +221,9 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                     pane_lag_ms_p50=round(_pct(app.lags, 0.5) * 1000, 1),
                     pane_lag_ms_p99=round(_pct(app.lags, 0.99) * 1000, 1),
                     pane_lag_ms_max=round(max(app.lags, default=float("nan")) * 1000, 1),
-                    frames_per_s=round(sum(1 for t in app.frames if wall0 <= t <= wall0 + measured) / measured, 1),
+                    frames_per_s=round(
+                        sum(1 for t in app.frames if wall0 <= t <= wall0 + measured) / measured, 1
+                    ),
                     lines_on_disk=on_disk,
                     lines_received=drawn,
                     skip_markers=skipped,

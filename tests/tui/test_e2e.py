@@ -111,7 +111,9 @@ async def test_restarted_rank_runs_again_with_its_earlier_log_kept(tmp_path: Pat
             await _wait(pilot, lambda: log.line_count >= 4)
             assert log.path == view.stdout_path
             await pilot.press("left_square_bracket")
-            await _wait(pilot, lambda: app.screen.query_one("#stdout-log", FileLog).path == str(first_log))
+            await _wait(
+                pilot, lambda: app.screen.query_one("#stdout-log", FileLog).path == str(first_log)
+            )
             await pilot.press("escape")
             await _quit(pilot, app)
         assert view.pid is not None and not pid_alive(view.pid)

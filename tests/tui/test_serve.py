@@ -19,7 +19,9 @@ def test_default_host_is_loopback() -> None:
     assert not serve._is_loopback("0.0.0.0") and not serve._is_loopback("example.org")
 
 
-def test_non_loopback_host_warns(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_loopback_host_warns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     started: list[tuple[str, str, int]] = []
 
     class FakeServer:
@@ -34,5 +36,5 @@ def test_non_loopback_host_warns(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
     assert serve.main(["--host", "0.0.0.0", "--port", "9001"]) == 0
     assert "anyone who can reach port 9001" in capsys.readouterr().err
-    (command, host, port), = started
+    ((command, host, port),) = started
     assert host == "0.0.0.0" and port == 9001 and command.endswith("--session demo")

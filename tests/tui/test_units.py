@@ -109,8 +109,15 @@ def _failure(rank: int, t: float, *, by_us: bool = False) -> RankStateChanged:
     new = RankState.SIGNALLED if by_us else RankState.FAILED
     failure = ScriptedFailure(rank, 100 + rank, 1, "", timestamp=int(t))
     return RankStateChanged(
-        rank, RankState.RUNNING, new, 100 + rank, exitcode=-15 if by_us else 1,
-        signal_name="SIGTERM" if by_us else None, failure=failure, caused_by_us=by_us, t=t,
+        rank,
+        RankState.RUNNING,
+        new,
+        100 + rank,
+        exitcode=-15 if by_us else 1,
+        signal_name="SIGTERM" if by_us else None,
+        failure=failure,
+        caused_by_us=by_us,
+        t=t,
     )
 
 
@@ -142,7 +149,9 @@ def test_model_follows_a_rank_through_escalation_and_restart() -> None:
     run.apply(RankStateChanged(0, RankState.SIGNALLED, RankState.STARTING, 8, restart_count=1))
     view = run.ranks[0]
     assert view.pid == 8 and view.exitcode is None and view.failure is None
-    assert [inc.stdout_path for inc in view.earlier] == ["/nonexistent/rankvisor/run_0/attempt_0/0/stdout.log"]
+    assert [inc.stdout_path for inc in view.earlier] == [
+        "/nonexistent/rankvisor/run_0/attempt_0/0/stdout.log"
+    ]
     assert view.stdout_path == "/o1"
 
 
@@ -167,7 +176,10 @@ def test_traceback_text_is_parsed_into_frames() -> None:
         "RuntimeError: wrapped"
     )
     first, second = parse_callstack(chained)
-    assert second.chained_by.startswith("The above exception") and second.exception == "RuntimeError: wrapped"
+    assert (
+        second.chained_by.startswith("The above exception")
+        and second.exception == "RuntimeError: wrapped"
+    )
 
 
 def test_grid_shapes() -> None:
@@ -193,7 +205,9 @@ def test_printed_summary_names_the_root_cause_with_its_traceback() -> None:
     for item in failure_script():
         run.apply(item)  # type: ignore[arg-type]
     text = format_summary(run)
-    assert text.splitlines()[0].startswith("rankvisor: trainer (4 ranks, attempt 0) did not succeed")
+    assert text.splitlines()[0].startswith(
+        "rankvisor: trainer (4 ranks, attempt 0) did not succeed"
+    )
     assert "root cause: rank 2 (pid 41002) exit 1" in text
     assert "FloatingPointError: loss is nan at step 23 [rank2]" in text
     assert "also failed: rank 0" in text

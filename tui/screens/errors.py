@@ -82,7 +82,10 @@ class ErrorsScreen(Screen[None]):
         """Rebuild the report if the set of failures changed."""
         failures = self.run.failures()
         root = self.run.root_cause()
-        key = (root, tuple((v.rank, v.state, v.exitcode, v.restart_count, id(v.failure)) for v in failures))
+        key = (
+            root,
+            tuple((v.rank, v.state, v.exitcode, v.restart_count, id(v.failure)) for v in failures),
+        )
         if key == self._shown:
             return
         self._shown = key

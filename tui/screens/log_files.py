@@ -88,7 +88,9 @@ class LogFilesScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield TextBar(id="view-title")
         yield Vertical(id="logs")
-        search = Input(placeholder="search: text, or /regex/ · enter find · escape close", id="search")
+        search = Input(
+            placeholder="search: text, or /regex/ · enter find · escape close", id="search"
+        )
         search.display = False
         yield search
         yield Footer(compact=True, show_command_palette=False)
@@ -249,8 +251,12 @@ class LogFilesScreen(Screen[None]):
         pattern, regex, case_sensitive, _ = self._search
         found: int | None = None
         for index in log.source.search(
-            pattern, regex=regex, case_sensitive=case_sensitive, start=start,
-            backwards=backwards, cancel=cancel,
+            pattern,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            start=start,
+            backwards=backwards,
+            cancel=cancel,
         ):
             found = index
             break

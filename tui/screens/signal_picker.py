@@ -43,7 +43,9 @@ class SignalPicker(ModalScreen["int | None"]):
             dialog.border_title = Text(f"Send a signal to rank {self._rank}")
             yield OptionList(
                 *(
-                    Option(Text.assemble((f"{sig.name:<8}", "bold"), "  ", (words, "dim")), id=sig.name)
+                    Option(
+                        Text.assemble((f"{sig.name:<8}", "bold"), "  ", (words, "dim")), id=sig.name
+                    )
                     for sig, words in SIGNALS
                 ),
                 id="signals",

@@ -52,8 +52,14 @@ class ZoomScreen(LogFilesScreen):
         self._shown_paths = (inc.stdout_path, inc.stderr_path)
         run_dir = self.run.log_dir
         return (
-            (inc.stdout_path, f"stdout · {relative_path(inc.stdout_path, run_dir) or 'not redirected'}"),
-            (inc.stderr_path, f"stderr · {relative_path(inc.stderr_path, run_dir) or 'not redirected'}"),
+            (
+                inc.stdout_path,
+                f"stdout · {relative_path(inc.stdout_path, run_dir) or 'not redirected'}",
+            ),
+            (
+                inc.stderr_path,
+                f"stderr · {relative_path(inc.stderr_path, run_dir) or 'not redirected'}",
+            ),
         )
 
     def title_text(self) -> Text:
@@ -69,7 +75,8 @@ class ZoomScreen(LogFilesScreen):
             index = self.incarnation_index % count
             inc = self.incarnations()[index]
             text.append(
-                f"  │ run {index + 1}/{count} (attempt {inc.attempt}, restart {inc.restart_count}) [ ]",
+                f"  │ run {index + 1}/{count} "
+                f"(attempt {inc.attempt}, restart {inc.restart_count}) [ ]",
                 "bold" if index != count - 1 else "",
             )
         return text

@@ -115,11 +115,19 @@ def parse_callstack(callstack: str) -> list[Stack]:
             pass
         elif match := _FRAME.match(line):
             code = ""
-            if i + 1 < len(lines) and lines[i + 1].startswith("    ") and not _FRAME.match(lines[i + 1]):
+            if (
+                i + 1 < len(lines)
+                and lines[i + 1].startswith("    ")
+                and not _FRAME.match(lines[i + 1])
+            ):
                 code = lines[i + 1].strip()
                 i += 1
                 # Skip the ^^^^ markers Python 3.11+ puts under the failing expression.
-                while i + 1 < len(lines) and set(lines[i + 1].strip()) <= set("^~ ") and lines[i + 1].strip():
+                while (
+                    i + 1 < len(lines)
+                    and set(lines[i + 1].strip()) <= set("^~ ")
+                    and lines[i + 1].strip()
+                ):
                     i += 1
             frames.append(Frame(match["file"], int(match["line"]), match["name"], code))
         elif stripped:
@@ -152,8 +160,13 @@ def _render_stack(stack: Stack, width: int) -> RenderableType:
         if frame.code:
             parts.append(
                 Syntax(
-                    frame.code, "python", theme="ansi_dark", line_numbers=False,
-                    word_wrap=True, background_color="default", code_width=width - 8,
+                    frame.code,
+                    "python",
+                    theme="ansi_dark",
+                    line_numbers=False,
+                    word_wrap=True,
+                    background_color="default",
+                    code_width=width - 8,
                     padding=(0, 0, 0, 2),
                 )
             )
@@ -220,5 +233,3 @@ def render_failure(
     if details.error_file and details.has_error_file:
         parts.append(Text(f"error file: {details.error_file}", "dim"))
     return Group(*parts)
-
-

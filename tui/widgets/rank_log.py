@@ -22,8 +22,8 @@ from textual.geometry import Size
 from textual.strip import Strip
 
 from tui.model import LineBuffer
-from tui.widgets.follow import FollowingScrollView
 from tui.widgets.ansi import display_text, safe_line
+from tui.widgets.follow import FollowingScrollView
 
 __all__ = ["RankLog"]
 

@@ -104,7 +104,11 @@ def header_text(view: RankView, *, width: int = 40) -> Text:
         tail = ""
         if alive:
             if view.rss_bytes is not None:
-                tail += f" {format_bytes(view.rss_bytes)}" if compact else f"  rss {format_bytes(view.rss_bytes)}"
+                tail += (
+                    f" {format_bytes(view.rss_bytes)}"
+                    if compact
+                    else f"  rss {format_bytes(view.rss_bytes)}"
+                )
             if view.numa_node is not None:
                 tail += f" N{view.numa_node}" if compact else f"  numa {view.numa_node}"
         else:
@@ -170,9 +174,21 @@ class RankPane(Vertical):
         """Redraw header, border and state class from the rank's view (cheap if unchanged)."""
         view = self._view
         key = (
-            view.rank, view.state, view.pid, view.exitcode, view.signal_name, view.restart_count,
-            view.cpu_percent, view.rss_bytes, view.numa_node, view.proc_status, len(view.cpu_history),
-            view.countdown(now), view.timer_scope, root_cause, view.caused_by_us,
+            view.rank,
+            view.state,
+            view.pid,
+            view.exitcode,
+            view.signal_name,
+            view.restart_count,
+            view.cpu_percent,
+            view.rss_bytes,
+            view.numa_node,
+            view.proc_status,
+            len(view.cpu_history),
+            view.countdown(now),
+            view.timer_scope,
+            root_cause,
+            view.caused_by_us,
         )
         if key == self._shown:
             return

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
-from tui.widgets.text_bar import TextBar
 
 from engine.states import RankState
 from tui.model import RunView
 from tui.widgets.rank_pane import GLYPHS
+from tui.widgets.text_bar import TextBar
 
 __all__ = ["RunSummary", "summary_text"]
 
@@ -25,12 +25,14 @@ _STATE_STYLE = {
 def _elapsed(seconds: float) -> str:
     seconds = max(0, int(seconds))
     hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
+    return (
+        f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+        if hours
+        else f"{rest // 60:02d}:{rest % 60:02d}"
+    )
 
 
-def summary_text(
-    run: RunView, *, elapsed: float, paused: bool = False, status: str = ""
-) -> Text:
+def summary_text(run: RunView, *, elapsed: float, paused: bool = False, status: str = "") -> Text:
     """The bar's text: ``trainer · 4 ranks · attempt 0 │ ● 3 running ✖ 1 failed │ ...``."""
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(" rankvisor ", "bold reverse")
