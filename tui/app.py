@@ -128,6 +128,8 @@ class RankvisorApp(App[int]):
         # Subscribe before the snapshot, so that nothing between the two is lost.
         self._unsubscribe = handle.subscribe(self.bridge)
         self.run_view = RunView(handle.snapshot(), buffer_lines=buffer_lines)
+        for view in self.run_view.ranks:
+            view.last_output_at = clock()  # quiet since we started watching
         self._drain_hz = drain_hz
         self._start_handle = start_handle
         self._sync_start = sync_start
@@ -201,9 +203,11 @@ class RankvisorApp(App[int]):
                     f"… {count} lines not drawn (the UI fell behind; all are on disk: enter)"
                 )
                 changed.add(rank)
+        now = self.clock()
         for output in drained.outputs:
             if run.add_output(output):
                 changed.add(output.rank)
+                run.ranks[output.rank].last_output_at = now
         for stats in drained.stats:
             changed |= run.apply(stats)
         if drained.filtered:
@@ -296,6 +300,7 @@ class RankvisorApp(App[int]):
         elif isinstance(event, AttemptStarted):
             self._snapshot_worker()  # a new attempt writes new (filtered) files
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
+            self.run_view.ranks[event.rank].last_output_at = self.clock()
             self._paused_sync()
         self._show(changed)
 

@@ -37,6 +37,9 @@ __all__ = ["Incarnation", "LineBuffer", "LineKind", "RankView", "RunView", "form
 LineKind = Literal["stdout", "stderr", "marker"]
 """A buffered line is program output on one stream, or a marker the UI inserted."""
 
+QUIET_S: Final = 10
+"""A running rank silent this long is shown as quiet (a stall, or just a long step)."""
+
 CPU_HISTORY: Final = 48
 """CPU samples kept per rank for the sparkline (one a second by default)."""
 
@@ -173,6 +176,8 @@ class RankView:
     """The watchdog scope this rank overran, if torch's file timer killed it."""
     last_line: str = ""
     lines_seen: int = 0
+    last_output_at: float | None = None
+    """Monotonic time (the app's clock) of the last output: how long a rank has been quiet."""
     buffer: LineBuffer = field(default_factory=LineBuffer)
 
     @property
@@ -189,6 +194,13 @@ class RankView:
     @property
     def failed(self) -> bool:
         return self.state in (RankState.FAILED, RankState.SIGNALLED)
+
+    def quiet_for(self, now: float) -> int | None:
+        """Whole seconds since the last output of a running rank, once over ``QUIET_S``."""
+        if self.state is not RankState.RUNNING or self.last_output_at is None:
+            return None
+        quiet = int(now - self.last_output_at)
+        return quiet if quiet >= QUIET_S else None
 
     def countdown(self, now: float) -> int | None:
         """Whole seconds left before SIGKILL, or None when no escalation runs."""

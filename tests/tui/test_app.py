@@ -341,3 +341,20 @@ async def test_grid_layout_switches_with_size_and_g(four_ranks: ScriptedSupervis
         assert app.main_screen.grid_shape == (4, 2)
         await pilot.press("g")
         assert app.main_screen.mode == "list"
+
+
+async def test_a_silent_running_rank_is_shown_quiet(
+    four_ranks: ScriptedSupervisor, clock: FakeClock
+) -> None:
+    app = make_app(four_ranks, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "quiet" not in subtitle(pane(app, 3))
+        clock.advance(14.5)
+        four_ranks.emit(RankOutput(0, "stdout", ("still going",)))
+        await settle(pilot)
+        assert "quiet 14s" in subtitle(pane(app, 3))
+        assert "quiet" not in subtitle(pane(app, 0))
+        four_ranks.emit(RankOutput(3, "stderr", ("woke up",)))
+        await settle(pilot)
+        assert "quiet" not in subtitle(pane(app, 3))

@@ -47,6 +47,10 @@ def sparkline(values: Iterable[float], width: int, top: float = 100.0) -> str:
     return "".join(_BARS[max(0, min(steps, round(v / top * steps)))] for v in data)
 
 
+def _duration(seconds: int) -> str:
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+
+
 def state_label(view: RankView, now: float, *, root_cause: bool = False) -> str:
     """``"running"``, ``"failed · exit 1"``, ``"terminating · SIGKILL in 27s"``, ..."""
     words = view.state.value
@@ -57,6 +61,9 @@ def state_label(view: RankView, now: float, *, root_cause: bool = False) -> str:
     countdown = view.countdown(now)
     if countdown is not None:
         words += f" · SIGKILL in {countdown}s"
+    quiet = view.quiet_for(now)
+    if quiet is not None:
+        words += f" · quiet {_duration(quiet)}"
     if view.timer_scope:
         words += f" · timer {view.timer_scope}"
     if root_cause:
@@ -186,6 +193,7 @@ class RankPane(Vertical):
             view.proc_status,
             len(view.cpu_history),
             view.countdown(now),
+            view.quiet_for(now),
             view.timer_scope,
             root_cause,
             view.caused_by_us,

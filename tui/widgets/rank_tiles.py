@@ -50,6 +50,9 @@ def tile_status(view: RankView, now: float) -> str:
         return f"kill {countdown}s"
     if view.state is RankState.RUNNING and view.proc_status == "stopped":
         return "stopped"
+    quiet = view.quiet_for(now)
+    if quiet is not None:
+        return f"quiet {quiet}s" if quiet < 100 else f"quiet {quiet // 60}m"
     if view.exit_label and view.state is not RankState.SUCCEEDED:
         return view.exit_label
     return _SHORT[view.state]
