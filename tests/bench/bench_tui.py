@@ -214,7 +214,9 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                 result.update(
                     measured_s=round(measured, 2),
                     lines_per_s_seen=round(lines / measured),
+                    lines_per_s_written=round(on_disk / seconds),
                     key_to_screen_ms_p50=round(statistics.median(latencies) * 1000, 1),
+                    key_to_screen_ms_p90=round(_pct(latencies, 0.9) * 1000, 1),
                     key_to_screen_ms_max=round(max(latencies) * 1000, 1),
                     ui_thread_cpu_pct=round(100 * thread_cpu / measured, 1),
                     process_cpu_pct=round(100 * proc_cpu / measured, 1),
@@ -240,8 +242,10 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
 COLUMNS = [
     ("ranks", "ranks"),
     ("rate_per_rank", "lines/s per rank"),
+    ("lines_per_s_written", "lines/s written"),
     ("lines_per_s_seen", "lines/s seen by UI"),
     ("key_to_screen_ms_p50", "key→screen p50 ms"),
+    ("key_to_screen_ms_p90", "key→screen p90 ms"),
     ("key_to_screen_ms_max", "key→screen max ms"),
     ("pane_lag_ms_p50", "pane lag p50 ms"),
     ("pane_lag_ms_p99", "pane lag p99 ms"),
