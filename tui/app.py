@@ -547,16 +547,25 @@ def make_app(
     return RankvisorApp(handle, clock=clock or (lambda: 1000.0), **kwargs)
 
 
-def run_tui(handle: SupervisorHandle, *, mouse: bool = True, **kwargs: Any) -> int:
+def run_tui(
+    handle: SupervisorHandle,
+    *,
+    mouse: bool = True,
+    headless: bool = False,
+    auto_pilot: Any = None,
+    **kwargs: Any,
+) -> int:
     """Run the app until the user quits; print the root-cause summary; return the exit code.
 
     The ranks never outlive this call: if the app ends without having shut the handle down
-    (an exception, a signal), it is shut down here, with escalation.
+    (an exception, a signal), it is shut down here, with escalation. ``headless`` and
+    ``auto_pilot`` are Textual's (tests drive the app with them); other keyword arguments
+    go to ``RankvisorApp``.
     """
     app = RankvisorApp(handle, **kwargs)
     code: int | None = None
     try:
-        code = app.run(mouse=mouse)
+        code = app.run(mouse=mouse, headless=headless, auto_pilot=auto_pilot)
     finally:
         if not app.shut_down:
             handle.shutdown()

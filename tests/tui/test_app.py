@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import signal
 
+import pytest
 from rich.console import Console
 from rich.text import Text
 
@@ -358,3 +359,39 @@ async def test_a_silent_running_rank_is_shown_quiet(
         four_ranks.emit(RankOutput(3, "stderr", ("woke up",)))
         await settle(pilot)
         assert "quiet" not in subtitle(pane(app, 3))
+
+
+def test_run_tui_prints_the_root_cause_and_returns_the_exit_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tui.app import run_tui
+
+    engine = ScriptedSupervisor(scripted_info(4), failure_script())
+
+    async def quit_at_once(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.pause()
+        await pilot.press("q")  # rank 3 still runs: asks first
+        assert isinstance(pilot.app.screen, ConfirmScreen)
+        await pilot.press("y")
+
+    code = run_tui(engine, headless=True, auto_pilot=quit_at_once, sync_start=True)
+    assert code == 1
+    assert engine.calls == [("shutdown", None)]
+    out = capsys.readouterr().out
+    assert "root cause: rank 2 (pid 41002) exit 1" in out
+    assert "FloatingPointError: loss is nan at step 23 [rank2]" in out
+    assert "rank 3 (pid 41003) SIGTERM" in out and "(stopped by rankvisor)" in out
+
+
+async def test_command_palette_offers_the_rank_actions(four_ranks: ScriptedSupervisor) -> None:
+    from textual.command import CommandPalette
+
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"SIGKILL selected")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert four_ranks.calls == [KillRanks((0,))]

@@ -29,9 +29,8 @@ def _violations(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module.split(".")[0] in BANNED_MODULES:
                 found.append(node.module)
-            found += [
-                f"{node.module}.{a.name}" for a in node.names if (node.module, a.name) in BANNED_CALLS
-            ]
+            module = node.module
+            found += [f"{module}.{a.name}" for a in node.names if (module, a.name) in BANNED_CALLS]
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if (node.value.id, node.attr) in BANNED_CALLS:
                 found.append(f"{node.value.id}.{node.attr}")
