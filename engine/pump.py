@@ -289,8 +289,6 @@ class OutputPump:
     # -- the pump thread ---------------------------------------------------------------
 
     def _run(self) -> None:
-        waker = self._waker
-        assert waker is not None
         wake = Wake(None, True)  # first look: files that exist already
         while True:
             with self._lock:
@@ -301,7 +299,19 @@ class OutputPump:
                     self._handle(wake)
                 except Exception:  # never let one bad file or sink call kill the pump
                     logger.exception("output pump cycle failed")
-            wake = waker.wait(self._sweep, self._read_last >= self._busy_bytes)
+            waker = self._waker
+            assert waker is not None
+            try:
+                wake = waker.wait(self._sweep, self._read_last >= self._busy_bytes)
+            except Exception:
+                # A notification backend that breaks must not silence the ranks: poll.
+                logger.exception("waiting for file changes failed; polling from now on")
+                with self._lock:
+                    self._waker = make_waker(
+                        "poll", poll_interval=self._poll_interval, debounce=self._debounce
+                    )
+                waker.close()
+                wake = Wake(None, True)
 
     def _handle(self, wake: Wake) -> None:
         if wake.dirs is None:

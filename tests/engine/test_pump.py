@@ -393,3 +393,27 @@ def test_a_utf8_character_split_across_two_reads(tmp_path: Path) -> None:
         f.write(b"\x93\n")
     wait_until(lambda: sink.get(0) == ["café ✓"], timeout=5)
     pump.stop()
+
+
+def test_a_broken_notification_backend_falls_back_to_polling(tmp_path: Path) -> None:
+    sink = Collector()
+    path = tmp_path / "b.log"
+    path.write_text("one\n")
+    pump = OutputPump(sink, poll_interval=0.02)
+    pump.add(0, "stdout", str(path))
+    pump.start()
+    wait_until(lambda: sink.get(0) == ["one"])
+    waker = pump._waker
+    assert waker is not None
+
+    def broken(timeout: float, busy: bool = False) -> Any:
+        raise OSError("inotify went away")
+
+    waker.wait = broken  # type: ignore[method-assign]
+    with open(path, "a") as f:
+        f.write("two\n")  # wakes the current wait; the next one breaks
+    wait_until(lambda: pump.mode == "poll", timeout=5)
+    with open(path, "a") as f:
+        f.write("three\n")
+    wait_until(lambda: sink.get(0) == ["one", "two", "three"], timeout=5)
+    pump.stop()
