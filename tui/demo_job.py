@@ -139,7 +139,7 @@ def _train() -> int:
         optimizer.step()
         if not quiet and step % 10 == 0:
             out.write(f"\rstep {step:4d} | loss {loss.item():.4f} | lr 0.05\n")
-        if rank == 0 and step % 50 == 0:
+        if rank == 0 and step % 20 == 0:
             out.write(f"saved checkpoint step {step} to ckpt/step_{step}.pt\n")
         if rank in (1, 3) and step % 25 == 0:
             print(

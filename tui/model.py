@@ -261,9 +261,14 @@ class RunView:
             if 0 <= rank_info.rank < len(self.ranks):
                 view = self.ranks[rank_info.rank]
                 if rank_info.stdout_path or rank_info.stderr_path:
-                    view.stdout_path = rank_info.stdout_path
-                    view.stderr_path = rank_info.stderr_path
-                    view.error_file = rank_info.error_file
+                    _switch_files(
+                        view,
+                        rank_info.stdout_path,
+                        rank_info.stderr_path,
+                        rank_info.error_file,
+                        attempt=rank_info.attempt,
+                        restart_count=rank_info.restart_count,
+                    )
                 if view.pid is None:
                     view.pid = rank_info.pid
 
@@ -439,22 +444,58 @@ class RunView:
         if not 0 <= event.rank < len(self.ranks):
             return set()
         view = self.ranks[event.rank]
-        if view.stdout_path or view.stderr_path:
-            previous = view.incarnation()
-            if not view.earlier or view.earlier[-1] != previous:
-                view.earlier.append(previous)
+        _switch_files(
+            view,
+            event.stdout_path,
+            event.stderr_path,
+            event.error_file,
+            attempt=event.attempt,
+            restart_count=event.restart_count,
+            previous_attempt=event.attempt - 1 if event.whole_attempt else event.attempt,
+        )
         view.pid = event.pid
         view.restart_count = event.restart_count
         view.attempt = event.attempt
-        view.stdout_path = event.stdout_path
-        view.stderr_path = event.stderr_path
-        view.error_file = event.error_file
         why = (
             f"attempt {event.attempt}" if event.whole_attempt else f"restart {event.restart_count}"
         )
         view.buffer.mark(f"── {why} · pid {event.pid} ──")
         view.last_line = ""
         return {event.rank, -1}
+
+
+def _switch_files(
+    view: RankView,
+    stdout_path: str,
+    stderr_path: str,
+    error_file: str,
+    *,
+    attempt: int,
+    restart_count: int,
+    previous_attempt: int | None = None,
+) -> None:
+    """Point the rank at new files, keeping the old ones as an earlier incarnation.
+
+    A restart can be seen first in a snapshot or first in its ``RankRestarted`` event; the
+    old files are recorded once either way (the earlier run's attempt and count are those
+    just before the new ones: the view may already carry the new count from a state event).
+    """
+    if (stdout_path, stderr_path) == (view.stdout_path, view.stderr_path):
+        view.error_file = error_file or view.error_file
+        return
+    if view.stdout_path or view.stderr_path:
+        previous = Incarnation(
+            previous_attempt if previous_attempt is not None else view.attempt,
+            max(0, restart_count - 1) if restart_count else view.restart_count,
+            view.stdout_path,
+            view.stderr_path,
+            view.error_file,
+        )
+        if all(inc.stdout_path != previous.stdout_path for inc in view.earlier):
+            view.earlier.append(previous)
+    view.stdout_path = stdout_path
+    view.stderr_path = stderr_path
+    view.error_file = error_file
 
 
 def _failure_time(failure: Any, fallback: float) -> float | None:
