@@ -395,3 +395,47 @@ async def test_command_palette_offers_the_rank_actions(four_ranks: ScriptedSuper
         await pilot.press("enter")
         await settle(pilot)
         assert four_ranks.calls == [KillRanks((0,))]
+
+
+async def test_zoom_search_next_previous_and_wrap(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.zoom import ZoomScreen
+    from tui.widgets.file_log import FileLog
+
+    engine = ScriptedSupervisor(
+        scripted_info(4, run_dir=tmp_path), running_script(4, steps=120), write_files=True
+    )
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("j", "enter")
+        assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 2
+        log = app.screen.query_one("#stdout-log", FileLog)
+        await _until(pilot, lambda: log.line_count == 130)
+        lines = [log.get_line(i) for i in range(log.line_count)]
+        epochs = [i for i, line in enumerate(lines) if "epoch 1" in line]  # 1, 10, 11
+        assert len(epochs) == 3
+        await pilot.press("home")  # to the top: follow stops
+        await pilot.press("slash", *"epoch 1", "enter")
+        await _until(pilot, lambda: log.current_match == epochs[0])
+        await pilot.press("n")
+        await _until(pilot, lambda: log.current_match == epochs[1])
+        await pilot.press("n")
+        await _until(pilot, lambda: log.current_match == epochs[2])
+        await pilot.press("n")
+        await _until(pilot, lambda: log.current_match == epochs[0])  # wrapped to the top
+        assert "wrapped" in app.screen.status
+        await pilot.press("N")
+        await _until(pilot, lambda: log.current_match == epochs[2])  # and back over the end
+        await pilot.press("o")
+        assert app.screen.streams == "stderr"
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def _until(pilot, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met"
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause(0.02)

@@ -150,9 +150,9 @@ class LogFilesScreen(Screen[None]):
 
     def update_title(self) -> None:
         title = self.title_text()
-        title.append(f"  │ showing {self.streams} (o)", "dim")
         if self.status:
             title.append(f"  │ {self.status}", "bold yellow")
+        title.append(f"  │ showing {self.streams} (o)", "dim")
         self.query_one("#view-title", TextBar).show_text(title)
 
     def action_toggle_follow(self) -> None:
@@ -221,8 +221,7 @@ class LogFilesScreen(Screen[None]):
         else:
             start = int(log.scroll_y)
         if start < 0:
-            self.set_status("no earlier match")
-            return
+            start = max(0, log.line_count - 1)
         self._run_search(log, start, backwards=backwards)
 
     def set_status(self, status: str) -> None:
@@ -249,27 +248,39 @@ class LogFilesScreen(Screen[None]):
     ) -> None:
         assert self._search is not None and log.source is not None
         pattern, regex, case_sensitive, _ = self._search
-        found: int | None = None
-        for index in log.source.search(
-            pattern,
-            regex=regex,
-            case_sensitive=case_sensitive,
-            start=start,
-            backwards=backwards,
-            cancel=cancel,
-        ):
-            found = index
-            break
+        source = log.source
+
+        def first(from_line: int) -> int | None:
+            for index in source.search(
+                pattern,
+                regex=regex,
+                case_sensitive=case_sensitive,
+                start=from_line,
+                backwards=backwards,
+                cancel=cancel,
+            ):
+                return index
+            return None
+
+        found = first(start)
+        wrapped = False
+        if found is None and not cancel.is_set():
+            # Like less and vim: past the end, go on from the other end.
+            found = first(max(0, log.line_count - 1) if backwards else 0)
+            wrapped = found is not None
         if cancel.is_set():
             return
-        self.app.call_from_thread(self._search_done, log, found, backwards)
+        self.app.call_from_thread(self._search_done, log, found, backwards, wrapped)
 
-    def _search_done(self, log: FileLog, found: int | None, backwards: bool) -> None:
+    def _search_done(self, log: FileLog, found: int | None, backwards: bool, wrapped: bool) -> None:
         if found is None:
-            self.set_status("no earlier match" if backwards else "no further match")
+            self.set_status("no match")
             return
         log.go_to(found)
-        self.set_status(f"match at line {found + 1:,}")
+        where = ""
+        if wrapped:
+            where = " (wrapped to the end)" if backwards else " (wrapped to the top)"
+        self.set_status(f"match at line {found + 1:,}{where}")
 
     def on_unmount(self) -> None:
         self._cancel_search()
