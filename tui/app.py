@@ -570,6 +570,9 @@ def run_tui(
         if not app.shut_down:
             handle.shutdown()
         app.absorb_pending()
-    sys.stdout.write(format_summary(app.run_view))
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(format_summary(app.run_view))
+        sys.stdout.flush()
+    except OSError:  # the terminal went away (a dropped SSH session): nobody to tell
+        pass
     return code if isinstance(code, int) else app.run_view.exit_code()
