@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,28 +25,9 @@ from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 pytestmark = pytest.mark.torch
 
-_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
-
-@pytest.fixture(scope="module")
-def tmp() -> Any:
-    """torch.distributed.elastic.multiprocessing, imported once for the module (~2.5 s)."""
-    import torch.distributed.elastic.multiprocessing as torch_mp
-
-    return torch_mp
-
-
-@pytest.fixture(autouse=True)
-def _restore_signal_handlers() -> Iterator[None]:
-    # torch's start() installs handlers in the test process and never removes them (P6).
-    saved = {sig: signal.getsignal(sig) for sig in _HANDLED}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
-def _both(tmp: Any) -> list[tuple[str, Any]]:
-    return [("torch", tmp), ("engine", engine)]
+def _both(torch_mp: Any) -> list[tuple[str, Any]]:
+    return [("torch", torch_mp), ("engine", engine)]
 
 
 def _run(impl: Any, log_dir: Path, scripts: dict[int, list[str]], **kw: Any) -> Any:
@@ -74,20 +55,21 @@ def _tree(result: Any, log_dir: Path) -> dict[str, bytes]:
 
 def _rel(paths: dict[int, str], log_dir: Path) -> dict[int, str]:
     (run_dir,) = [p for p in log_dir.iterdir() if p.is_dir()]
-    return {r: os.path.relpath(p, run_dir) if p.startswith(str(run_dir)) else p
-            for r, p in paths.items()}
+    return {
+        r: os.path.relpath(p, run_dir) if p.startswith(str(run_dir)) else p
+        for r, p in paths.items()
+    }
 
 
 def _exit_with(*args: str) -> list[str]:
     return [str(BIN / "exit_with.py"), *args]
 
 
-def test_success_log_tree_and_result(tmp: Any, tmp_path: Path) -> None:
+def test_success_log_tree_and_result(torch_mp: Any, tmp_path: Path) -> None:
     got = {}
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         log_dir = tmp_path / name
-        _, result = _run(impl, log_dir, {0: _exit_with(), 1: _exit_with()},
-                         redirects={0: 3, 1: 1})
+        _, result = _run(impl, log_dir, {0: _exit_with(), 1: _exit_with()}, redirects={0: 3, 1: 1})
         got[name] = (
             _tree(result, log_dir),
             result.return_values,
@@ -110,13 +92,17 @@ def test_success_log_tree_and_result(tmp: Any, tmp_path: Path) -> None:
     [(["--code", "3"], 3), (["--signal", "SIGKILL"], -9), (["--signal", "SIGSEGV"], -11)],
 )
 def test_failures_same_codes_messages_and_keys(
-    tmp: Any, tmp_path: Path, args: list[str], exitcode: int
+    torch_mp: Any, tmp_path: Path, args: list[str], exitcode: int
 ) -> None:
     """Rank 1 fails; rank 0 would run on and is torn down. Both report both (B6: we mark ours)."""
     got = {}
-    for name, impl in _both(tmp):
-        _, result = _run(impl, tmp_path / name,
-                         {0: _exit_with("--sleep", "600"), 1: _exit_with(*args)}, redirects=3)
+    for name, impl in _both(torch_mp):
+        _, result = _run(
+            impl,
+            tmp_path / name,
+            {0: _exit_with("--sleep", "600"), 1: _exit_with(*args)},
+            redirects=3,
+        )
         got[name] = result
     for result in got.values():
         assert set(result.failures) == {0, 1} and result.return_values == {}
@@ -135,11 +121,12 @@ def test_failures_same_codes_messages_and_keys(
     assert ChildFailedError("w", got["engine"].failures).get_first_failure()[0] == 1
 
 
-def test_recorded_exception_same_error_json(tmp: Any, tmp_path: Path) -> None:
+def test_recorded_exception_same_error_json(torch_mp: Any, tmp_path: Path) -> None:
     got = {}
-    for name, impl in _both(tmp):
-        _, result = _run(impl, tmp_path / name, {0: [str(BIN / "raise_recorded.py"), "x"]},
-                         redirects=3)
+    for name, impl in _both(torch_mp):
+        _, result = _run(
+            impl, tmp_path / name, {0: [str(BIN / "raise_recorded.py"), "x"]}, redirects=3
+        )
         got[name] = result.failures[0]
     t, e = got["torch"], got["engine"]
     assert t.message["message"] == e.message["message"] == "ValueError: x"
@@ -147,43 +134,62 @@ def test_recorded_exception_same_error_json(tmp: Any, tmp_path: Path) -> None:
     assert t.exitcode == e.exitcode == 1
 
 
-def test_validation_errors_are_the_same(tmp: Any, tmp_path: Path) -> None:
+def test_validation_errors_are_the_same(torch_mp: Any, tmp_path: Path) -> None:
     cases = [
         ({0: (), 1: ()}, {0: {}}),
         ({0: (), 2: ()}, {0: {}, 1: {}}),
     ]
     for args, envs in cases:
         errors = []
-        for name, impl in _both(tmp):
+        for name, impl in _both(torch_mp):
             with pytest.raises(RuntimeError) as info:
-                impl.start_processes("w", PYTHON, args, envs,
-                                     impl.DefaultLogsSpecs(log_dir=str(tmp_path / name)))
+                impl.start_processes(
+                    "w", PYTHON, args, envs, impl.DefaultLogsSpecs(log_dir=str(tmp_path / name))
+                )
             errors.append(str(info.value))
         assert errors[0] == errors[1]
 
 
-def test_missing_binary(tmp: Any, tmp_path: Path) -> None:
+def test_missing_binary(torch_mp: Any, tmp_path: Path) -> None:
     """Both raise FileNotFoundError naming the path; ours also names the rank."""
     program = str(tmp_path / "nope")
     messages = {}
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         with pytest.raises(FileNotFoundError) as info:
-            impl.start_processes("w", program, {0: ()}, {0: {}},
-                                 impl.DefaultLogsSpecs(log_dir=str(tmp_path / name)))
+            impl.start_processes(
+                "w", program, {0: ()}, {0: {}}, impl.DefaultLogsSpecs(log_dir=str(tmp_path / name))
+            )
         messages[name] = str(info.value)
     assert program in messages["torch"] and program in messages["engine"]
     assert "local rank 0" in messages["engine"]
 
 
-STD_TABLE = ["0", "1", "2", "3", "1\n", " 1", "4", "", "0:3", "0:3,1:0,2:1,3:2", "0:1,0:2",
-             "0:4", "0:1,", "a:1", "0:1;1:2", "10:1", "0:1,12:3"]
+STD_TABLE = [
+    "0",
+    "1",
+    "2",
+    "3",
+    "1\n",
+    " 1",
+    "4",
+    "",
+    "0:3",
+    "0:3,1:0,2:1,3:2",
+    "0:1,0:2",
+    "0:4",
+    "0:1,",
+    "a:1",
+    "0:1;1:2",
+    "10:1",
+    "0:1,12:3",
+]
 
 
-def test_std_parsing_table(tmp: Any) -> None:
+def test_std_parsing_table(torch_mp: Any) -> None:
     """Same results everywhere, except multi-digit local ranks (P11: torch rejects them)."""
     for text in STD_TABLE:
         try:
-            theirs: Any = tmp.Std.from_str(text)
+            theirs: Any = torch_mp.Std.from_str(text)
         except ValueError:
             theirs = ValueError
         try:
@@ -191,7 +197,7 @@ def test_std_parsing_table(tmp: Any) -> None:
         except ValueError:
             ours = ValueError
         if text in ("10:1", "0:1,12:3"):
-            assert theirs is ValueError and ours != ValueError
+            assert theirs is ValueError and ours is not ValueError
             continue
         if isinstance(theirs, dict):
             theirs = {k: int(v) for k, v in theirs.items()}
@@ -199,25 +205,38 @@ def test_std_parsing_table(tmp: Any) -> None:
         elif theirs is not ValueError:
             theirs, ours = int(theirs), int(ours)
         assert theirs == ours, text
-    for value in (tmp.Std.OUT, {1: tmp.Std.ERR, 7: tmp.Std.ALL}):
-        ours_value = engine.Std(int(value)) if not isinstance(value, dict) else {
-            k: engine.Std(int(v)) for k, v in value.items()}
-        assert {k: int(v) for k, v in tmp.to_map(value, 3).items()} == {
-            k: int(v) for k, v in engine.to_map(ours_value, 3).items()}
+    for value in (torch_mp.Std.OUT, {1: torch_mp.Std.ERR, 7: torch_mp.Std.ALL}):
+        ours_value = (
+            engine.Std(int(value))
+            if not isinstance(value, dict)
+            else {k: engine.Std(int(v)) for k, v in value.items()}
+        )
+        assert {k: int(v) for k, v in torch_mp.to_map(value, 3).items()} == {
+            k: int(v) for k, v in engine.to_map(ours_value, 3).items()
+        }
 
 
 def test_tee_prefixes_and_filtered_files(
-    tmp: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    torch_mp: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     say = str(BIN / "say.py")
-    scripts = {0: [say, "out:apple keep", "err:pear e0", "out:plain"],
-               1: [say, "out:apple too", "err:e1"]}
+    scripts = {
+        0: [say, "out:apple keep", "err:pear e0", "out:plain"],
+        1: [say, "out:apple too", "err:e1"],
+    }
     got = {}
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         capfd.readouterr()
         log_dir = tmp_path / name
-        _, result = _run(impl, log_dir, scripts, tee=3, log_line_prefixes={1: "[custom]:"},
-                         duplicate_stdout_filters=["apple"], duplicate_stderr_filters=["pear"])
+        _, result = _run(
+            impl,
+            log_dir,
+            scripts,
+            tee=3,
+            log_line_prefixes={1: "[custom]:"},
+            duplicate_stdout_filters=["apple"],
+            duplicate_stderr_filters=["pear"],
+        )
         out, err = capfd.readouterr()
         tree = _tree(result, log_dir)
         got[name] = (
@@ -236,12 +255,14 @@ def test_tee_prefixes_and_filtered_files(
 # -- torch's defects, side by side ------------------------------------------------------
 
 
-def test_T12_local_ranks_filter(tmp: Any, tmp_path: Path) -> None:
+def test_T12_local_ranks_filter(torch_mp: Any, tmp_path: Path) -> None:
     dests = {}
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         dests[name] = impl.DefaultLogsSpecs(
-            log_dir=str(tmp_path / name), redirects={0: impl.Std.OUT},
-            tee={1: impl.Std.ERR}, local_ranks_filter={0},
+            log_dir=str(tmp_path / name),
+            redirects={0: impl.Std.OUT},
+            tee={1: impl.Std.ERR},
+            local_ranks_filter={0},
         ).reify({0: {}, 1: {}, 2: {}})
     t, e = dests["torch"], dests["engine"]
     assert t.stdouts[1] == t.stdouts[2] == t.stderrs[2] == os.devnull  # lost
@@ -249,9 +270,9 @@ def test_T12_local_ranks_filter(tmp: Any, tmp_path: Path) -> None:
     assert t.tee_stderrs == e.tee_stderrs == {}
 
 
-def test_P10_second_reify_wipes_the_attempt(tmp: Any, tmp_path: Path) -> None:
+def test_P10_second_reify_wipes_the_attempt(torch_mp: Any, tmp_path: Path) -> None:
     kept = {}
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         specs = impl.DefaultLogsSpecs(log_dir=str(tmp_path / name), redirects=impl.Std.OUT)
         first = specs.reify({0: {}})
         Path(first.stdouts[0]).write_text("precious")
@@ -262,24 +283,31 @@ def test_P10_second_reify_wipes_the_attempt(tmp: Any, tmp_path: Path) -> None:
     assert kept["engine"] == ["attempt_0.old1/0/stdout.log"]
 
 
-def test_P12_devnull_log_dir_with_filters(tmp: Any, tmp_path: Path) -> None:
+def test_P12_devnull_log_dir_with_filters(torch_mp: Any, tmp_path: Path) -> None:
     def run(impl: Any) -> Any:
-        ctx = impl.start_processes("w", "true", {0: ()}, {0: {}},
-                                   impl.DefaultLogsSpecs(log_dir=os.devnull),
-                                   duplicate_stdout_filters=["x"])
+        ctx = impl.start_processes(
+            "w",
+            "true",
+            {0: ()},
+            {0: {}},
+            impl.DefaultLogsSpecs(log_dir=os.devnull),
+            duplicate_stdout_filters=["x"],
+        )
         return ctx.wait(period=0.05)
 
     with pytest.raises(NotADirectoryError):
-        run(tmp)
+        run(torch_mp)
     assert not run(engine).is_failed()
 
 
-def test_P3_failure_starting_rank_1_leaks_rank_0(tmp: Any, tmp_path: Path) -> None:
+def test_P3_failure_starting_rank_1_leaks_rank_0(torch_mp: Any, tmp_path: Path) -> None:
     marker = "599.25"  # a unique argument, to find torch's leaked rank
     contexts = {}
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         ctx = impl.SubprocessContext(
-            name="w", entrypoint="sleep", args={0: (marker,), 1: (marker,)},
+            name="w",
+            entrypoint="sleep",
+            args={0: (marker,), 1: (marker,)},
             envs={0: {}, 1: {"BAD": "nul\0byte"}},  # Popen refuses rank 1's environment
             logs_specs=impl.DefaultLogsSpecs(log_dir=str(tmp_path / name)),
         )
@@ -318,9 +346,9 @@ def _children_with_last_arg(arg: str) -> list[int]:
     return found
 
 
-def test_P6_signal_handlers_after_close(tmp: Any, tmp_path: Path) -> None:
+def test_P6_signal_handlers_after_close(torch_mp: Any, tmp_path: Path) -> None:
     after = {}
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         ctx, _ = _run(impl, tmp_path / name, {0: _exit_with()})
         ctx.close()
@@ -329,15 +357,20 @@ def test_P6_signal_handlers_after_close(tmp: Any, tmp_path: Path) -> None:
     assert after["engine"] is signal.SIG_DFL
 
 
-def test_P8_log_files_of_exited_ranks_stay_open(tmp: Any, tmp_path: Path) -> None:
+def test_P8_log_files_of_exited_ranks_stay_open(torch_mp: Any, tmp_path: Path) -> None:
     growth = {}
     contexts = []  # kept alive, so that garbage collection does not close files for torch
-    for name, impl in _both(tmp):
+    for name, impl in _both(torch_mp):
         before = len(os.listdir("/proc/self/fd"))
         ctx = impl.start_processes(
-            "w", PYTHON, {0: (str(BIN / "say.py"), "out:x")}, {0: {}},
-            impl.DefaultLogsSpecs(log_dir=str(tmp_path / name), redirects=impl.Std.ALL))
-        wait_until(lambda: not pid_alive(ctx.pids()[0]))
+            "w",
+            PYTHON,
+            {0: (str(BIN / "say.py"), "out:x")},
+            {0: {}},
+            impl.DefaultLogsSpecs(log_dir=str(tmp_path / name), redirects=impl.Std.ALL),
+        )
+        pid = ctx.pids()[0]
+        wait_until(lambda pid=pid: not pid_alive(pid))
         ctx.wait(period=0.05)  # the rank exited by itself: close() has nothing to signal
         growth[name] = len(os.listdir("/proc/self/fd")) - before
         contexts.append(ctx)
@@ -357,11 +390,14 @@ ctx = impl.start_processes("w", "sleep", {0: ("600",)}, {0: {}},
 print(ctx.pids()[0], flush=True)
 """
     procs = {}
-    for name, module in (("torch", "torch.distributed.elastic.multiprocessing"),
-                         ("engine", "engine")):
+    for name, module in (
+        ("torch", "torch.distributed.elastic.multiprocessing"),
+        ("engine", "engine"),
+    ):
         procs[name] = subprocess.Popen(
             [sys.executable, "-c", program, module, str(tmp_path / name)],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
     rank = {}
     for name, proc in procs.items():
@@ -381,7 +417,7 @@ print(ctx.pids()[0], flush=True)
             os.kill(rank["torch"], signal.SIGKILL)
 
 
-def test_P9_closing_a_handler_whose_rank_was_reaped(tmp: Any, tmp_path: Path) -> None:
+def test_P9_closing_a_handler_whose_rank_was_reaped(torch_mp: Any, tmp_path: Path) -> None:
     """torch's SubprocessHandler.close() raises ProcessLookupError for a reaped rank."""
     from torch.distributed.elastic.multiprocessing.subprocess_handler import (
         get_subprocess_handler as torch_handler,
@@ -398,18 +434,28 @@ def test_P9_closing_a_handler_whose_rank_was_reaped(tmp: Any, tmp_path: Path) ->
     mine.close()  # nothing to signal, nothing raised
 
 
-def test_P14_numa_binding_without_numactl_or_cuda(tmp: Any, tmp_path: Path) -> None:
+def test_P14_numa_binding_without_numactl_or_cuda(torch_mp: Any, tmp_path: Path) -> None:
     """torch needs numactl and CUDA to bind; we bind a CPU-only rank from sysfs."""
     from torch.numa.binding import AffinityMode, NumaOptions
 
     options = NumaOptions(AffinityMode.NODE)  # torch's own object, accepted by both
-    with pytest.raises(Exception):  # AssertionError: Torch not compiled with CUDA enabled
-        tmp.start_processes("w", "sleep", {0: ("600",)}, {0: {}},
-                            tmp.DefaultLogsSpecs(log_dir=str(tmp_path / "torch")),
-                            numa_options=options)
-    ctx = engine.start_processes("w", "sleep", {0: ("600",)}, {0: {}},
-                                 engine.DefaultLogsSpecs(log_dir=str(tmp_path / "engine")),
-                                 numa_options=options)
+    with pytest.raises(AssertionError):  # Torch not compiled with CUDA enabled
+        torch_mp.start_processes(
+            "w",
+            "sleep",
+            {0: ("600",)},
+            {0: {}},
+            torch_mp.DefaultLogsSpecs(log_dir=str(tmp_path / "torch")),
+            numa_options=options,
+        )
+    ctx = engine.start_processes(
+        "w",
+        "sleep",
+        {0: ("600",)},
+        {0: {}},
+        engine.DefaultLogsSpecs(log_dir=str(tmp_path / "engine")),
+        numa_options=options,
+    )
     try:
         from engine import numa
 

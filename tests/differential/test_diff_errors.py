@@ -1,8 +1,8 @@
 """error.json and failure reports: torch's errors module and ours, read and written both ways.
 
 One child imports torch (a binary rank whose main is decorated with torch's ``record``,
-run next to one decorated with ours); the rest runs in this process. Where we fix a torch defect (B1, B2, B3, B4) the test shows
-torch's behaviour and ours side by side.
+run next to one decorated with ours); the rest runs in this process. Where we fix a torch
+defect (B1, B2, B3, B4) the test shows torch's behaviour and ours side by side.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ def _run_recorded(tmp_path: Path) -> dict[str, Any]:
     ctx = engine.start_processes(
         name="w",
         entrypoint=PYTHON,
-        args={0: (str(BIN / "raise_torch_recorded.py"), "from torch"),
-              1: (str(BIN / "raise_recorded.py"), "from us")},
+        args={
+            0: (str(BIN / "raise_torch_recorded.py"), "from torch"),
+            1: (str(BIN / "raise_recorded.py"), "from us"),
+        },
         envs={0: {}, 1: {}},
         logs_specs=engine.DefaultLogsSpecs(log_dir=str(tmp_path), redirects=engine.Std.ALL),
     )
@@ -59,7 +61,11 @@ def _run_recorded(tmp_path: Path) -> dict[str, Any]:
 
 def _same_failure(t: Any, e: Any) -> None:
     assert (t.local_rank, t.pid, t.exitcode, t.error_file) == (
-        e.local_rank, e.pid, e.exitcode, e.error_file)
+        e.local_rank,
+        e.pid,
+        e.exitcode,
+        e.error_file,
+    )
     assert t.message == e.message
     assert t.timestamp == e.timestamp
     assert t.error_file_data == e.error_file_data
@@ -95,8 +101,16 @@ def test_dump_error_file_gives_the_same_parent_file(
     te: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     child = tmp_path / "child.json"
-    child.write_text(json.dumps({"message": {"message": "E: x", "extraInfo": {
-        "py_callstack": "tb", "timestamp": "100"}}}))
+    child.write_text(
+        json.dumps(
+            {
+                "message": {
+                    "message": "E: x",
+                    "extraInfo": {"py_callstack": "tb", "timestamp": "100"},
+                }
+            }
+        )
+    )
     outputs = {}
     for name, handler in (("torch", te.ErrorHandler()), ("ours", ours.ErrorHandler())):
         parent = tmp_path / f"{name}-parent.json"
@@ -111,8 +125,19 @@ def test_format_msg_is_the_same(te: Any, tmp_path: Path) -> None:
     files = {}
     for rank, ts in ((0, 200), (1, 100)):
         files[rank] = tmp_path / f"{rank}.json"
-        files[rank].write_text(json.dumps({"message": {"message": f"E: r{rank}", "extraInfo": {
-            "py_callstack": f"Traceback\n  line of rank {rank}\n", "timestamp": str(ts)}}}))
+        files[rank].write_text(
+            json.dumps(
+                {
+                    "message": {
+                        "message": f"E: r{rank}",
+                        "extraInfo": {
+                            "py_callstack": f"Traceback\n  line of rank {rank}\n",
+                            "timestamp": str(ts),
+                        },
+                    }
+                }
+            )
+        )
     msgs = {}
     for name, mod in (("torch", te), ("ours", ours)):
         failures = {
@@ -121,8 +146,10 @@ def test_format_msg_is_the_same(te: Any, tmp_path: Path) -> None:
             2: mod.ProcessFailure(2, 12, -15, str(tmp_path / "absent.json")),
         }
         failures[2].timestamp = 300
-        msgs[name] = (mod.ChildFailedError("trainer", failures).format_msg(),
-                      mod.ChildFailedError("trainer", failures).get_first_failure()[0])
+        msgs[name] = (
+            mod.ChildFailedError("trainer", failures).format_msg(),
+            mod.ChildFailedError("trainer", failures).get_first_failure()[0],
+        )
     assert msgs["torch"] == msgs["ours"]
     assert msgs["ours"][1] == 1
 
@@ -149,7 +176,8 @@ def test_B2_bad_error_file_raises_in_torch_and_not_here(
 ) -> None:
     f = tmp_path / "error.json"
     f.write_bytes(content)
-    with pytest.raises(Exception):
+    # torch raises whatever its reader hits (JSONDecodeError, KeyError, TypeError...).
+    with pytest.raises((ValueError, KeyError, TypeError, AttributeError)):
         te.ProcessFailure(0, 5, -9, str(f))
     failure = ours.ProcessFailure(0, 5, -9, str(f))
     assert failure.message.startswith("Signal 9 (SIGKILL) received by PID 5")
@@ -164,13 +192,16 @@ def test_B3_missing_timestamp_makes_torch_pick_the_wrong_root_cause(
     now = time.time_ns()
     t = {0: te.ProcessFailure(0, 1, 1, "/nonexistent"), 1: te.ProcessFailure(1, 2, 1, str(late))}
     assert te.ChildFailedError("x", t).get_first_failure()[0] == 1
-    e = {0: ours.ProcessFailure(0, 1, 1, "/nonexistent", exit_time_ns=now),
-         1: ours.ProcessFailure(1, 2, 1, str(late), exit_time_ns=now + NS)}
+    e = {
+        0: ours.ProcessFailure(0, 1, 1, "/nonexistent", exit_time_ns=now),
+        1: ours.ProcessFailure(1, 2, 1, str(late), exit_time_ns=now + NS),
+    }
     assert ours.ChildFailedError("x", e).get_first_failure()[0] == 0
 
 
-def test_B4_record_exception_outside_except(te: Any, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_B4_record_exception_outside_except(
+    te: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     try:
         raise KeyError("k")
     except KeyError as err:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
@@ -23,25 +23,6 @@ from tests.conftest import pid_alive, wait_until
 from tests.engine import mp_funcs
 
 pytestmark = pytest.mark.torch
-
-_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-
-
-@pytest.fixture(scope="module")
-def tmp() -> Any:
-    """torch.distributed.elastic.multiprocessing, imported once for the module (~2.5 s)."""
-    import torch.distributed.elastic.multiprocessing as torch_mp
-
-    return torch_mp
-
-
-@pytest.fixture(autouse=True)
-def _restore_signal_handlers() -> Iterator[None]:
-    # torch's start() installs handlers in the test process and never removes them (P6).
-    saved = {sig: signal.getsignal(sig) for sig in _HANDLED}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 def _run(
@@ -78,10 +59,10 @@ def _tree(ctx: Any) -> set[str]:
 
 
 def test_success_return_values_logs_and_c_level_redirect(
-    tmp: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    torch_mp: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     args = {0: (0,), 1: (1,)}
-    theirs = _run(tmp, tmp_path, mp_funcs.all_outputs, args)
+    theirs = _run(torch_mp, tmp_path, mp_funcs.all_outputs, args)
     their_result = theirs.wait(timeout=120, period=0.1)
     their_console = capfd.readouterr().out
     ours = _run(engine, tmp_path, mp_funcs.all_outputs, args)
@@ -90,9 +71,11 @@ def test_success_return_values_logs_and_c_level_redirect(
 
     assert their_result.return_values == our_result.return_values == {0: 0, 1: 1}
     assert not their_result.failures and not our_result.failures
-    assert _tree(theirs) == _tree(ours) == {
-        "0/stdout.log", "0/stderr.log", "1/stdout.log", "1/stderr.log"
-    }
+    assert (
+        _tree(theirs)
+        == _tree(ours)
+        == {"0/stdout.log", "0/stderr.log", "1/stdout.log", "1/stderr.log"}
+    )
     for rank in args:
         their_out = Path(theirs.stdouts[rank]).read_text().splitlines()
         our_out = Path(ours.stdouts[rank]).read_text().splitlines()
@@ -108,11 +91,11 @@ def test_success_return_values_logs_and_c_level_redirect(
     assert mp_funcs.IMPORT_MARK not in our_console
 
 
-def test_raise_and_sys_exit_all_failures_and_tracebacks(tmp: Any, tmp_path: Path) -> None:
+def test_raise_and_sys_exit_all_failures_and_tracebacks(torch_mp: Any, tmp_path: Path) -> None:
     go = tmp_path / "go"
     go.touch()  # no need to wait: both ranks fail as soon as they run
     args = {0: (str(go), "raise", 7), 1: (str(go), "exit", 3)}
-    theirs = _run(tmp, tmp_path, mp_funcs.wait_for_file_then, args)
+    theirs = _run(torch_mp, tmp_path, mp_funcs.wait_for_file_then, args)
     _wait_dead(theirs, [0, 1])
     their_failures = theirs.wait(timeout=60, period=0.1).failures
     ours = _run(engine, tmp_path, mp_funcs.wait_for_file_then, args)
@@ -128,7 +111,7 @@ def test_raise_and_sys_exit_all_failures_and_tracebacks(tmp: Any, tmp_path: Path
     assert not any(f.caused_by_us for f in our_failures.values())
 
     # error.json of the raising rank: same schema, same message.
-    their_json = tmp.ProcessFailure(0, 1, 1, theirs.error_files[0]).error_file_data
+    their_json = torch_mp.ProcessFailure(0, 1, 1, theirs.error_files[0]).error_file_data
     our_json = our_failures[0].error_file_data
     assert their_json.keys() == our_json.keys() == {"message"}
     assert their_json["message"].keys() == our_json["message"].keys()
@@ -145,9 +128,9 @@ def test_raise_and_sys_exit_all_failures_and_tracebacks(tmp: Any, tmp_path: Path
     assert our_err.endswith("RuntimeError: failure 7\n")
 
 
-def test_sigkill_and_sigsegv_deaths(tmp: Any, tmp_path: Path) -> None:
+def test_sigkill_and_sigsegv_deaths(torch_mp: Any, tmp_path: Path) -> None:
     args = {0: (int(signal.SIGKILL),), 1: (int(signal.SIGSEGV),)}
-    theirs = _run(tmp, tmp_path, mp_funcs.kill_self, args)
+    theirs = _run(torch_mp, tmp_path, mp_funcs.kill_self, args)
     _wait_dead(theirs, [0, 1])
     their_failures = theirs.wait(timeout=60, period=0.1).failures
     ours = _run(engine, tmp_path, mp_funcs.kill_self, args)
@@ -165,8 +148,8 @@ def test_sigkill_and_sigsegv_deaths(tmp: Any, tmp_path: Path) -> None:
     assert "Segmentation fault" in Path(ours.stderrs[1]).read_text()
 
 
-def test_os_exit_zero_torch_never_finishes_ours_fails(tmp: Any, tmp_path: Path) -> None:
-    theirs = _run(tmp, tmp_path, mp_funcs.hard_exit_zero, {0: ()})
+def test_os_exit_zero_torch_never_finishes_ours_fails(torch_mp: Any, tmp_path: Path) -> None:
+    theirs = _run(torch_mp, tmp_path, mp_funcs.hard_exit_zero, {0: ()})
     try:
         _wait_dead(theirs, [0])
         # P1: the rank is gone with exit code 0, yet torch's poll sees neither success nor
@@ -182,9 +165,9 @@ def test_os_exit_zero_torch_never_finishes_ours_fails(tmp: Any, tmp_path: Path) 
     assert str(ChildFailedError("trainer", result.failures)).count("without returning") == 1
 
 
-def test_close_kills_grandchildren_torch_leaves_them(tmp: Any, tmp_path: Path) -> None:
+def test_close_kills_grandchildren_torch_leaves_them(torch_mp: Any, tmp_path: Path) -> None:
     their_file, our_file = tmp_path / "theirs.pid", tmp_path / "ours.pid"
-    theirs = _run(tmp, tmp_path, mp_funcs.with_grandchild, {0: (str(their_file),)})
+    theirs = _run(torch_mp, tmp_path, mp_funcs.with_grandchild, {0: (str(their_file),)})
     ours = _run(engine, tmp_path, mp_funcs.with_grandchild, {0: (str(our_file),)})
     wait_until(lambda: their_file.exists() and our_file.exists(), timeout=90)
     their_grandchild, our_grandchild = int(their_file.read_text()), int(our_file.read_text())
@@ -200,7 +183,9 @@ def test_close_kills_grandchildren_torch_leaves_them(tmp: Any, tmp_path: Path) -
             os.kill(their_grandchild, signal.SIGKILL)  # clean up what torch left behind
 
 
-def test_redirect_rejects_unknown_streams_with_torchs_message(tmp: Any, tmp_path: Path) -> None:
+def test_redirect_rejects_unknown_streams_with_torchs_message(
+    torch_mp: Any, tmp_path: Path
+) -> None:
     from torch.distributed.elastic.multiprocessing import redirects as torch_redirects
 
     from engine import redirects
