@@ -84,13 +84,18 @@ class ExitWatcher:
 
     def remove(self, proc: Watched) -> None:
         """Stop watching ``proc`` (before its pidfd is closed, so the number can be reused)."""
+        self.remove_many((proc,))
+
+    def remove_many(self, procs: Iterable[Watched]) -> None:
+        """``remove`` for several processes, under one acquisition of the lock."""
         with self._lock:
-            fd = proc.pidfd
-            if fd is not None and self._by_fd.get(fd) is proc:
-                del self._by_fd[fd]
-                _unregister(self._epoll, fd)
-            elif proc in self._no_fd:
-                self._no_fd.remove(proc)
+            for proc in procs:
+                fd = proc.pidfd
+                if fd is not None and self._by_fd.get(fd) is proc:
+                    del self._by_fd[fd]
+                    _unregister(self._epoll, fd)
+                elif proc in self._no_fd:
+                    self._no_fd.remove(proc)
 
     def notify(self) -> None:
         """Wake waiters after an exit observed outside this thread (``RankProcess.poll``)."""
@@ -132,8 +137,7 @@ class ExitWatcher:
                 if proc._observe_exit(now):
                     exited.append(proc)
             if exited:
-                for proc in exited:
-                    self.remove(proc)
+                self.remove_many(exited)
                 self.notify()
 
 

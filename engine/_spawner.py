@@ -48,6 +48,7 @@ __all__ = [
     "pdeathsig_prefix",
     "preexec_pdeathsig",
     "resolve_program",
+    "resolve_program_in_job",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,9 @@ class _Discardable(_exitwatch.Watched, Protocol):
 
 
 class _Job:
-    __slots__ = ("fn", "done", "result", "error", "abandoned", "finished", "spawned", "lock")
+    __slots__ = (
+        "fn", "done", "result", "error", "abandoned", "finished", "spawned", "lock", "programs"
+    )
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.fn = fn
@@ -72,6 +75,9 @@ class _Job:
         self.finished = False
         self.spawned: list[_Discardable] = []
         self.lock = threading.Lock()
+        self.programs: dict[tuple[str, Optional[str], Optional[str]], str] = {}
+        """``resolve_program`` answers within this job: a batch of ranks looks its program up
+        once (a PATH search is ~0.25 ms), not once a rank."""
 
     def discard(self) -> None:
         for proc in self.spawned:
@@ -258,6 +264,23 @@ def resolve_program(name: str, path: Optional[str], cwd: Optional[str]) -> str:
     found = shutil.which(name, path=path if path is not None else os.defpath)
     if found is None:
         raise FileNotFoundError(errno.ENOENT, "Not found on PATH (or not executable)", name)
+    return found
+
+
+def resolve_program_in_job(name: str, path: Optional[str], cwd: Optional[str]) -> str:
+    """``resolve_program``, looked up once per running spawner job for the same arguments.
+
+    A batch (one job) starts its ranks within milliseconds, so the answer cannot go stale in
+    a way that matters: a program removed meanwhile still fails at exec with the same error.
+    Outside a job it is ``resolve_program`` itself.
+    """
+    job = getattr(_state.local, "job", None)
+    if job is None:
+        return resolve_program(name, path, cwd)
+    key = (name, path, cwd)
+    found = job.programs.get(key)
+    if found is None:
+        found = job.programs[key] = resolve_program(name, path, cwd)
     return found
 
 

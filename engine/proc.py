@@ -7,8 +7,8 @@ The low-level handle under ``SubprocessContext`` and the Supervisor. What it gua
 * **Never a recycled pid.** The leader is signalled through its pidfd
   (``signal.pidfd_send_signal``); the group only while the leader is not yet reaped (a
   zombie still holds its pid, so the pgid cannot have been reused), checked under the same
-  lock the reaper takes. Descendants that left the group are found in /proc *before* the
-  signal and each is signalled through a pidfd opened after checking its start time. Without
+  lock the reaper takes. Descendants that left the group are found in /proc (the rank's
+  tree of ``children`` files, or a scan where the kernel has none) *before* the signal and each is signalled through a pidfd opened after checking its start time. Without
   pidfds (kernel < 5.3) the start-time check is done with /proc and psutil instead.
 * **No orphans if we are killed.** Ranks are forked by one long-lived thread
   (``engine._spawner``) and get PR_SET_PDEATHSIG=SIGKILL, so they die with this process even
@@ -173,7 +173,7 @@ class RankProcess:
         pdeathsig: bool,
     ) -> RankProcess:
         # Runs on the spawner thread: the thread the rank's death signal is tied to.
-        program = _spawner.resolve_program(argv[0], env.get("PATH"), cwd)
+        program = _spawner.resolve_program_in_job(argv[0], env.get("PATH"), cwd)
         prefix: tuple[str, ...] = ()
         preexec = None
         if pdeathsig:
@@ -319,10 +319,16 @@ class RankProcess:
             if group:
                 # Find descendants first: once the rank dies they are re-parented and can no
                 # longer be told apart from anyone else's processes.
-                table = _table if _table is not None else _proctable.scan()
-                strays = [
-                    e for e in _proctable.descendants(self.pid, table) if e.pgid != self.pgid
-                ]
+                if _table is not None:
+                    found = _proctable.descendants(self.pid, _table)
+                else:
+                    top = _proctable.read_entry(self.pid)
+                    if top is not None and self._starttime is None:
+                        # Not reaped (we hold the lock): this is our process's identity, and
+                        # the watcher need not read it again when the signal kills it.
+                        self._starttime = top.starttime
+                    found = _proctable.find_descendants(self.pid, top)
+                strays = [e for e in found if e.pgid != self.pgid]
             if group:
                 # The group includes the leader for good: a session leader cannot change its
                 # pgid. Safe from recycling: the leader is not reaped (we hold the reaper's
@@ -355,7 +361,7 @@ class RankProcess:
     def descendants(self) -> list[psutil.Process]:
         """The rank's live descendants (children first), checked against recycled pids."""
         found = []
-        for entry in _proctable.descendants(self.pid, _proctable.scan()):
+        for entry in _proctable.find_descendants(self.pid):
             try:
                 proc = psutil.Process(entry.pid)
             except psutil.Error:
@@ -434,7 +440,11 @@ def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> l
 def send_signal_all(
     procs: Iterable[RankProcess], sig: int, *, group: bool = True
 ) -> list[RankProcess]:
-    """``send_signal`` to many ranks with one /proc scan; returns those that got it."""
+    """``send_signal`` to many ranks; returns those that got it.
+
+    Descendants are read from each rank's own tree (``_proctable.find_descendants``); where
+    the kernel cannot list children, one /proc scan is shared by all ranks instead.
+    """
     procs = list(procs)
-    table = _proctable.scan() if group and procs else None
+    table = _proctable.scan() if group and procs and _proctable.needs_scan() else None
     return [p for p in procs if p.send_signal(sig, group=group, _table=table)]

@@ -78,8 +78,12 @@ class SubprocessContext(PContext):
                 " called twice."
             )
         entrypoint = str(self.entrypoint)
+        checked: set[Optional[str]] = set()  # one PATH search per distinct PATH, not per rank
         for rank in range(self.nprocs):
-            path = {**os.environ, **self.envs[rank]}.get("PATH")
+            path = self.envs[rank].get("PATH", os.environ.get("PATH"))
+            if path in checked:
+                continue
+            checked.add(path)
             try:
                 resolve_program(entrypoint, path, None)
             except OSError as e:
@@ -223,7 +227,8 @@ class SubprocessContext(PContext):
 
 
 def _wait_all(procs: Any, deadline: float) -> None:
-    pending = [p for p in procs if p.poll() is None]
+    # Exits are noticed by the watcher thread (wait_any); no waitpid a rank here.
+    pending = [p for p in procs if p.exitcode is None]
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:

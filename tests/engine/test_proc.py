@@ -107,6 +107,59 @@ def test_group_signal_reaches_descendants_even_outside_the_group(tmp_path: Path)
     wait_until(lambda: group_gone(proc.pgid))  # zombies count until init reaps them
 
 
+_THREADED_TREE = """
+import os, subprocess, sys, threading, time
+inner = (
+    "import os, subprocess, sys, time\\n"
+    "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+    " start_new_session=True)\\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {g.pid}')\\n"
+    "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\\n"
+    "time.sleep(600)\\n"
+)
+def fork_and_stay():
+    # Forked by a thread that lives on: the child is listed under that thread's tid.
+    subprocess.Popen([sys.executable, "-c", inner, sys.argv[1]])
+    time.sleep(600)
+threading.Thread(target=fork_and_stay, daemon=True).start()
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("walk", ["children files", "scan"])
+def test_setsid_grandchild_of_a_thread_dies_with_the_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walk: str
+) -> None:
+    """A grandchild that left the group is found (either way) and signalled at close."""
+    if walk == "scan":
+        monkeypatch.setattr(_proctable, "_children_files", False)  # as without the files
+    elif _proctable.needs_scan():
+        pytest.skip("no /proc/<pid>/task/<tid>/children on this kernel")
+    pidfile = tmp_path / "pids"
+    proc = RankProcess.spawn([PYTHON, "-c", _THREADED_TREE, str(pidfile)], None, None, None)
+    child, grandchild = _read_pids(pidfile)
+    try:
+        assert os.getpgid(child) == proc.pgid
+        assert os.getsid(grandchild) == grandchild != proc.pgid
+        assert {e.pid for e in _proctable.find_descendants(proc.pid)} >= {child, grandchild}
+        assert send_signal_all([proc], signal.SIGTERM) == [proc]
+        assert proc.wait(30) == -signal.SIGTERM
+        wait_until(lambda: not pid_alive(child) and not pid_alive(grandchild))
+    finally:
+        for pid in (child, grandchild):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _cleanup(proc)
+
+
+def test_find_descendants_of_a_gone_process_is_empty() -> None:
+    proc = RankProcess.spawn(["true"], None, None, None)
+    assert proc.wait(30) == 0
+    assert _proctable.find_descendants(proc.pid) == []
+
+
 def test_group_false_signals_only_the_rank(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     proc = RankProcess.spawn([PYTHON, str(BIN / "spawn_tree.py"), str(pidfile)], None, None, None)
