@@ -2,7 +2,7 @@
 
 Every name in torch's ``__all__`` is importable from here with the same signature. Importing
 this package starts nothing, installs nothing and never imports torch, textual or rich;
-``MultiprocessContext`` is loaded on first use.
+``MultiprocessContext``, ``Supervisor`` and ``SupervisorConfig`` are loaded on first use.
 """
 
 from __future__ import annotations
@@ -27,18 +27,32 @@ __all__ = [
     "SignalException",
     "Std",
     "SubprocessContext",
+    "Supervisor",
+    "SupervisorConfig",
     "start_processes",
     "to_map",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Function ranks pull in multiprocessing machinery: load them only when asked for.
-    if name == "MultiprocessContext":
-        from engine.multiprocess_context import MultiprocessContext
+# name -> module: loaded on first use, so ``import engine`` stays light.
+_LAZY = {
+    # Function ranks pull in multiprocessing machinery.
+    "MultiprocessContext": "engine.multiprocess_context",
+    # The Supervisor pulls in its threads' modules (pump, stats, guard, watchdog, ...).
+    "Supervisor": "engine.supervisor",
+    "SupervisorConfig": "engine.run_config",
+}
 
-        return MultiprocessContext
-    raise AttributeError(f"module 'engine' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
 
 def __dir__() -> list[str]:

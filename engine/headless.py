@@ -38,15 +38,24 @@ def exit_status(finished: RunFinished | None, received_signal: int | None) -> in
 
 
 def format_report(name: str, finished: RunFinished) -> str:
-    """The root-cause report torch prints, plus one line naming the root cause first."""
-    from engine.errors import ChildFailedError
+    """The root-cause report torch prints, plus one line naming the root cause first.
+
+    When every failure was ours (the ranks were stopped by rankvisor: terminate-all, quit,
+    shutdown) no rank is blamed: the first line says the run was stopped, and the torch-style
+    report lists the ranks with no root cause (``ChildFailedError`` agrees).
+    """
+    from engine.errors import ChildFailedError, root_cause_rank
 
     failures = finished.result.failures
     if not failures:
         return ""
     rank = finished.root_cause_rank
     if rank is None or rank not in failures:
-        rank = min(failures)
+        rank = root_cause_rank(failures)
+    if rank is None:
+        ranks = ", ".join(map(str, sorted(failures)))
+        head = f"rankvisor: no root cause: the run was stopped by rankvisor (rank(s) {ranks})"
+        return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
     f = failures[rank]
     how = f"signal {f.signal_name()}" if f.exitcode < 0 else f"exit code {f.exitcode}"
     text = f.text.strip().splitlines()

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from engine.agent_env import RESTART_COUNT_ENV, build_rank_env
+from engine.errors import root_cause_rank
 from engine.events import AttemptStarted, EscalationFinished, RankRestarted, RunFinished
 from engine.rank_slot import RankSlot, incarnation_dir
 from engine.states import RankState, final_state_for
@@ -124,7 +125,11 @@ class MonitorMixin:
         code = int(proc.exitcode)
         slot.exitcode = code
         slot.exit_time_ns = proc.exit_time_ns
-        caused = slot.caused_by_us or (code < 0 and -code in slot.user_signals)
+        # Ours only if our signal plausibly ended it (see RankSlot.exit_caused_by_us): a
+        # rank that failed by itself during a teardown, or before our signal reached it, is
+        # a real failure and may be the root cause.
+        caused = slot.exit_caused_by_us(code, slot.exit_time_ns)
+        slot.caused_by_us = caused
         if caused and slot.stop_reason is None:
             slot.stop_reason = "signal"
         if code != 0:
@@ -213,9 +218,8 @@ class MonitorMixin:
             stdouts={s.rank: s.stdout_path for s in slots},
             stderrs={s.rank: s.stderr_path for s in slots},
         )
-        real = {r: f for r, f in failures.items() if not f.caused_by_us} or failures
-        root = min(real, key=lambda r: real[r].failure_time_ns) if real else None
-        return RunFinished(result, self._attempt, root)
+        # None when every failure was ours (terminate-all, quit, shutdown): nobody to blame.
+        return RunFinished(result, self._attempt, root_cause_rank(failures))
 
     # -- starting processes ---------------------------------------------------------------
 

@@ -58,10 +58,17 @@ class RankSlot:
         attempt: The attempt (``attempt_<n>``) this incarnation belongs to.
         incarnation: Restarts of this rank alone within the attempt.
         restart_count: Every restart of this rank, alone or with its attempt.
-        stop_reason: Why we signalled the current process ("terminate", "kill", "restart",
-            "attempt", "teardown", "shutdown", "watchdog"); None when we did not. A rank
-            that exits after we signalled it is not the root cause of anything.
+        stop_reason: Why we asked the current process to stop ("terminate", "kill",
+            "restart", "attempt", "teardown", "shutdown"); None when we did not. Asking is
+            not enough to make its exit ours: see ``exit_caused_by_us``.
         after_exit: What the monitor does when the current process exits.
+        signals_ns: Each signal we actually delivered to the current process (stop
+            requests and SignalRanks; never the watchdog's, whose kill is the rank's own
+            failure), with the ``time.time_ns()`` of its first delivery, as
+            ``RankProcess.signals_sent`` stamped it.
+        stop_signal_ns: When the first stop signal (SIGTERM, the forwarded signal, SIGKILL)
+            was delivered; None while none was.
+        caused_by_us: Whether the exit was our doing (set when it is recorded).
     """
 
     rank: int
@@ -82,15 +89,46 @@ class RankSlot:
     after_exit: AfterExit = None
     user_signals: set[int] = field(default_factory=set)
     """Signals a person sent with SignalRanks: dying of one of them is our doing too."""
+    signals_ns: dict[int, int] = field(default_factory=dict)
+    stop_signal_ns: int | None = None
+    caused_by_us: bool = False
     history: list[tuple[RankState, RankState, float]] = field(default_factory=list)
 
     @property
     def pid(self) -> int | None:
         return None if self.proc is None else int(self.proc.pid)
 
-    @property
-    def caused_by_us(self) -> bool:
-        return self.stop_reason is not None
+    def note_signal(self, sig: int, *, stop: bool) -> None:
+        """Record that ``sig`` was just delivered to ``proc`` (the caller holds the lock
+        under which it was sent, so the matching ``signals_sent`` entry is the last one)."""
+        sent_ns = next(
+            (t for s, t in reversed(getattr(self.proc, "signals_sent", ())) if s == int(sig)),
+            None,
+        )
+        if sent_ns is None:
+            sent_ns = time.time_ns()
+        self.signals_ns.setdefault(int(sig), sent_ns)
+        if stop and self.stop_signal_ns is None:
+            self.stop_signal_ns = sent_ns
+
+    def exit_caused_by_us(self, code: int, exit_time_ns: int | None) -> bool:
+        """Whether an exit with ``code``, seen at ``exit_time_ns``, was plausibly our doing.
+
+        Ours: death by a signal we delivered (``-N``), or the ``128 + N`` a shell or a
+        launcher in between reports for it; or any exit seen after we delivered a stop
+        signal (SIGTERM's handler may exit 1, escalation's SIGKILL ends it). Not ours: any
+        exit of a rank we never signalled (a stop asked after it had already exited never
+        reached it), or one seen before our first stop signal was sent. A signal a person
+        sent (SignalRanks) owns only a death by that very signal: a SIGUSR1 for a stack
+        dump does not own a later crash. The watchdog's kills are never ours.
+        """
+        if code < 0 and -code in self.signals_ns:
+            return True
+        if code > 128 and code - 128 in self.signals_ns:
+            return True
+        if self.stop_signal_ns is None:
+            return False
+        return exit_time_ns is None or exit_time_ns >= self.stop_signal_ns
 
     @property
     def alive(self) -> bool:
@@ -134,6 +172,9 @@ class RankSlot:
         self.stop_reason = None
         self.after_exit = None
         self.user_signals = set()
+        self.signals_ns = {}
+        self.stop_signal_ns = None
+        self.caused_by_us = False
 
     def info(self) -> RankInfo:
         """The plain-data view a UI gets from ``snapshot()``."""

@@ -31,7 +31,10 @@ also ``filtered_*``), ``RankStats`` (one per rank per sample), ``EscalationSched
 ``EscalationFinished`` (deadline and who was SIGKILLed), ``RankRestarted``,
 ``AttemptStarted``, ``TimerExpired`` (torch's watchdog), ``SupervisorNotice`` (refusals
 that deserve a line, SIGKILLs, stuck ranks, teardown) and ``RunFinished`` (RunProcsResult
-keyed by global rank, and the root-cause rank: the earliest failure we did not cause).
+keyed by global rank, and the root-cause rank: the earliest failure we did not cause, None
+when every rank that failed was stopped by us). An exit is ``caused_by_us`` only when our
+signal plausibly ended it (``RankSlot.exit_caused_by_us``): a rank that failed on its own
+during a teardown, or before our signal reached it, is a real failure.
 
 Restarted ranks' files: a rank restarted alone writes to ``attempt_<n>/<rank>/restart_<k>/``
 (k = its restart count); its earlier stdout.log, stderr.log and error.json stay where they

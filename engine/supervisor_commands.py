@@ -112,6 +112,7 @@ class CommandsMixin:
             # Remember it: if the rank dies of this signal, that death was our doing.
             slot.user_signals.add(int(cmd.sig))
             if slot.proc.send_signal(cmd.sig, group=True):
+                slot.note_signal(cmd.sig, stop=False)
                 sent.append(slot.rank)
         if not sent:
             raise _Refused(f"rank(s) {_words([s.rank for s in live])} exited before the signal")
@@ -162,8 +163,9 @@ class CommandsMixin:
     ) -> None:
         """Send ``sig`` to each rank's group now, SIGKILL whoever is alive at the deadline.
 
-        ``reason`` says why (it makes the exit "caused by us"): "terminate", "restart",
-        "attempt", "teardown" or "shutdown". The caller holds the lock.
+        ``reason`` says why: "terminate", "restart", "attempt", "teardown" or "shutdown".
+        The exit counts as caused by us only if the signal reached the rank before it
+        exited (``RankSlot.exit_caused_by_us``). The caller holds the lock.
         """
         slots = [s for s in slots if s.alive and s.proc is not None]
         if not slots:
@@ -186,15 +188,19 @@ class CommandsMixin:
         self._emit(EscalationScheduled(ranks, _signame(sig), timeout, esc.deadline))
 
     def _signal_slots(self: Any, slots: list[RankSlot], sig: int) -> list[int]:
-        """Signal every slot's process group and descendants; the ranks that got it.
+        """Send a stop signal to every slot's process group and descendants; the ranks
+        that got it (each records when, so that only exits after it count as ours).
 
         One /proc scan serves all of them (``send_signal_all``): with 32 ranks, a scan per
         rank was most of the time from "terminate all" to the last exit.
         """
         from engine.proc import send_signal_all
 
-        by_proc = {id(s.proc): s.rank for s in slots}
-        return sorted(by_proc[id(p)] for p in send_signal_all([s.proc for s in slots], sig))
+        by_proc = {id(s.proc): s for s in slots}
+        got = [by_proc[id(p)] for p in send_signal_all([s.proc for s in slots], sig)]
+        for slot in got:
+            slot.note_signal(sig, stop=True)
+        return sorted(s.rank for s in got)
 
     def _kill_now(self: Any, slots: list[RankSlot], reason: str) -> None:
         """SIGKILL each rank's group at once (no escalation: there is nothing after it)."""

@@ -345,8 +345,18 @@ class ScriptedSupervisor:
             return events, CommandResult(True)
         if isinstance(command, RestartRank):
             self._alive((command.rank,))
+            info = self._ranks[command.rank]
+            if info.state is RankState.RESTARTING:
+                raise _Refused(f"rank {command.rank} is already restarting")
+            message = ""
+            if not info.state.is_alive:
+                # As the Supervisor: nothing to stop, start it again at once and say so.
+                message = (
+                    f"rank {command.rank} had exited ({info.state.value}): starting it again"
+                )
             events += self._restart(command.rank, whole_attempt=False)
-            return events, CommandResult(True)
+            self._finished = False  # the run goes on (the Supervisor's snapshot agrees)
+            return events, CommandResult(True, message)
         if isinstance(command, RestartAll):
             for r in sorted(self._ranks):
                 if self._ranks[r].state.is_alive:
@@ -442,9 +452,7 @@ class ScriptedSupervisor:
         count = info.restart_count + 1
         pid = self._pid(rank)
         paths = _paths(self._info.log_dir, self._attempt, rank, None if whole_attempt else count)
-        restarted = RankRestarted(rank, pid, count, self._attempt, whole_attempt, *paths)
-        self._track(restarted)
-        events.append(restarted)
+        # The Supervisor's order: final -> STARTING, then RankRestarted, then RUNNING.
         info = self._ranks[rank]
         starting = RankStateChanged(
             rank,
@@ -457,6 +465,9 @@ class ScriptedSupervisor:
         )
         self._track(starting)
         events.append(starting)
+        restarted = RankRestarted(rank, pid, count, self._attempt, whole_attempt, *paths)
+        self._track(restarted)
+        events.append(restarted)
         events.append(self._move(rank, RankState.RUNNING))
         events.append(RankOutput(rank, "stdout", (f"rank {rank} started again (restart {count})",)))
         return events

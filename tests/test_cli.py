@@ -235,6 +235,62 @@ def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path)
     assert cfg.console(0) == (True, True)
 
 
+def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tui.cli import build_demo_parser, build_run_parser, demo_config
+
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}
+    res = rankvisor("demo", "--help", env=env)
+    assert res.returncode == 0
+    assert "(default 10," in " ".join(res.stdout.split()), res.stdout
+    assert "(default 30," in " ".join(rankvisor("run", "--help", env=env).stdout.split())
+    parse = build_demo_parser().parse_args
+    assert demo_config(parse(["--log-dir", str(tmp_path)])).term_timeout == 10
+    overridden = demo_config(parse(["--log-dir", str(tmp_path), "--term-timeout", "2.5"]))
+    assert overridden.term_timeout == 2.5
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7")
+    assert demo_config(parse(["--log-dir", str(tmp_path)])).term_timeout == 7
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+    # ``run`` keeps torchrun's 30 s.
+    from tui.cli import config_from_args
+
+    run_args = build_run_parser().parse_args(["--log-dir", str(tmp_path), SV_RANK])
+    assert config_from_args(run_args).term_timeout == 30
+
+
+def test_printed_summary_after_terminate_all_blames_no_rank(tmp_path: Path) -> None:
+    """What the CLI prints after the TUI, from a real run whose ranks rankvisor stopped."""
+    pytest.importorskip("tui.model")
+    from engine.handle import TerminateRanks
+    from engine.run_config import SupervisorConfig
+    from engine.supervisor import Supervisor
+    from tui.model import RunView
+    from tui.report import format_summary
+
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    cfg = SupervisorConfig(
+        entrypoint=sys.executable, args=("-u", SV_RANK, "--pid-dir", str(pid_dir)), nprocs=2,
+        log_dir=str(tmp_path / "logs"), term_timeout=5.0, sample_interval=0,
+    )
+    events: list[object] = []
+    with Supervisor(cfg) as sup:
+        sup.subscribe(events.append)
+        view = RunView(sup.snapshot())
+        wait_until(lambda: len(list(pid_dir.glob("*.pids"))) == 2, timeout=30)
+        assert sup.execute(TerminateRanks()).ok
+        finished = sup.wait(timeout=30)
+    assert finished is not None and finished.root_cause_rank is None
+    for event in list(events):
+        view.apply(event)  # type: ignore[arg-type]
+    text = format_summary(view)
+    assert "no root cause: the run was stopped by rankvisor" in text, text
+    assert "root cause: rank" not in text
+    assert "stopped by rankvisor: rank 0" in text and "stopped by rankvisor: rank 1" in text
+
+
 def test_signals_to_handle_and_numa_binding_flags(tmp_path: Path) -> None:
     assert_refused(rankvisor("run", "--signals-to-handle", "SIGTERM,SIGFOO", SV_RANK), "'SIGFOO'")
     assert_refused(rankvisor("run", "--signals-to-handle", "SIGKILL", SV_RANK), "SIGKILL")

@@ -80,3 +80,15 @@ def test_same_names_and_signatures_as_torch() -> None:
                                getattr(te.ErrorHandler, m))
     _assert_same_signature("Std.from_str", engine.Std.from_str, tm.Std.from_str)
     assert {s.name: int(s) for s in engine.Std} == {s.name: int(s) for s in tm.Std}
+
+
+def test_supervisor_and_its_config_are_exported() -> None:
+    import engine.run_config
+    import engine.supervisor
+
+    assert {"Supervisor", "SupervisorConfig"} <= set(engine.__all__)
+    assert engine.Supervisor is engine.supervisor.Supervisor
+    assert engine.SupervisorConfig is engine.run_config.SupervisorConfig
+    assert {"Supervisor", "SupervisorConfig"} <= set(dir(engine))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        engine.Nope  # noqa: B018

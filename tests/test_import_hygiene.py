@@ -21,3 +21,15 @@ def test_engine_events_and_states_are_plain() -> None:
         "import engine.events, engine.states, engine.handle", ("textual", "rich", "torch")
     )
     assert loaded == []
+
+
+def test_supervisor_exports_are_lazy() -> None:
+    """``engine.Supervisor`` / ``engine.SupervisorConfig`` load nothing at ``import engine``."""
+    lazy = ("engine.supervisor", "engine.run_config", "engine.monitor", "engine.pump",
+            "engine.stats", "engine.guard", "engine.watchdog", "engine.multiprocess_context")
+    assert _loaded_after("import engine", lazy) == []
+    loaded = _loaded_after(
+        "import engine; engine.Supervisor; engine.SupervisorConfig",
+        ("engine.supervisor", "engine.run_config", "textual", "rich", "torch"),
+    )
+    assert loaded == ["engine.supervisor", "engine.run_config"]

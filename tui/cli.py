@@ -34,6 +34,8 @@ PROG = "rankvisor"
 _SUBCOMMANDS = ("run", "demo", "serve")
 DEMO_NPROCS = 4
 DEFAULT_DEMO_STDERR_FILTERS = ("WARNING",)
+DEMO_TERM_TIMEOUT = 10.0
+"""The demo's SIGTERM -> SIGKILL timeout unless --term-timeout (or the env) says otherwise."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,7 +50,7 @@ def _env_default(dest: str, default: str | None) -> str | None:
     return os.environ.get(f"PET_{dest.upper()}", default)
 
 
-def _add_logging_flags(p: argparse.ArgumentParser) -> None:
+def _add_logging_flags(p: argparse.ArgumentParser, *, term_timeout_default: float = 30) -> None:
     p.add_argument("--log-dir", "--log_dir", dest="log_dir", default=_env_default("log_dir", None),
                    help="base directory of the run's logs (default: a new temp dir)")
     p.add_argument("-r", "--redirects", default=_env_default("redirects", "0"),
@@ -56,8 +58,9 @@ def _add_logging_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--tee", default=_env_default("tee", "0"),
                    help="redirected streams still shown on the console (same syntax)")
     p.add_argument("--term-timeout", type=float, default=None, metavar="SECONDS",
-                   help="seconds from SIGTERM to SIGKILL (default 30, or "
-                        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT)")
+                   help=f"seconds from SIGTERM to SIGKILL (default {term_timeout_default:g}, "
+                        "or TORCH_ELASTIC_SHUTDOWN_TIMEOUT)")
+    p.set_defaults(term_timeout_default=float(term_timeout_default))
     p.add_argument("--shutdown-timeout", "--shutdown_timeout", dest="term_timeout", type=float,
                    help=argparse.SUPPRESS)
     p.add_argument("--headless", action="store_true",
@@ -137,7 +140,9 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
 def build_demo_parser() -> argparse.ArgumentParser:
     """``demo``: the embedded 4-rank gloo job, through the same path as ``run``."""
     p = _Parser(prog=f"{PROG} demo", description="Run a 4-rank demo job (gloo, CPU).")
-    _add_logging_flags(p)
+    # The demo's stalled rank ignores SIGTERM on purpose: with torchrun's 30 s every quit
+    # would wait 30 s for its SIGKILL.
+    _add_logging_flags(p, term_timeout_default=DEMO_TERM_TIMEOUT)
     return p
 
 
@@ -229,7 +234,8 @@ def _signals(text: str) -> tuple[int, ...]:
 def _term_timeout(args: argparse.Namespace) -> float:
     if args.term_timeout is not None:
         return float(args.term_timeout)
-    return float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
+    default = getattr(args, "term_timeout_default", 30.0)
+    return float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", default))
 
 
 def config_from_args(args: argparse.Namespace) -> SupervisorConfig:

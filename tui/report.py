@@ -24,6 +24,9 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     )
     failures = run.failures()
     root = run.root_cause()
+    if failures and root is None and all(view.caused_by_us for view in failures):
+        # Terminate-all, quit: nobody failed on their own, so nobody is blamed.
+        out.append("  no root cause: the run was stopped by rankvisor")
     for view in failures:
         details = failure_details(view)
         head = "root cause" if view.rank == root else "also failed"
@@ -31,6 +34,8 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         if details.timestamp:
             when = " at " + datetime.fromtimestamp(details.timestamp).strftime("%Y-%m-%d %H:%M:%S")
         by_us = " (stopped by rankvisor)" if view.caused_by_us else ""
+        if root is None and view.caused_by_us:
+            head, by_us = "stopped by rankvisor", ""
         how = view.exit_label or view.state.value
         out.append(f"  {head}: rank {view.rank} (pid {view.pid}) {how}{when}{by_us}")
         if view.rank != root:

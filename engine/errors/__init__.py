@@ -33,7 +33,14 @@ from engine.errors.error_file import read_error_file
 from engine.errors.error_handler import ErrorHandler
 from engine.errors.handlers import get_error_handler
 
-__all__ = ["ChildFailedError", "ErrorHandler", "ProcessFailure", "get_error_handler", "record"]
+__all__ = [
+    "ChildFailedError",
+    "ErrorHandler",
+    "ProcessFailure",
+    "get_error_handler",
+    "record",
+    "root_cause_rank",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +178,23 @@ ${root_failure}
 ${boarder}"""
 
 
+_STOPPED_BY_US = "  <NONE: every failed rank was stopped by rankvisor>"
+
+
+def root_cause_rank(failures: dict[GlobalRank, ProcessFailure]) -> Optional[GlobalRank]:
+    """The rank that failed first on its own, or None when there is none.
+
+    Failures we caused (``caused_by_us``: teardown, terminate-all, quit) are never the root
+    cause; among the rest the earliest ``failure_time_ns`` wins, ties going to the first in
+    the dict. None when ``failures`` is empty or every failure was ours: the run was
+    stopped, nobody failed.
+    """
+    real = {r: f for r, f in failures.items() if not f.caused_by_us}
+    if not real:
+        return None
+    return min(real, key=lambda r: real[r].failure_time_ns)
+
+
 class ChildFailedError(Exception):
     """One or more ranks failed; raised by launchers, reported by ``record`` in the parent.
 
@@ -187,20 +211,28 @@ class ChildFailedError(Exception):
         super().__init__(self.format_msg())
 
     def get_first_failure(self) -> tuple[GlobalRank, ProcessFailure]:
-        """The root cause: the earliest real failure.
+        """The root cause: the earliest real failure (``root_cause_rank``).
 
-        Failures we caused (teardown kills) are skipped unless there is nothing else; among
-        the rest the earliest ``failure_time_ns`` wins, ties going to the first in the dict.
+        torch's contract is a failure, always: when every failure was ours (the run was
+        stopped, see ``stopped_by_us``) this falls back to the earliest of them, which
+        ``format_msg`` then does not call the root cause.
         """
-        real = {r: f for r, f in self.failures.items() if not f.caused_by_us} or self.failures
-        rank = min(real, key=lambda r: real[r].failure_time_ns)
+        rank = root_cause_rank(self.failures)
+        if rank is None:
+            rank = min(self.failures, key=lambda r: self.failures[r].failure_time_ns)
         return rank, self.failures[rank]
+
+    @property
+    def stopped_by_us(self) -> bool:
+        """True when every failure was caused by us: there is no root cause to report."""
+        return root_cause_rank(self.failures) is None
 
     def format_msg(self, boarder_delim: str = "=", section_delim: str = "-") -> str:
         """The report torch prints: every failure, then the root cause, at most 60 wide."""
         title = f"{self.name} FAILED"
-        root_rank, _ = self.get_first_failure()
-        root_failure_fmt = ""
+        # Nobody failed on their own (every rank was stopped by us): no rank is blamed.
+        root_rank = root_cause_rank(self.failures)
+        root_failure_fmt = _STOPPED_BY_US if root_rank is None else ""
         other_failures_fmt: list[str] = []
         width = len(title)
         for idx, (rank, failure) in enumerate(self.failures.items()):

@@ -11,6 +11,7 @@ Flags (all optional):
   --raise MSG        raise RuntimeError(MSG) after --after, writing error.json like torch's
                      @record does (without importing torch, which costs seconds)
   --only-rank R      apply --exit/--raise only on rank R; other ranks sleep
+  --wait-file PATH   before --exit/--raise, wait (after --after) until PATH exists
   --print N          print N numbered lines to stdout first
 """
 
@@ -36,6 +37,7 @@ def main() -> None:
     p.add_argument("--after", type=float, default=0.0)
     p.add_argument("--only-rank", type=int)
     p.add_argument("--print", type=int, default=0)
+    p.add_argument("--wait-file")
     a = p.parse_args()
     rank = int(os.environ.get("RANK", "0"))
     if a.ignore_term:
@@ -60,6 +62,8 @@ def main() -> None:
     applies = a.only_rank is None or a.only_rank == rank
     if applies and (a.exit is not None or a.raise_msg):
         time.sleep(a.after)
+        while a.wait_file and not os.path.exists(a.wait_file):
+            time.sleep(0.01)
         if a.raise_msg:
             try:
                 raise RuntimeError(a.raise_msg)

@@ -176,3 +176,110 @@ def test_attempt_started_and_env(supervise: Factory) -> None:
     assert env["PYTHONUNBUFFERED"] == os.environ.get("PYTHONUNBUFFERED", "1")
     assert env["PYTHONFAULTHANDLER"] == os.environ.get("PYTHONFAULTHANDLER", "1")
     assert env["RANKVISOR_GUARD"]
+
+
+def test_when_rankvisor_stopped_every_rank_nobody_is_the_root_cause(supervise: Factory) -> None:
+    from engine.errors import ChildFailedError
+    from engine.headless import format_report
+
+    run = supervise(3)
+    for r in range(3):
+        run.pids(r)
+    assert run.sup.execute(TerminateRanks()).ok  # terminate-all
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished)
+    failures = finished.result.failures
+    assert sorted(failures) == [0, 1, 2]
+    assert all(f.exitcode == -15 and f.caused_by_us for f in failures.values())
+    assert finished.root_cause_rank is None
+    # The torch-style report and the CLI's first line agree: the run was stopped, no blame.
+    err = ChildFailedError("sv_rank.py", failures)
+    assert err.stopped_by_us
+    assert "<NONE: every failed rank was stopped by rankvisor>" in err.format_msg()
+    report = format_report("sv_rank.py", finished)
+    assert report.startswith("rankvisor: no root cause: the run was stopped by rankvisor")
+    assert "failed first" not in report
+    assert "Root Cause (first observed failure):\n  <NONE" in report
+
+
+def test_quit_is_not_a_failure_of_any_rank(supervise: Factory) -> None:
+    run = supervise(2, "--ignore-term", term_timeout=0.5)
+    run.pids(0)
+    run.pids(1)
+    run.sup.shutdown()  # what quitting the TUI does: SIGTERM, SIGKILL at the deadline
+    finished = run.sup.finished
+    assert isinstance(finished, RunFinished)
+    assert finished.root_cause_rank is None
+    assert {r: f.exitcode for r, f in finished.result.failures.items()} == {0: -9, 1: -9}
+    assert all(f.caused_by_us for f in finished.result.failures.values())
+
+
+def test_a_rank_that_exited_before_our_signal_reached_it_is_a_real_failure(
+    supervise: Factory, tmp_path: Path
+) -> None:
+    """Terminate-all right after rank 1 exited 1 by itself, before the monitor saw it: our
+    SIGTERM never reached rank 1, so its exit is its own failure, and the root cause."""
+    go = tmp_path / "go"
+    run = supervise(2, "--exit", "1", "--only-rank", "1", "--wait-file", str(go))
+    run.pids(0)
+    run.pids(1)
+    slot = run.sup._slots[1]
+    with run.sup._lock:  # hold the monitor off: it sees rank 1's exit only after the command
+        go.touch()
+        wait_until(lambda: slot.proc.poll() is not None)
+        assert run.sup.execute(TerminateRanks()).ok
+        assert slot.stop_reason == "terminate"  # asked to stop, but no signal was delivered
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished)
+    failures = finished.result.failures
+    assert failures[1].exitcode == 1 and not failures[1].caused_by_us
+    assert failures[0].exitcode == -15 and failures[0].caused_by_us
+    assert finished.root_cause_rank == 1
+    (ev,) = run.rec.of(RankStateChanged, rank=1, new=RankState.FAILED)
+    assert ev.exitcode == 1 and not ev.caused_by_us  # the pane must not say "by rankvisor"
+    (ev0,) = run.rec.of(RankStateChanged, rank=0, new=RankState.SIGNALLED)
+    assert ev0.caused_by_us
+
+
+def test_a_rank_failing_by_itself_during_a_teardown_is_a_real_failure(
+    supervise: Factory, tmp_path: Path
+) -> None:
+    """Rank 0 ignores SIGTERM and is being terminated; rank 1, never signalled, exits 1."""
+    go = tmp_path / "go"
+    run = supervise(
+        2, "--ignore-term", "--exit", "1", "--only-rank", "1", "--wait-file", str(go),
+        term_timeout=60,
+    )
+    run.pids(0)
+    run.pids(1)
+    assert run.sup.execute(TerminateRanks((0,))).ok
+    run.rec.wait_state(0, RankState.TERMINATING)
+    go.touch()
+    run.rec.wait_state(1, RankState.FAILED)
+    (ev,) = run.rec.of(RankStateChanged, rank=1, new=RankState.FAILED)
+    assert ev.exitcode == 1 and not ev.caused_by_us and not ev.failure.caused_by_us
+    assert run.sup.execute(KillRanks((0,))).ok
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished)
+    assert finished.root_cause_rank == 1
+    assert finished.result.failures[0].caused_by_us
+
+
+def test_a_signal_we_sent_owns_only_the_death_it_causes(supervise: Factory, tmp_path: Path) -> None:
+    """A person's signal that kills (SIGUSR2) makes the death ours; one the rank survives
+    (SIGCONT) does not make its later failure ours."""
+    go = tmp_path / "go"
+    run = supervise(2, "--exit", "1", "--only-rank", "1", "--wait-file", str(go))
+    run.pids(0)
+    run.pids(1)
+    assert run.sup.execute(SignalRanks((0,), signal.SIGUSR2)).ok
+    run.rec.wait_state(0, RankState.SIGNALLED)
+    (ev,) = run.rec.of(RankStateChanged, rank=0, new=RankState.SIGNALLED)
+    assert ev.exitcode == -signal.SIGUSR2 and ev.caused_by_us
+    assert run.sup.execute(SignalRanks((1,), signal.SIGCONT)).ok
+    go.touch()
+    run.rec.wait_state(1, RankState.FAILED)
+    (ev,) = run.rec.of(RankStateChanged, rank=1, new=RankState.FAILED)
+    assert ev.exitcode == 1 and not ev.caused_by_us
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished) and finished.root_cause_rank == 1

@@ -15,11 +15,14 @@ from engine.events import (
     RankStats,
     RunFinished,
 )
+from engine.handle import CommandResult, KillRanks, RestartRank
 from engine.states import RankState
 from engine.testing import (
     TRACEBACK,
     ScriptedFailure,
     ScriptedResult,
+    ScriptedSupervisor,
+    running_script,
     scripted_info,
 )
 from tui.bridge import EngineBridge
@@ -212,6 +215,43 @@ def test_printed_summary_names_the_root_cause_with_its_traceback() -> None:
     assert "FloatingPointError: loss is nan at step 23 [rank2]" in text
     assert "also failed: rank 0" in text
     assert "\x1b" not in text
+
+
+def test_printed_summary_blames_nobody_when_rankvisor_stopped_every_rank() -> None:
+    run = RunView(scripted_info(2))
+    run.apply(_failure(0, 10.0, by_us=True))
+    run.apply(_failure(1, 11.0, by_us=True))
+    run.apply(RunFinished(ScriptedResult(), 0, None))
+    text = format_summary(run)
+    assert run.root_cause() is None
+    assert "no root cause: the run was stopped by rankvisor" in text
+    assert "root cause: rank" not in text
+    assert "stopped by rankvisor: rank 0" in text and "stopped by rankvisor: rank 1" in text
+
+
+def test_scripted_restart_of_an_exited_rank_answers_like_the_supervisor() -> None:
+    sup = ScriptedSupervisor(scripted_info(2), running_script(2, steps=3, with_stats=False))
+    seen: list[object] = []
+    sup.subscribe(seen.append)
+    sup.start()
+    assert sup.execute(KillRanks((0, 1))).ok
+    assert sup.snapshot().finished
+    seen.clear()
+    result = sup.execute(RestartRank(0))
+    assert result.ok
+    assert result.message == "rank 0 had exited (signalled): starting it again"
+    states = [(e.old, e.new) for e in seen if isinstance(e, RankStateChanged)]
+    assert states == [
+        (RankState.SIGNALLED, RankState.STARTING),
+        (RankState.STARTING, RankState.RUNNING),
+    ]
+    kinds = [type(e).__name__ for e in seen if not isinstance(e, RankOutput)]
+    assert kinds == ["RankStateChanged", "RankRestarted", "RankStateChanged"]
+    snap = sup.snapshot()
+    assert snap.ranks[0].state is RankState.RUNNING and snap.ranks[0].restart_count == 1
+    assert not snap.finished
+    # A running rank is restarted without a message, as by the Supervisor.
+    assert sup.execute(RestartRank(0)) == CommandResult(True, "")
 
 
 class _LogApp(App[None]):
