@@ -9,7 +9,8 @@ The low-level handle under ``SubprocessContext`` and the Supervisor. What it gua
   zombie still holds its pid, so the pgid cannot have been reused), checked under the same
   lock the reaper takes. Descendants that left the group are found in /proc (the rank's
   tree of ``children`` files, or a scan where the kernel has none) *before* the signal, and
-  each is signalled through a pidfd opened after checking its start time. Without pidfds (kernel < 5.3) the start-time check is done with /proc and psutil instead.
+  each is signalled through a pidfd opened after checking its start time. Without pidfds
+  (kernel < 5.3) the start-time check is done with /proc and psutil instead.
 * **No orphans if we are killed.** Ranks are forked by one long-lived thread
   (``engine._spawner``) and get PR_SET_PDEATHSIG=SIGKILL, so they die with this process even
   on SIGKILL. (Their own children do not inherit it; the Supervisor's guard covers those.)
