@@ -166,6 +166,8 @@ class OutputPump:
         """Bytes read by the last cycle."""
         self._busy_bytes = 4 * chunk_size
         """A cycle that read this much means the files are busy: wake at once next time."""
+        self._rotate = 0
+        """Which file the next cycle starts with (turns, so no file is always last)."""
         self.wakeups = 0
         """Wake-ups of the pump thread so far (idle cost is counted in these)."""
 
@@ -379,65 +381,95 @@ class OutputPump:
                 self._waker.unwatch(tail.path)
 
     def _cycle(self, tails: list[_Tail], final: bool = False) -> None:
-        """Read ``tails`` to their end and deliver what they completed."""
-        batch: list[Batch] = []
-        size = 0
+        """Read ``tails`` to their end and deliver what they completed.
+
+        Fair under a flood: a pass reads at most ``batch_chars`` bytes of each file (and
+        delivers every ``batch_chars``), then files with more to read get another pass (starting one file further
+        on each time), so 64 busy files are read round-robin and none waits behind another's
+        backlog. Within a file the order is the file's order.
+        """
         total = 0
-        chunk = self._chunk
-        text_mode = self._text
-        registered = self._tails
-        for tail in tails:
-            if registered.get((tail.rank, tail.stream)) is not tail:
-                continue  # removed meanwhile (by the sink, through remove/add)
-            if tail.fd is None and not self._open(tail):
-                continue
-            fd = tail.fd
-            assert fd is not None
-            # Text mode collects blocks of lines (b"a\nb\n"), event mode collects lines.
-            feed: Callable[[bytes], Any] = tail.asm.feed_bytes if text_mode else tail.asm.feed
-            parts: list[Any] = []
-            first = True
-            while True:
-                try:
-                    data = os.read(fd, chunk)
-                except OSError as e:
-                    logger.warning("reading %s failed: %s", tail.path, e)
-                    break
-                if not data:
-                    if first and os.fstat(fd).st_size < tail.offset:
-                        # Truncated in place: the old content is gone, start over.
-                        self._collect(batch, tail, parts + self._close_lines(tail))
-                        parts = []
-                        os.lseek(fd, 0, os.SEEK_SET)
-                        tail.offset = 0
-                        tail.first_line = 0
-                        first = False
-                        continue
-                    break
-                first = False
-                tail.offset += len(data)
-                total += len(data)
-                got = feed(data)
-                if got:
-                    if text_mode:
-                        parts.append(got)  # type: ignore[arg-type]
-                    else:
-                        parts += got
-                    size += len(data)
-                    if size >= self._batch_chars:
-                        self._collect(batch, tail, parts)
-                        parts = []
-                        self._deliver(batch)
-                        batch = []
-                        size = 0
-                if len(data) < chunk:
-                    break
-            if final:
-                parts += self._close_lines(tail)
-            self._collect(batch, tail, parts)
-        if batch:
-            self._deliver(batch)
+        budget = self._batch_chars
+        start = self._rotate
+        self._rotate += 1
+        todo = tails
+        while todo:
+            if len(todo) > 1:
+                k = start % len(todo)
+                todo = todo[k:] + todo[:k]
+            batch: list[Batch] = []
+            more: list[_Tail] = []
+            size = 0
+            for tail in todo:
+                read, full = self._read_tail(tail, batch, budget, final)
+                total += read
+                size += read
+                if full:
+                    more.append(tail)
+                if size >= budget and batch:  # memory stays flat on a big backlog
+                    self._deliver(batch)
+                    batch = []
+                    size = 0
+            if batch:
+                self._deliver(batch)
+            todo = more
         self._read_last = total
+
+    def _read_tail(
+        self, tail: _Tail, batch: list[Batch], budget: int, final: bool
+    ) -> tuple[int, bool]:
+        """Read up to ``budget`` bytes of ``tail`` into ``batch``; (bytes read, budget hit)."""
+        if self._tails.get((tail.rank, tail.stream)) is not tail:
+            return 0, False  # removed meanwhile (by the sink, through remove/add)
+        if tail.fd is None and not self._open(tail):
+            return 0, False
+        fd = tail.fd
+        assert fd is not None
+        # Text mode collects blocks of lines (b"a\nb\n"), event mode collects lines.
+        text_mode = self._text
+        feed: Callable[[bytes], Any] = tail.asm.feed_bytes if text_mode else tail.asm.feed
+        parts: list[Any] = []
+        chunk = self._chunk
+        first = True
+        read = 0
+        full = False
+        while True:
+            try:
+                # One read per file per pass when it fits: every read lets the GIL go, and
+                # taking it back behind a busy UI thread costs up to a switch interval.
+                data = os.read(fd, max(chunk, budget - read))
+            except OSError as e:
+                logger.warning("reading %s failed: %s", tail.path, e)
+                break
+            if not data:
+                if first and os.fstat(fd).st_size < tail.offset:
+                    # Truncated in place: the old content is gone, start over.
+                    self._collect(batch, tail, parts + self._close_lines(tail))
+                    parts = []
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    tail.offset = 0
+                    tail.first_line = 0
+                    first = False
+                    continue
+                break
+            first = False
+            tail.offset += len(data)
+            read += len(data)
+            got = feed(data)
+            if got:
+                if text_mode:
+                    parts.append(got)  # type: ignore[arg-type]
+                else:
+                    parts += got
+            if read >= budget:
+                full = True  # more may wait: another pass, after the other files
+                break
+            if len(data) < chunk:
+                break
+        if final and not full:
+            parts += self._close_lines(tail)
+        self._collect(batch, tail, parts)
+        return read, full
 
     def _close_lines(self, tail: _Tail) -> list[Any]:
         last = tail.asm.close()

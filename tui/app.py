@@ -124,7 +124,9 @@ class RankvisorApp(App[int]):
         """Zone of the times shown (None: local); tests fix it so snapshots match anywhere."""
         self.handle = handle
         self.clock = clock
-        self.bridge = EngineBridge()
+        # Lines beyond what a pane keeps would be evicted from its ring at once: the bridge
+        # need not hold them (the files keep every byte).
+        self.bridge = EngineBridge(max_pending_lines=max(buffer_lines, 1))
         # Subscribe before the snapshot, so that nothing between the two is lost.
         self._unsubscribe = handle.subscribe(self.bridge)
         self.run_view = RunView(handle.snapshot(), buffer_lines=buffer_lines)

@@ -17,6 +17,9 @@ while the writers run:
   rank that got lines (how far the panes are behind the files);
 - lines drawn vs skipped: when the UI falls behind, the bridge drops the oldest batches for
   the panes (marked in the pane) and never the files;
+- how busy the whole machine was (all cores: writers, app and anything else running), and
+  how far the files themselves are behind the writers' intent (a CPU-starved writer writes
+  late; no reader can make that up);
 - files intact: afterwards every rank's stdout.log holds lines 0..n-1, in order, none missing.
 
 Goals (issue 5): key to screen < 100 ms, panes within 250 ms of the files, no byte missing.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
 import resource
@@ -51,6 +55,7 @@ from tui.app import RankvisorApp  # noqa: E402
 WRITER = Path(__file__).with_name("tui_writer.py")
 _STAMP = re.compile(r" t=(\d+\.\d+) ")
 _NUM = re.compile(rb"^r\d+ n=(\d+) ")
+_BSTAMP = re.compile(rb" t=(\d+\.\d+) ")
 
 
 class BenchApp(RankvisorApp):
@@ -130,23 +135,48 @@ async def _key_latency(app: BenchApp, pilot: Any, key: str, target: int) -> floa
     return (shown[0] - start) if shown else float("inf")
 
 
-def _check_files(run_dir: Path, nprocs: int) -> tuple[int, int, int]:
-    """(lines on disk, ranks intact, bad lines): every stdout.log must be n=0..k-1 in order."""
+def _check_files(
+    run_dir: Path, nprocs: int, rate: float
+) -> tuple[int, int, int, list[float]]:
+    """(lines on disk, ranks intact, bad lines, writer lateness): every stdout.log must be
+    n=0..k-1 in order. Lateness, per burst: its stamp minus when the writer meant to write
+    it (first stamp + n / rate): how far the files themselves are behind the writers' intent
+    (a writer starved of CPU), which no reader can make up."""
     total = intact = bad = 0
+    late: list[float] = []
     for rank in range(nprocs):
         path = run_dir / "attempt_0" / str(rank) / "stdout.log"
         expected = 0
         ok = True
+        start: float | None = None
+        last_stamp = ""
         with open(path, "rb") as f:
             for line in f:
                 match = _NUM.match(line)
                 if not match or int(match.group(1)) != expected or not line.endswith(b"\n"):
                     ok = False
                     bad += 1
+                else:
+                    stamp = _BSTAMP.search(line)
+                    if stamp and stamp.group(1) != last_stamp:  # a new burst
+                        last_stamp = stamp.group(1)
+                        t = float(last_stamp)
+                        if start is None:
+                            start = t
+                        late.append(t - (start + expected / rate))
                 expected += 1
         total += expected
         intact += ok
-    return total, intact, bad
+    return total, intact, bad, late
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = values[3] + values[4]
+    return (sum(values) - idle) / tick, sum(values) / tick
 
 
 async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dict[str, Any]:
@@ -181,6 +211,7 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                 # Steady state: measure CPU, lag and key latency while the writers write.
                 app.measuring = True
                 usage0 = resource.getrusage(resource.RUSAGE_SELF)
+                busy0, all0 = _machine_busy()
                 thread0 = time.thread_time()
                 wall0 = time.perf_counter()
                 lines0 = app.bridge.lines_seen
@@ -197,6 +228,7 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                     await pilot.pause(random.uniform(0.05, 0.15))
                 measured = time.perf_counter() - wall0
                 usage1 = resource.getrusage(resource.RUSAGE_SELF)
+                busy1, all1 = _machine_busy()
                 thread_cpu = time.thread_time() - thread0
                 app.measuring = False
                 lines = app.bridge.lines_seen - lines0
@@ -208,9 +240,12 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                     pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks), seconds + 60
                 )
                 await pilot.pause(0.3)
-                on_disk, intact, bad = _check_files(Path(app.run_view.log_dir), nprocs)
+                on_disk, intact, bad, late = _check_files(
+                    Path(app.run_view.log_dir), nprocs, rate
+                )
                 drawn = sum(v.lines_seen for v in ranks)
                 proc_cpu = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
+                machine_busy = busy1 - busy0
                 result.update(
                     measured_s=round(measured, 2),
                     lines_per_s_seen=round(lines / measured),
@@ -220,6 +255,9 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                     key_to_screen_ms_max=round(max(latencies) * 1000, 1),
                     ui_thread_cpu_pct=round(100 * thread_cpu / measured, 1),
                     process_cpu_pct=round(100 * proc_cpu / measured, 1),
+                    machine_busy_pct=round(100 * machine_busy / max(1e-9, all1 - all0), 1),
+                    writer_late_ms_p99=round(_pct(late, 0.99) * 1000, 1),
+                    writer_late_ms_max=round(max(late, default=float("nan")) * 1000, 1),
                     pane_lag_ms_p50=round(_pct(app.lags, 0.5) * 1000, 1),
                     pane_lag_ms_p99=round(_pct(app.lags, 0.99) * 1000, 1),
                     pane_lag_ms_max=round(max(app.lags, default=float("nan")) * 1000, 1),
@@ -251,6 +289,8 @@ COLUMNS = [
     ("pane_lag_ms_p99", "pane lag p99 ms"),
     ("ui_thread_cpu_pct", "UI thread CPU %"),
     ("process_cpu_pct", "app process CPU %"),
+    ("machine_busy_pct", "machine busy % (2 cores)"),
+    ("writer_late_ms_p99", "files behind writers p99 ms"),
     ("frames_per_s", "frames/s"),
     ("ranks_intact", "files intact"),
     ("bad_lines", "bad lines"),

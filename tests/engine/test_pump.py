@@ -417,3 +417,24 @@ def test_a_broken_notification_backend_falls_back_to_polling(tmp_path: Path) -> 
         f.write("three\n")
     wait_until(lambda: sink.get(0) == ["one", "two", "three"], timeout=5)
     pump.stop()
+
+
+def test_backlog_is_read_round_robin_across_files(tmp_path: Path) -> None:
+    # Two files with a big backlog: the first delivery already carries lines of both (no
+    # file waits behind another's whole backlog), each file stays in order, none is lost.
+    calls: list[list[RankOutput]] = []
+    pump = OutputPump(calls.append, batch_chars=4096, chunk_size=1024)
+    for rank in (0, 1):
+        path = tmp_path / f"{rank}.log"
+        path.write_bytes(b"".join(b"r%d line %06d\n" % (rank, i) for i in range(5000)))
+        pump.add(rank, "stdout", str(path))
+    pump.flush()
+    first_two = {out.rank for call in calls[:2] for out in call}
+    assert first_two == {0, 1}
+    for call in calls:
+        keys = [(out.rank, out.stream) for out in call]
+        assert len(keys) == len(set(keys))  # at most one batch per (rank, stream) per call
+    for rank in (0, 1):
+        lines = [line for call in calls for out in call if out.rank == rank for line in out.lines]
+        assert lines == ["r%d line %06d" % (rank, i) for i in range(5000)]
+    pump.stop()
