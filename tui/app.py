@@ -29,6 +29,7 @@ from textual.screen import ModalScreen, Screen
 
 from engine.events import (
     AttemptStarted,
+    Event,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
@@ -569,9 +570,18 @@ def run_tui(
     try:
         code = app.run(mouse=mouse, headless=headless, auto_pilot=auto_pilot)
     finally:
+        late: list[Event] = []
         if not app.shut_down:
-            handle.shutdown()
+            # The app has unmounted and its bridge no longer listens: collect the ranks'
+            # final states here so the printed summary does not show them mid-teardown.
+            unsubscribe = handle.subscribe(late.append)
+            try:
+                handle.shutdown()
+            finally:
+                unsubscribe()
         app.absorb_pending()
+        for event in late:
+            app.run_view.apply(event)
     try:
         sys.stdout.write(format_summary(app.run_view))
         sys.stdout.flush()

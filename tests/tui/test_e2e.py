@@ -119,3 +119,26 @@ async def test_restarted_rank_runs_again_with_its_earlier_log_kept(tmp_path: Pat
         assert view.pid is not None and not pid_alive(view.pid)
     finally:
         sup.shutdown()
+
+
+def test_app_ended_without_quit_prints_final_states_not_terminating(
+    tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """As when rankvisor gets SIGTERM in TUI mode: the app exits before the ranks are shut
+    down; run_tui shuts them down afterwards and the summary must show how they ended."""
+    from tui.app import run_tui
+
+    sup = _supervisor(tmp_path, 2)
+
+    async def leave_without_quitting(pilot) -> None:  # type: ignore[no-untyped-def]
+        app = pilot.app
+        await _wait(pilot, lambda: all(_pids(tmp_path, r) for r in range(2)))
+        app.exit(None)  # no confirmation, no shutdown: run_tui must do it
+
+    code = run_tui(sup, headless=True, auto_pilot=leave_without_quitting)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "terminating" not in out
+    assert "2 signalled" in out and "no root cause: the run was stopped by rankvisor" in out
+    for rank in range(2):
+        assert not any(pid_alive(pid) for pid in _pids(tmp_path, rank))
