@@ -13,19 +13,18 @@ from rich.style import Style
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 
-__all__ = ["FollowingScrollView"]
+__all__ = ["FollowingScrollView", "LineScrollView"]
 
 
-class FollowingScrollView(ScrollView):
-    """A Line-API view that follows its tail (see the module docstring)."""
+class LineScrollView(ScrollView):
+    """A Line-API ``ScrollView`` whose base style is computed once per style change.
 
-    paused: reactive[bool] = reactive(False, init=False)
-    """Following paused by the user; new lines arrive but the view holds still."""
+    ``rich_style`` walks the widget's ancestors; ``render_line`` needs it for every row drawn.
+    """
 
     _base: Style | None = None
 
     def _base_style(self) -> Style:
-        """``rich_style``, computed once per style change instead of once per row drawn."""
         if self._base is None:
             self._base = self.rich_style
         return self._base
@@ -33,6 +32,13 @@ class FollowingScrollView(ScrollView):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._base = None
+
+
+class FollowingScrollView(LineScrollView):
+    """A Line-API view that follows its tail (see the module docstring)."""
+
+    paused: reactive[bool] = reactive(False, init=False)
+    """Following paused by the user; new lines arrive but the view holds still."""
 
     @property
     def follow(self) -> bool:

@@ -17,13 +17,13 @@ from rich.text import Text
 from textual import events
 from textual.geometry import Region, Size
 from textual.reactive import reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from engine.states import RankState
 from tui.messages import RankSelected, ZoomRequested
 from tui.model import RankView, format_bytes
 from tui.widgets.ansi import plain_text
+from tui.widgets.follow import LineScrollView
 from tui.widgets.rank_pane import GLYPHS
 
 __all__ = ["RankTiles"]
@@ -58,7 +58,7 @@ def tile_status(view: RankView, now: float) -> str:
     return _SHORT[view.state]
 
 
-class RankTiles(ScrollView, can_focus=False):
+class RankTiles(LineScrollView, can_focus=False):
     """A compact tile per rank, coloured by state, with a cursor on the selected rank."""
 
     COMPONENT_CLASSES = {
@@ -142,17 +142,6 @@ class RankTiles(ScrollView, can_focus=False):
         self.scroll_to_region(Region(0, row, 1, 1), animate=False, immediate=True)
 
     # -- rendering -------------------------------------------------------------------------
-
-    _base: Style | None = None
-
-    def _base_style(self) -> Style:
-        if self._base is None:
-            self._base = self.rich_style
-        return self._base
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._base = None
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
