@@ -1,9 +1,10 @@
 """One daemon thread that notices rank exits as they happen, by waiting on pidfds.
 
 A pidfd becomes readable when its process exits, so one ``epoll_wait`` over all live ranks
-sleeps until something happens and wakes within microseconds of an exit. The thread then reaps the rank (through its ``Popen``, under the
-rank's lock, so a signal is never sent to a reaped, possibly recycled pid), stamps the real
-exit time, and notifies everyone blocked in ``wait_any`` through one Condition.
+sleeps until something happens and wakes within microseconds of an exit. The thread then
+reaps the rank (through its ``Popen``, under the rank's lock, so a signal is never sent to a
+reaped, possibly recycled pid), stamps the real exit time, and notifies everyone blocked in
+``wait_any`` through one Condition.
 
 Ranks without a pidfd (kernels before 5.3) are polled with ``waitpid(WNOHANG)`` every 10 ms.
 Reaping happens here, so nothing else in the process should ``waitpid`` these children.

@@ -1,4 +1,4 @@
-"""Where each rank's stdout, stderr and error.json go: ``LogsDest``, ``LogsSpecs``, ``DefaultLogsSpecs``.
+"""Where each rank's stdout, stderr and error.json go: ``LogsSpecs`` and ``DefaultLogsSpecs``.
 
 The tree is torch's, byte for byte in its names::
 

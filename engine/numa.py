@@ -64,7 +64,7 @@ class NumaOptions:
 
 def _coerce(options: Any) -> NumaOptions:
     """Accept ours, torch's, or anything with the same two attributes."""
-    mode = getattr(options, "affinity_mode")
+    mode = options.affinity_mode
     fallback = bool(getattr(options, "should_fall_back_if_binding_fails", False))
     return NumaOptions(AffinityMode(getattr(mode, "value", mode)), fallback)
 
@@ -107,7 +107,9 @@ class _Topology:
         return int(self._read(f"devices/system/cpu/cpu{cpu}/topology/physical_package_id"))
 
     def core_siblings(self, cpu: int) -> set[int]:
-        return parse_cpulist(self._read(f"devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"))
+        return parse_cpulist(
+            self._read(f"devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        )
 
     def last_level_cache(self, cpu: int) -> set[int]:
         base = f"devices/system/cpu/cpu{cpu}/cache"
@@ -183,8 +185,12 @@ def plan(
         return dict.fromkeys(range(nprocs))
     opts = _coerce(options)
     try:
-        return {r: frozenset(cpus_for_rank(r, opts, nprocs=nprocs, sysfs_root=sysfs_root,
-                                           allowed=allowed)) for r in range(nprocs)}
+        return {
+            r: frozenset(
+                cpus_for_rank(r, opts, nprocs=nprocs, sysfs_root=sysfs_root, allowed=allowed)
+            )
+            for r in range(nprocs)
+        }
     except (OSError, ValueError, RuntimeError) as e:
         if not opts.should_fall_back_if_binding_fails:
             raise RuntimeError(f"NUMA binding ({opts.affinity_mode.value}) failed: {e}") from e
@@ -245,8 +251,11 @@ def _node_and_peers(
     gpu_nodes = _visible_gpu_nodes(topo)
     if local_rank < len(gpu_nodes):
         node = gpu_nodes[local_rank]
-        peers = [r for r in range(max(nprocs, local_rank + 1))
-                 if r < len(gpu_nodes) and gpu_nodes[r] == node]
+        peers = [
+            r
+            for r in range(max(nprocs, local_rank + 1))
+            if r < len(gpu_nodes) and gpu_nodes[r] == node
+        ]
         return node, peers
     nprocs = max(nprocs, local_rank + 1)
     cpu_ranks = [r for r in range(nprocs) if r >= len(gpu_nodes)]

@@ -384,9 +384,9 @@ class OutputPump:
         """Read ``tails`` to their end and deliver what they completed.
 
         Fair under a flood: a pass reads at most ``batch_chars`` bytes of each file (and
-        delivers every ``batch_chars``), then files with more to read get another pass (starting one file further
-        on each time), so 64 busy files are read round-robin and none waits behind another's
-        backlog. Within a file the order is the file's order.
+        delivers every ``batch_chars``), then files with more to read get another pass
+        (starting one file further on each time), so 64 busy files are read round-robin and
+        none waits behind another's backlog. Within a file the order is the file's order.
         """
         total = 0
         budget = self._batch_chars

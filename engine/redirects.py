@@ -128,7 +128,7 @@ def redirect(std: str, to_file: str) -> Iterator[None]:
             # Flush what was written inside the block into the file, then switch back.
             _flush_c_streams()
             _flush_python(std)
-            for fd, orig in zip(fds, saved):
+            for fd, orig in zip(fds, saved, strict=True):
                 os.dup2(orig, fd)
     finally:
         os.close(dst)

@@ -89,8 +89,9 @@ class SubprocessContext(PContext):
             except OSError as e:
                 # Same exception type (callers catching FileNotFoundError keep working),
                 # with the rank and the path in the message.
-                raise type(e)(e.errno, f"local rank {rank}: cannot run entrypoint: {e.strerror}",
-                              entrypoint) from None
+                raise type(e)(
+                    e.errno, f"local rank {rank}: cannot run entrypoint: {e.strerror}", entrypoint
+                ) from None
         cpus = numa.plan(self._numa_options, self.nprocs)
 
         def start_all() -> None:
@@ -148,9 +149,7 @@ class SubprocessContext(PContext):
         self.close()
         self._capture_process_failures(done)
         self._running_local_ranks.difference_update(done)
-        result = RunProcsResult(
-            failures=self._failures, stdouts=self.stdouts, stderrs=self.stderrs
-        )
+        result = RunProcsResult(failures=self._failures, stdouts=self.stdouts, stderrs=self.stderrs)
         if result.is_failed():
             _, first = ChildFailedError(str(self.entrypoint), result.failures).get_first_failure()
             logger.error(
@@ -165,8 +164,11 @@ class SubprocessContext(PContext):
         return result
 
     def _wait_for_exit(self, timeout: float) -> None:
-        live = [self._rank_process(r) for r in self._running_local_ranks
-                if r in self.subprocess_handlers]
+        live = [
+            self._rank_process(r)
+            for r in self._running_local_ranks
+            if r in self.subprocess_handlers
+        ]
         if live:
             wait_any(live, timeout)
         else:
@@ -187,7 +189,9 @@ class SubprocessContext(PContext):
                 if p.exitcode is not None:
                     p.close()  # release the pidfd: nothing stays open for exited ranks (P8)
 
-    def _stop(self, procs: dict[int, RankProcess], death_sig: signal.Signals, timeout: float) -> None:
+    def _stop(
+        self, procs: dict[int, RankProcess], death_sig: signal.Signals, timeout: float
+    ) -> None:
         live = {r: p for r, p in procs.items() if p.poll() is None}
         if not live:
             return

@@ -1,4 +1,4 @@
-"""Failures of ranks: ``ProcessFailure``, ``ChildFailedError``, ``record`` (torch's names and schema).
+"""Failures of ranks: ``ProcessFailure``, ``ChildFailedError``, ``record`` (torch's schema).
 
 A rank decorated with ``record`` (ours or torch's) writes its uncaught exception to the file
 named by TORCHELASTIC_ERROR_FILE; the parent turns each failed rank into a ``ProcessFailure``

@@ -6,14 +6,15 @@ not this short-lived thread. The test then SIGKILLs us: the rank must die with u
 Usage: spawn_holder.py
 """
 
-import sys
 import threading
 import time
 
 from engine.proc import RankProcess
 
 procs = []
-t = threading.Thread(target=lambda: procs.append(RankProcess.spawn(["sleep", "600"], None, None, None)))
+t = threading.Thread(
+    target=lambda: procs.append(RankProcess.spawn(["sleep", "600"], None, None, None))
+)
 t.start()
 t.join()
 print(procs[0].pid, flush=True)

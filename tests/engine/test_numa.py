@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import DefaultLogsSpecs, start_processes
-from engine import numa
+from engine import DefaultLogsSpecs, numa, start_processes
 from engine.numa import AffinityMode, NumaOptions, cpus_for_rank, parse_cpulist, plan
 
 ALL = set(range(16))
@@ -82,7 +81,9 @@ def test_cpu_only_ranks_are_dealt_round_robin_over_nodes(tmp_path: Path) -> None
 
 def test_gpu_ranks_follow_their_gpu_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    root = two_nodes(tmp_path, gpus=[("0000:1b:00.0", 1), ("0000:a1:00.0", 0), ("0000:c1:00.0", -1)])
+    root = two_nodes(
+        tmp_path, gpus=[("0000:1b:00.0", 1), ("0000:a1:00.0", 0), ("0000:c1:00.0", -1)]
+    )
     node0, node1 = {0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}
     got = plan(opts("node"), 3, sysfs_root=root, allowed=ALL)
     assert [set(got[r] or ()) for r in range(3)] == [node1, node0, node0]  # -1 counts as 0
@@ -97,8 +98,11 @@ def test_results_are_limited_to_allowed_cpus(tmp_path: Path) -> None:
 
 
 def test_socket_takes_every_node_of_the_package(tmp_path: Path) -> None:
-    root = str(fake_sysfs(tmp_path / "sys", {0: "0-1", 1: "2-3", 2: "4-5"}, smt=False,
-                          packages={0: 0, 1: 0, 2: 1}))
+    root = str(
+        fake_sysfs(
+            tmp_path / "sys", {0: "0-1", 1: "2-3", 2: "4-5"}, smt=False, packages={0: 0, 1: 0, 2: 1}
+        )
+    )
     assert cpus_for_rank(0, opts("socket"), nprocs=3, sysfs_root=root, allowed=ALL) == {0, 1, 2, 3}
     assert cpus_for_rank(2, opts("socket"), nprocs=3, sysfs_root=root, allowed=ALL) == {4, 5}
 
@@ -117,7 +121,9 @@ def test_exclusive_with_more_ranks_than_cores_fails_or_falls_back(tmp_path: Path
     root = two_nodes(tmp_path)
     with pytest.raises(RuntimeError, match="only 4 physical cores"):
         plan(opts("exclusive"), 10, sysfs_root=root, allowed=ALL)
-    assert plan(opts("exclusive", fallback=True), 10, sysfs_root=root, allowed=ALL) == dict.fromkeys(range(10))
+    assert plan(
+        opts("exclusive", fallback=True), 10, sysfs_root=root, allowed=ALL
+    ) == dict.fromkeys(range(10))
 
 
 def test_core_complex_takes_cache_groups_in_turn(tmp_path: Path) -> None:
@@ -134,7 +140,9 @@ def test_torch_style_options_and_none(tmp_path: Path) -> None:
         should_fall_back_if_binding_fails = False
 
     root = two_nodes(tmp_path)
-    assert plan(TorchLike(), 1, sysfs_root=root, allowed=ALL)[0] == frozenset({0, 1, 2, 3, 8, 9, 10, 11})
+    assert plan(TorchLike(), 1, sysfs_root=root, allowed=ALL)[0] == frozenset(
+        {0, 1, 2, 3, 8, 9, 10, 11}
+    )
     assert plan(None, 2) == {0: None, 1: None}
 
 
@@ -150,9 +158,14 @@ def test_binary_ranks_are_bound_for_real(tmp_path: Path, monkeypatch: pytest.Mon
         pytest.skip("needs two CPUs")
     root = fake_sysfs(tmp_path / "sys", {0: str(ours[0]), 1: str(ours[1])}, smt=False)
     monkeypatch.setattr(numa, "DEFAULT_SYSFS_ROOT", str(root))
-    ctx = start_processes("w", "sleep", {0: ("600",), 1: ("600",)}, {0: {}, 1: {}},
-                          DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
-                          numa_options=opts("node"))
+    ctx = start_processes(
+        "w",
+        "sleep",
+        {0: ("600",), 1: ("600",)},
+        {0: {}, 1: {}},
+        DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
+        numa_options=opts("node"),
+    )
     try:
         pids = ctx.pids()
         assert os.sched_getaffinity(pids[0]) == {ours[0]}
@@ -165,9 +178,14 @@ def test_binary_ranks_are_bound_for_real(tmp_path: Path, monkeypatch: pytest.Mon
 def test_impossible_binding_starts_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(numa, "DEFAULT_SYSFS_ROOT", str(tmp_path / "empty"))
     with pytest.raises(RuntimeError, match="NUMA binding"):
-        start_processes("w", "sleep", {0: ("600",)}, {0: {}},
-                        DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
-                        numa_options=opts("node"))
+        start_processes(
+            "w",
+            "sleep",
+            {0: ("600",)},
+            {0: {}},
+            DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
+            numa_options=opts("node"),
+        )
 
 
 def test_bind_current_process_in_a_child(tmp_path: Path) -> None:

@@ -340,14 +340,18 @@ def test_no_fd_leak_across_many_spawns(tmp_path: Path) -> None:
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
-    procs = [RankProcess.spawn(["true"], None, str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err"))
-             for i in range(3)]
+    procs = [
+        RankProcess.spawn(["true"], None, str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err"))
+        for i in range(3)
+    ]
     for p in procs:
         p.wait(30)
         p.close()
     before = open_fds()
     for i in range(10):
-        p = RankProcess.spawn(["true"], None, str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err"))
+        p = RankProcess.spawn(
+            ["true"], None, str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err")
+        )
         p.wait(30)
         p.close()
     assert open_fds() == before

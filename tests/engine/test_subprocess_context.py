@@ -17,9 +17,7 @@ from engine.errors import ChildFailedError
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 
-def _start(
-    tmp_path: Path, scripts: list[list[str]], **specs: Any
-) -> SubprocessContext:
+def _start(tmp_path: Path, scripts: list[list[str]], **specs: Any) -> SubprocessContext:
     specs.setdefault("redirects", Std.ALL)
     ctx = start_processes(
         name="w",
@@ -123,12 +121,16 @@ def test_close_takes_the_whole_tree(tmp_path: Path) -> None:
 
 
 def test_validation_before_anything_is_created(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match=r"envs, local rank mapping mismatch, expected: \{0, 1\}"):
-        start_processes("w", PYTHON, {0: (), 1: ()}, {0: {}},
-                        DefaultLogsSpecs(log_dir=str(tmp_path)))
+    with pytest.raises(
+        RuntimeError, match=r"envs, local rank mapping mismatch, expected: \{0, 1\}"
+    ):
+        start_processes(
+            "w", PYTHON, {0: (), 1: ()}, {0: {}}, DefaultLogsSpecs(log_dir=str(tmp_path))
+        )
     with pytest.raises(RuntimeError, match="args, local rank mapping mismatch"):
-        start_processes("w", PYTHON, {0: (), 2: ()}, {0: {}, 1: {}},
-                        DefaultLogsSpecs(log_dir=str(tmp_path)))
+        start_processes(
+            "w", PYTHON, {0: (), 2: ()}, {0: {}, 1: {}}, DefaultLogsSpecs(log_dir=str(tmp_path))
+        )
     assert list(tmp_path.iterdir()) == []  # no run dir was made
 
 
@@ -139,12 +141,18 @@ def test_bad_binary_names_path_and_rank_and_starts_nothing(tmp_path: Path, kind:
         program.write_text("#!/bin/sh\n")
     before = set(os.listdir("/proc"))
     with pytest.raises(OSError) as info:
-        start_processes("w", str(program), {0: (), 1: ()}, {0: {}, 1: {}},
-                        DefaultLogsSpecs(log_dir=str(tmp_path / "logs")))
+        start_processes(
+            "w",
+            str(program),
+            {0: (), 1: ()},
+            {0: {}, 1: {}},
+            DefaultLogsSpecs(log_dir=str(tmp_path / "logs")),
+        )
     assert isinstance(info.value, FileNotFoundError if kind == "missing" else PermissionError)
     assert "local rank 0" in str(info.value) and str(program) in str(info.value)
-    children = [p for p in set(os.listdir("/proc")) - before
-                if p.isdigit() and _ppid(int(p)) == os.getpid()]
+    children = [
+        p for p in set(os.listdir("/proc")) - before if p.isdigit() and _ppid(int(p)) == os.getpid()
+    ]
     assert children == []
 
 
@@ -224,13 +232,12 @@ def test_tee_prefixes_and_duplicate_filters(
     result = ctx.wait()
     assert result is not None and not result.is_failed()
     out, err = capfd.readouterr()
-    assert sorted(out.splitlines()) == [
-        "[custom-1]:apple too", "[w0]:apple keep", "[w0]:plain"
-    ]
+    assert sorted(out.splitlines()) == ["[custom-1]:apple too", "[w0]:apple keep", "[w0]:plain"]
     assert err.splitlines() == ["[custom-1]:e1"]
     attempt = Path(result.stdouts[0]).parent.parent
     assert sorted((attempt / "filtered_stdout.log").read_text().splitlines()) == [
-        "[custom-1]:apple too", "[w0]:apple keep"
+        "[custom-1]:apple too",
+        "[w0]:apple keep",
     ]
     assert (attempt / "filtered_stderr.log").read_text() == ""
     assert ctx.filtered_stdout is not None and ctx.filtered_stdout.closed
@@ -270,6 +277,7 @@ print(ctx.pids()[0], flush=True)
 
 def test_no_file_handles_left_open(tmp_path: Path) -> None:
     """P8: torch keeps the log files of exited ranks open until close()."""
+
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
@@ -284,7 +292,10 @@ def test_no_file_handles_left_open(tmp_path: Path) -> None:
 def test_args_are_stringified(tmp_path: Path) -> None:
     echo = "import sys; print(*sys.argv[1:], sep=chr(10))"
     ctx = start_processes(
-        "w", PYTHON, {0: ("-c", echo, 1, 2.5, ["x"])}, {0: {}},
+        "w",
+        PYTHON,
+        {0: ("-c", echo, 1, 2.5, ["x"])},
+        {0: {}},
         DefaultLogsSpecs(log_dir=str(tmp_path), redirects=Std.OUT),
     )
     result = ctx.wait()
