@@ -27,6 +27,7 @@ __all__ = [
     "read_entry",
     "scan",
     "signal_checked",
+    "stat_fields",
 ]
 
 
@@ -41,8 +42,12 @@ class ProcEntry(NamedTuple):
     """How many threads it had when read (0: not known)."""
 
 
-def read_entry(pid: int) -> Optional[ProcEntry]:
-    """The /proc entry of ``pid``, or None if there is no such process (or it is unreadable)."""
+def stat_fields(pid: int) -> Optional[list[bytes]]:
+    """The fields of /proc/<pid>/stat from field 3 (state) on, or None if there is no such
+    process (or it is unreadable).
+
+    ``fields[0]`` is field 3 (state), so field ``n`` of proc(5) is ``fields[n - 3]``.
+    """
     # os.open/os.read rather than open(): half the cost, and a scan reads every process.
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
@@ -54,14 +59,20 @@ def read_entry(pid: int) -> Optional[ProcEntry]:
         return None
     finally:
         os.close(fd)
-    return _parse(pid, data)
-
-
-def _parse(pid: int, data: bytes) -> Optional[ProcEntry]:
-    # Field 2 (comm) may hold spaces and ')': the fields we want follow the last ')'.
+    # Field 2 (comm) may hold spaces and ')': the other fields follow the last ')'.
     try:
-        fields = data[data.rindex(b")") + 2 :].split()
-        # fields[0] is field 3 (state): ppid is field 4, pgrp 5, num_threads 20, starttime 22.
+        return data[data.rindex(b")") + 2 :].split()
+    except ValueError:
+        return None
+
+
+def read_entry(pid: int) -> Optional[ProcEntry]:
+    """The /proc entry of ``pid``, or None if there is no such process (or it is unreadable)."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        # ppid is field 4, pgrp 5, num_threads 20, starttime 22.
         return ProcEntry(pid, int(fields[1]), int(fields[2]), int(fields[19]), int(fields[17]))
     except (ValueError, IndexError):
         return None
@@ -130,7 +141,7 @@ def _read_all(path: str) -> Optional[bytes]:
     except OSError:
         return None  # the thread or the process is gone
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 4096)
             if not chunk:

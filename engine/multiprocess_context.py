@@ -96,6 +96,9 @@ class MultiprocessContext(PContext):
         duplicate_stderr_filters: The same for stderr.
     """
 
+    entrypoint: Callable[..., Any]
+    """Always a function here (``PContext`` also allows a binary path)."""
+
     def __init__(
         self,
         name: str,
@@ -146,7 +149,9 @@ class MultiprocessContext(PContext):
             # On the spawner thread: the rank's death signal follows this thread, which
             # lives as long as the interpreter.
             for rank, spec in specs.items():
-                mp_proc = ctx.Process(
+                # get_context(str) is typed BaseContext, which lacks Process; every context
+                # it returns at runtime (fork, spawn, forkserver) has it.
+                mp_proc = ctx.Process(  # type: ignore[attr-defined]
                     target=run_rank, args=(spec,), name=f"{self.name}{rank}", daemon=False
                 )
                 mp_proc.start()
