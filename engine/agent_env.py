@@ -37,8 +37,6 @@ __all__ = [
 RESTART_COUNT_ENV = "RANKVISOR_RESTART_COUNT"
 """How many times this rank has been restarted (by hand or with its attempt)."""
 
-LOG_LINE_PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-
 
 @dataclass(frozen=True, slots=True)
 class EnvOptions:

@@ -80,10 +80,6 @@ class EscalationTable:
         heapq.heappush(self._heap, (esc.deadline, esc.id))
         return esc
 
-    def pending_for(self, rank: int) -> bool:
-        """Whether some escalation still waits for ``rank`` to exit."""
-        return any(rank in e.alive for e in self._live.values())
-
     def rank_gone(self, rank: int) -> list[Escalation]:
         """``rank`` exited: drop it everywhere; return the escalations this finished."""
         finished = []

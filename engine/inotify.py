@@ -105,7 +105,7 @@ class DirWatcher:
     def __init__(self) -> None:
         if _libc is None:
             raise OSError(errno.ENOSYS, "inotify is not available")
-        fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        fd: int = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))

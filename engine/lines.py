@@ -150,9 +150,9 @@ class LineAssembler:
         if len(body) > self._cap and not self._short_lines(data):
             body = self._cap_lines(body.decode("utf-8")).encode("utf-8")
         self._absorb(text[text.rfind("\n") + 1 :])
-        block = head + body if head else body
-        self.lines_done += block.count(b"\n")
-        return block
+        out = head + body if head else body
+        self.lines_done += out.count(b"\n")
+        return out
 
     def _take(self, data: bytes) -> str:
         safe = self._sanitize and not self._decoder.getstate()[0] and bytes_look_safe(data)

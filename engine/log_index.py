@@ -123,10 +123,3 @@ class LineIndex:
         if i >= len(self._lines):
             return None
         return Checkpoint(self._lines[i], self._offsets[i])
-
-    def checkpoint_at_or_before_offset(self, offset: int) -> Checkpoint:
-        """The last checkpoint whose offset is at most ``offset``."""
-        i = bisect_right(self._offsets, offset) - 1
-        if i < 0:
-            return Checkpoint(0, 0)
-        return Checkpoint(self._lines[i], self._offsets[i])

@@ -280,7 +280,11 @@ class MonitorMixin:
         os.makedirs(d, exist_ok=True)
         slot.begin_incarnation(
             self._attempt, slot.incarnation,
-            tuple(os.path.join(d, n) for n in ("stdout.log", "stderr.log", "error.json")),
+            (
+                os.path.join(d, "stdout.log"),
+                os.path.join(d, "stderr.log"),
+                os.path.join(d, "error.json"),
+            ),
         )
         slot.env[RESTART_COUNT_ENV] = str(slot.restart_count)
         self._finished = None

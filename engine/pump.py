@@ -458,7 +458,7 @@ class OutputPump:
             got = feed(data)
             if got:
                 if text_mode:
-                    parts.append(got)  # type: ignore[arg-type]
+                    parts.append(got)
                 else:
                     parts += got
             if read >= budget:

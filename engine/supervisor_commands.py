@@ -69,7 +69,7 @@ class CommandsMixin:
                     raise _Refused("the run has not started")
                 if self._closed or self._shutting_down:
                     raise _Refused("the run is shutting down")
-                result = handler(command)
+                result: CommandResult = handler(command)
         except _Refused as e:
             result = CommandResult(False, str(e))
         self._flush()

@@ -25,7 +25,7 @@ import signal
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union, cast
 
 from engine.events import (
     AttemptStarted,
@@ -52,6 +52,11 @@ from engine.handle import (
     TerminateRanks,
 )
 from engine.states import RankState
+
+if TYPE_CHECKING:
+    # ScriptedFailure / ScriptedResult stand in for these in the events (duck-typed).
+    from engine.errors import ProcessFailure
+    from engine.pcontext import RunProcsResult
 
 __all__ = [
     "Checkpoint",
@@ -417,7 +422,7 @@ class ScriptedSupervisor:
             signal_name=name,
             restart_count=info.restart_count,
             attempt=info.attempt,
-            failure=failure,
+            failure=cast("ProcessFailure | None", failure),
             caused_by_us=caused_by_us,
             t=T0 + 60,
         )
@@ -435,7 +440,9 @@ class ScriptedSupervisor:
             for r, info in self._ranks.items()
             if info.state in (RankState.FAILED, RankState.SIGNALLED)
         }
-        event = RunFinished(ScriptedResult(failures=failures), self._attempt, None)
+        event = RunFinished(
+            cast("RunProcsResult", ScriptedResult(failures=failures)), self._attempt, None
+        )
         self._track(event)
         return event
 
@@ -613,7 +620,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
     items = running_script(4, steps=24)
     info = scripted_info(4, run_dir=run_dir or "/nonexistent/rankvisor/run_0")
     error_file = info.ranks[2].error_file
-    data = {
+    data: dict[str, Any] = {
         "message": {
             "message": "FloatingPointError: loss is nan at step 23 [rank2]",
             "extraInfo": {"py_callstack": TRACEBACK, "timestamp": str(int(T0 + 42))},
@@ -633,7 +640,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
             RankState.FAILED,
             BASE_PID + 2,
             exitcode=1,
-            failure=root,
+            failure=cast("ProcessFailure", root),
             t=T0 + 42,
         ),
     ]
@@ -655,7 +662,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
                 RankState.FAILED,
                 BASE_PID + r,
                 exitcode=1,
-                failure=failure,
+                failure=cast("ProcessFailure", failure),
                 t=T0 + 42 + delay,
             ),
         ]

@@ -250,9 +250,9 @@ class RustNotifyWaker(Waker):
             return Wake(None, True)
         if isinstance(result, str):  # "timeout" or "signal"
             return Wake(None)
-        dirs = frozenset(os.path.dirname(path) for _, path in result)
+        changed = frozenset(os.path.dirname(path) for _, path in result)
         created = any(change != 2 for change, _ in result)  # 2: modified
-        return Wake(dirs, created)
+        return Wake(changed, created)
 
     def close(self) -> None:
         super().close()

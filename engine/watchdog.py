@@ -130,7 +130,8 @@ class Watchdog:
 
 def _server_class() -> type:
     """Subclass torch's FileTimerServer (imported here, lazily) with our reaping rules."""
-    from torch.distributed.elastic.timer import FileTimerServer
+    # torch re-exports it from timer/__init__ without __all__ (mypy strict: no implicit re-export)
+    from torch.distributed.elastic.timer import FileTimerServer  # type: ignore[attr-defined]
 
     class _RankvisorTimerServer(FileTimerServer):
         _rankvisor_reap: ReapCallback | None = None
