@@ -1,4 +1,4 @@
-"""RankvisorApp: the Textual app over a ``SupervisorHandle``; ``run_tui`` and ``make_app``.
+"""RankvisorApp: the Textual app over a ``SupervisorHandle``, and ``make_app`` for tests.
 
 Data flows one way. Engine threads call the ``EngineBridge`` (a sink); log batches and stats
 wait in bounded per-rank buffers until the drain tick (about 15 Hz) folds them into the
@@ -8,13 +8,12 @@ Commands flow the other way: a key becomes a ``Command`` that a thread worker ha
 process itself.
 
 Quitting while ranks run asks first, then ``handle.shutdown()`` (terminate with escalation,
-bounded wait) runs on a worker while the panes show the countdown; ``run_tui`` prints the
-root-cause summary on the normal terminal afterwards and returns the exit code.
+bounded wait) runs on a worker while the panes show the countdown; ``tui.run.run_tui`` prints
+the root-cause summary on the normal terminal afterwards and returns the exit code.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import timezone, tzinfo
 from pathlib import Path
@@ -29,7 +28,6 @@ from textual.screen import ModalScreen, Screen
 
 from engine.events import (
     AttemptStarted,
-    Event,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
@@ -49,14 +47,13 @@ from engine.states import RankState
 from tui.bridge import EngineBridge
 from tui.messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
 from tui.model import RunView
-from tui.report import format_summary
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.errors import ErrorsScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
 from tui.screens.signal_picker import SignalPicker
 
-__all__ = ["RankvisorApp", "make_app", "run_tui"]
+__all__ = ["RankvisorApp", "make_app"]
 
 DRAIN_HZ = 15.0
 THROTTLE_LOAD = 0.5
@@ -548,43 +545,3 @@ def make_app(
     kwargs.setdefault("time_zone", timezone.utc)
     kwargs.setdefault("throttle", False)  # load-dependent drawing would make tests flaky
     return RankvisorApp(handle, clock=clock or (lambda: 1000.0), **kwargs)
-
-
-def run_tui(
-    handle: SupervisorHandle,
-    *,
-    mouse: bool = True,
-    headless: bool = False,
-    auto_pilot: Any = None,
-    **kwargs: Any,
-) -> int:
-    """Run the app until the user quits; print the root-cause summary; return the exit code.
-
-    The ranks never outlive this call: if the app ends without having shut the handle down
-    (an exception, a signal), it is shut down here, with escalation. ``headless`` and
-    ``auto_pilot`` are Textual's (tests drive the app with them); other keyword arguments
-    go to ``RankvisorApp``.
-    """
-    app = RankvisorApp(handle, **kwargs)
-    code: int | None = None
-    try:
-        code = app.run(mouse=mouse, headless=headless, auto_pilot=auto_pilot)
-    finally:
-        late: list[Event] = []
-        if not app.shut_down:
-            # The app has unmounted and its bridge no longer listens: collect the ranks'
-            # final states here so the printed summary does not show them mid-teardown.
-            unsubscribe = handle.subscribe(late.append)
-            try:
-                handle.shutdown()
-            finally:
-                unsubscribe()
-        app.absorb_pending()
-        for event in late:
-            app.run_view.apply(event)
-    try:
-        sys.stdout.write(format_summary(app.run_view))
-        sys.stdout.flush()
-    except OSError:  # the terminal went away (a dropped SSH session): nobody to tell
-        pass
-    return code if isinstance(code, int) else app.run_view.exit_code()

@@ -307,10 +307,17 @@ def _demo_constant(path: str, name: str, default: Any) -> Any:
     except (OSError, SyntaxError):
         return default
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
+        target: ast.expr
+        value: ast.expr | None
+        if isinstance(node, ast.Assign):
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == name and value is not None:
             try:
-                return ast.literal_eval(node.value)
+                return ast.literal_eval(value)
             except ValueError:
                 break
     return default
@@ -347,7 +354,7 @@ def _fail(message: str) -> int:
 
 def _serve(argv: list[str]) -> int:
     try:
-        from tui import serve  # type: ignore[attr-defined]
+        from tui import serve
     except ImportError:
         return _fail("'serve' is not available in this installation")
     return int(serve.main(argv) or 0)
@@ -358,7 +365,7 @@ def _launch(config: SupervisorConfig, headless: bool) -> int:
 
     if not headless and sys.stdout.isatty():
         try:
-            from tui.app import run_tui
+            from tui.run import run_tui
         except ImportError:
             print(f"{PROG}: the TUI is not available here; running headless", file=sys.stderr)
         else:

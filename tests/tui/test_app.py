@@ -364,7 +364,7 @@ async def test_a_silent_running_rank_is_shown_quiet(
 def test_run_tui_prints_the_root_cause_and_returns_the_exit_code(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tui.app import run_tui
+    from tui.run import run_tui
 
     engine = ScriptedSupervisor(scripted_info(4), failure_script())
 

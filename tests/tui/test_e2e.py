@@ -126,7 +126,7 @@ def test_app_ended_without_quit_prints_final_states_not_terminating(
 ) -> None:  # type: ignore[no-untyped-def]
     """As when rankvisor gets SIGTERM in TUI mode: the app exits before the ranks are shut
     down; run_tui shuts them down afterwards and the summary must show how they ended."""
-    from tui.app import run_tui
+    from tui.run import run_tui
 
     sup = _supervisor(tmp_path, 2)
 

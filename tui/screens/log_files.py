@@ -207,9 +207,9 @@ class LogFilesScreen(Screen[None]):
         self._search = parsed
         for log in self.logs():
             log.set_highlight(parsed[3])
-        log = self.active_log()
-        if log is not None:
-            self._run_search(log, int(log.scroll_y), backwards=False)
+        active = self.active_log()
+        if active is not None:
+            self._run_search(active, int(active.scroll_y), backwards=False)
 
     def action_find(self, backwards: bool) -> None:
         log = self.active_log()

@@ -22,7 +22,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.cache import LRUCache
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.strip import Strip
 
 from tui.widgets.ansi import display_text
@@ -194,7 +194,7 @@ class FileLog(FollowingScrollView, can_focus=True):
         super().watch_paused(paused)
         self._set_title()
 
-    def action_scroll_end(self) -> None:  # type: ignore[override]
+    def action_scroll_end(self) -> None:
         self.anchor()
         self._set_title()
 
@@ -263,6 +263,3 @@ class FileLog(FollowingScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._strips.clear()
-
-    def visible_region(self) -> Region:
-        return Region(0, int(self.scroll_y), 1, self.scrollable_content_region.height)
