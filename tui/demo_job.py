@@ -158,7 +158,12 @@ def _train() -> int:
 
 
 def main() -> int:
-    from torch.distributed.elastic.multiprocessing.errors import record
+    import warnings
+
+    with warnings.catch_warnings():
+        # torch warns at import when NumPy is missing (a fresh venv); the demo needs none.
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        from torch.distributed.elastic.multiprocessing.errors import record
 
     try:
         return int(record(_train)() or 0)
