@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,20 @@ BUSY = "import time\nt = time.time()\nwhile time.time() - t < 60: pass"
 
 
 def _rank_with_child(tmp_path: Path) -> subprocess.Popen[bytes]:
+    # Its own session, so that _kill_rank can take the child down with it by group.
     p = subprocess.Popen(
         [sys.executable, str(BIN / "sv_rank.py"), "--pid-dir", str(tmp_path), "--child", "group"],
         stdout=subprocess.DEVNULL,
+        start_new_session=True,
     )
     wait_until(lambda: (tmp_path / "0.0.pids").exists())
     return p
+
+
+def _kill_rank(p: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the rank's whole process group (the rank and its child) and reap the rank."""
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
 
 
 def test_sample_covers_the_rank_and_its_descendants(tmp_path: Path) -> None:
@@ -46,8 +55,7 @@ def test_sample_covers_the_rank_and_its_descendants(tmp_path: Path) -> None:
 
         assert st.rss_bytes > psutil.Process(p.pid).memory_info().rss
     finally:
-        p.kill()
-        p.wait()
+        _kill_rank(p)
 
 
 def test_cpu_percent_counts_busy_descendants(tmp_path: Path) -> None:
@@ -102,8 +110,7 @@ def test_thread_publishes_and_stops(tmp_path: Path) -> None:
         assert seen[0] and seen[0][0] != p.pid
     finally:
         s.stop()
-        p.kill()
-        p.wait()
+        _kill_rank(p)
     n = len(got)
     assert not s._thread
     assert len(got) == n  # nothing after stop
