@@ -337,7 +337,11 @@ class RankProcess:
                 try:
                     os.killpg(self.pgid, sig)
                 except ProcessLookupError:
-                    return False
+                    # No such group yet: a function rank calls setsid() itself early in its
+                    # bootstrap and sits in our group until then. It is alive (not reaped
+                    # under our lock), so it gets the signal alone.
+                    if not self._signal_leader(sig):
+                        return False
                 except PermissionError:  # a member changed uid; the leader is still ours
                     if not self._signal_leader(sig):
                         return False

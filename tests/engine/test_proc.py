@@ -365,3 +365,18 @@ def test_interpreter_exit_takes_ranks_along(tmp_path: Path) -> None:
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60)
     wait_until(lambda: not pid_alive(int(out.stdout)))
+
+
+def test_a_rank_not_yet_leading_its_group_still_gets_the_signal() -> None:
+    # A function rank calls setsid() itself during its bootstrap; a teardown that comes
+    # before that finds no group named after its pid and must still reach the rank.
+    popen = subprocess.Popen(["sleep", "30"])  # stays in our process group
+    rank = RankProcess(popen, ("sleep", "30"), None, None)
+    try:
+        assert os.getpgid(popen.pid) != popen.pid
+        assert rank.send_signal(signal.SIGTERM, group=True)
+        assert popen.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
