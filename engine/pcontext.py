@@ -137,6 +137,7 @@ class PContext(abc.ABC):
         self.filtered_stdout: Optional[TextIO] = None
         self.filtered_stderr: Optional[TextIO] = None
         self._tail_logs: list[Any] = []
+        self._log_line_prefixes = log_line_prefixes
         self._handled_signals: list[signal.Signals] = []
         self._cleaned_up = False
 
@@ -151,30 +152,12 @@ class PContext(abc.ABC):
         ]
         try:
             if duplicate_stdout_filters:
-                self.filtered_stdout = open(  # noqa: SIM115 - closed by close()
-                    logs_dest.filtered_stdout, mode="w", errors="replace", buffering=1
-                )
-                self._tail_logs.append(
-                    TailLog(
-                        name,
-                        logs_dest.tee_stdouts,
-                        self.filtered_stdout,
-                        log_line_prefixes,
-                        log_line_filter=_any_of(duplicate_stdout_filters),
-                    )
+                self.filtered_stdout = self._add_filtered_tail(
+                    logs_dest.filtered_stdout, logs_dest.tee_stdouts, duplicate_stdout_filters
                 )
             if duplicate_stderr_filters:
-                self.filtered_stderr = open(  # noqa: SIM115 - closed by close()
-                    logs_dest.filtered_stderr, mode="w", errors="replace", buffering=1
-                )
-                self._tail_logs.append(
-                    TailLog(
-                        name,
-                        logs_dest.tee_stderrs,
-                        self.filtered_stderr,
-                        log_line_prefixes,
-                        log_line_filter=_any_of(duplicate_stderr_filters),
-                    )
+                self.filtered_stderr = self._add_filtered_tail(
+                    logs_dest.filtered_stderr, logs_dest.tee_stderrs, duplicate_stderr_filters
                 )
         except BaseException:
             self._close_filtered_files()
@@ -278,6 +261,23 @@ class PContext(abc.ABC):
     @abc.abstractmethod
     def _close(self, death_sig: signal.Signals, timeout: float = 30) -> None:
         """Signal, wait, escalate, wait (bounded). Must be idempotent."""
+
+    def _add_filtered_tail(
+        self, path: str, tee_files: dict[int, str], filters: list[str]
+    ) -> TextIO:
+        """Open a filtered_*.log and tail the tee'd files into it, lines with a filter only."""
+        from engine.tail_log import TailLog
+
+        dst = open(path, mode="w", errors="replace", buffering=1)  # noqa: SIM115 - close()
+        try:
+            tail = TailLog(
+                self.name, tee_files, dst, self._log_line_prefixes, log_line_filter=_any_of(filters)
+            )
+        except BaseException:
+            dst.close()
+            raise
+        self._tail_logs.append(tail)
+        return dst
 
     def _close_filtered_files(self) -> None:
         for f in (self.filtered_stdout, self.filtered_stderr):
