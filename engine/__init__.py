@@ -7,8 +7,7 @@ this package starts nothing, installs nothing and never imports torch, textual o
 
 from __future__ import annotations
 
-from typing import Any
-
+from engine._lazy import face
 from engine.errors import ProcessFailure
 from engine.logs_specs import DefaultLogsSpecs, LogsDest, LogsSpecs
 from engine.pcontext import PContext, RunProcsResult, SignalException
@@ -34,26 +33,17 @@ __all__ = [
 ]
 
 
-# name -> module: loaded on first use, so ``import engine`` stays light.
-_LAZY = {
-    # Function ranks pull in multiprocessing machinery.
-    "MultiprocessContext": "engine.multiprocess_context",
-    # The Supervisor pulls in its threads' modules (pump, stats, guard, watchdog, ...).
-    "Supervisor": "engine.supervisor",
-    "SupervisorConfig": "engine.run_config",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
+# Loaded on first use, so ``import engine`` stays light: function ranks pull in
+# multiprocessing machinery, the Supervisor its threads' modules (pump, stats, guard, ...).
+__getattr__, _dir = face(
+    __name__,
+    {
+        "MultiprocessContext": "multiprocess_context",
+        "Supervisor": "supervisor",
+        "SupervisorConfig": "supervisor",
+    },
+)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(_dir()) | set(__all__))

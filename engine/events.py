@@ -18,7 +18,7 @@ from engine.states import RankState
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
-    from engine.pcontext import RunProcsResult
+    from engine.result import RunProcsResult
 
 Stream = Literal["stdout", "stderr", "filtered_stdout", "filtered_stderr"]
 """``filtered_*`` are the duplicate-filter streams (filtered_stdout.log / filtered_stderr.log)."""

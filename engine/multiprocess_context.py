@@ -1,7 +1,7 @@
 """``MultiprocessContext``: ranks that run a Python function, torch's API without torch.
 
 Each rank is a stdlib ``multiprocessing`` process (spawn, fork or forkserver) whose target is
-the light ``engine._mp_bootstrap.run_rank``; children never import torch unless the user's
+the light ``engine.process.mp_bootstrap.run_rank``; children never import torch unless the user's
 function does. See that module for what happens in the child, and in which order.
 
 What differs from torch 2.13's ``MultiprocessContext``, on purpose (TORCH_SPEC section 13):
@@ -21,7 +21,7 @@ What differs from torch 2.13's ``MultiprocessContext``, on purpose (TORCH_SPEC s
 * A context never closed (an uncaught ``SignalException``) is closed at interpreter exit by
   ``PContext``'s exit hook, and ranks do not wait for the parent, so exit never hangs (P2).
 
-Threads: processes are started on ``engine.proc``'s long-lived spawner thread, because the
+Threads: processes are started on the long-lived spawner thread (``engine.process``), because the
 kernel ties a rank's PR_SET_PDEATHSIG to the thread that forked it; the exit watcher thread
 reaps them through ``Process.exitcode`` (multiprocessing may also reap an exited rank when
 another process starts; the leader is signalled through its pidfd either way).
@@ -45,12 +45,13 @@ import tempfile
 import time
 from typing import Any, Callable, Final, Optional
 
-from engine import _spawner, numa
-from engine._mp_bootstrap import RankSpec, run_rank
 from engine.errors import ProcessFailure
 from engine.logs_specs import LogsSpecs
 from engine.pcontext import PContext, RunProcsResult
-from engine.proc import RankProcess, send_signal_all, wait_any
+from engine.process import numa
+from engine.process import spawner as _spawner
+from engine.process.mp_bootstrap import RankSpec, run_rank
+from engine.process.rank_process import RankProcess, send_signal_all, wait_any
 
 __all__ = ["MultiprocessContext"]
 
@@ -90,7 +91,7 @@ class MultiprocessContext(PContext):
         start_method: "spawn", "fork" or "forkserver".
         logs_specs: Where stdout/stderr/error.json go (see ``DefaultLogsSpecs``).
         log_line_prefixes: Per-rank prefix of tee'd lines.
-        numa_options: Bind each rank's CPUs to its NUMA node (``engine.numa``).
+        numa_options: Bind each rank's CPUs to its NUMA node (``engine.process.numa``).
         duplicate_stdout_filters: Tee'd stdout lines containing any of these also go to
             filtered_stdout.log.
         duplicate_stderr_filters: The same for stderr.

@@ -28,12 +28,11 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Final, Optional, TextIO, Union
 
-from engine.errors import ProcessFailure
 from engine.logs_specs import LogsSpecs
+from engine.result import RunProcsResult
 
 __all__ = ["PContext", "RunProcsResult", "SignalException"]
 
@@ -69,24 +68,6 @@ def _validate_full_rank(d: dict[int, Any], nprocs: int, what: str) -> None:
         raise RuntimeError(
             f"{what}, local rank mapping mismatch, expected: {expected_keys}, actual: {actual_keys}"
         )
-
-
-@dataclass
-class RunProcsResult:
-    """The outcome of a finished run, by local rank.
-
-    ``return_values`` holds every rank's return value on success (None for binaries) and is
-    empty on failure; ``stdouts``/``stderrs`` are the log paths ("" for the console).
-    """
-
-    return_values: dict[int, Any] = field(default_factory=dict)
-    failures: dict[int, ProcessFailure] = field(default_factory=dict)
-    stdouts: dict[int, str] = field(default_factory=dict)
-    stderrs: dict[int, str] = field(default_factory=dict)
-
-    def is_failed(self) -> bool:
-        """True if any rank failed."""
-        return len(self.failures) > 0
 
 
 class PContext(abc.ABC):

@@ -36,7 +36,7 @@ def start_processes(
         logs_specs: where logs go (``DefaultLogsSpecs``).
         log_line_prefixes: per-rank prefixes for tee'd lines.
         start_method: "spawn", "fork" or "forkserver" (functions only).
-        numa_options: bind each rank to its NUMA node's CPUs (``engine.numa.NumaOptions`` or
+        numa_options: bind each rank to its NUMA node's CPUs (``engine.process.numa.NumaOptions`` or
             torch's).
         duplicate_stdout_filters: tee'd stdout lines containing any of these also go to
             ``filtered_stdout.log``.

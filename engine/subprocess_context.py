@@ -5,7 +5,7 @@
   rank's NUMA CPU set can be computed.
 * Ranks are started one by one and recorded as they start, so if rank k fails to start the
   ranks before it are closed, not leaked (P3). All ranks are forked by the one spawner thread
-  in one hand-over (see ``engine.proc``).
+  in one hand-over (see ``engine.process.rank_process``).
 * ``wait()`` blocks on the ranks' pidfds: an exit is seen within milliseconds, not a period.
 * Ranks killed by our own teardown are still reported as failures (torch's keys), but with
   ``caused_by_us=True`` and never chosen as the root cause (B6). Each failure carries the
@@ -22,11 +22,17 @@ import signal
 import time
 from typing import Any, Optional
 
-from engine import numa
 from engine.errors import ChildFailedError, ProcessFailure
 from engine.logs_specs import LogsSpecs
 from engine.pcontext import PContext, RunProcsResult
-from engine.proc import RankProcess, on_spawner_thread, resolve_program, send_signal_all, wait_any
+from engine.process import numa
+from engine.process.rank_process import (
+    RankProcess,
+    on_spawner_thread,
+    resolve_program,
+    send_signal_all,
+    wait_any,
+)
 from engine.subprocess_handler import SubprocessHandler
 
 __all__ = ["SubprocessContext"]

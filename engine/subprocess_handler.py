@@ -2,7 +2,7 @@
 
 Same constructor and attributes (``proc`` is the ``Popen``, ``local_rank_id``), same
 ``close(death_sig)`` (signals the whole process group). Differences: the fork happens on
-the long-lived spawner thread with a death signal (``engine.proc``); the log files are
+the long-lived spawner thread with a death signal (``engine.process``); the log files are
 closed in the parent right after the spawn (so ``_stdout``/``_stderr`` are None: nothing
 leaks for ranks that exited, torch's P8); ``close`` on a rank that already exited is a no-op
 instead of a ``ProcessLookupError`` (P9); NUMA binding is CPU affinity, not ``numactl``.
@@ -15,8 +15,8 @@ import signal
 import subprocess
 from typing import IO, Any, Collection, Optional
 
-from engine import numa
-from engine.proc import RankProcess
+from engine.process import numa
+from engine.process.rank_process import RankProcess
 
 __all__ = ["SubprocessHandler", "get_subprocess_handler"]
 
@@ -32,7 +32,7 @@ class SubprocessHandler:
         stderr: file for stderr, or ""/None for the console.
         local_rank_id: the local rank (also the GPU index for NUMA binding).
         numa_options: bind the rank to its NUMA node's CPUs.
-        cpu_affinity: a CPU set computed already (``engine.numa.plan``); wins over
+        cpu_affinity: a CPU set computed already (``engine.process.numa.plan``); wins over
             ``numa_options``.
         log_mode: "w" (torch) truncates the log files, "a" appends.
     """

@@ -12,9 +12,9 @@ Every line is written as ``f"[{name}{rank}]:{line}"`` (no space, like torch) or
 keeps the lines it accepts (called, as in torch, with the line including its ``\\n``);
 ``start()`` returns self and is a no-op without files or without ``dst``.
 
-Built on ``engine.pump.OutputPump`` (one thread for all files, woken by inotify; polling
+Built on ``engine.output.pump.OutputPump`` (one thread for all files, woken by inotify; polling
 every ``interval_sec`` where notifications are unavailable or ``RANKVISOR_TAIL_POLL=1``) and
-``engine.console.ConsoleSink`` (one lock per ``dst``). What differs from torch, on purpose:
+``engine.output.console.ConsoleSink`` (one lock per ``dst``). What differs from torch, on purpose:
 
 - a line written in two chunks is printed once, whole, never as two prefixed fragments, and
   filters see whole lines;
@@ -34,9 +34,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, TextIO
 
-from engine.console import ConsoleSink
-from engine.lines import DEFAULT_MAX_LINE_CHARS
-from engine.pump import OutputPump
+from engine.output.console import ConsoleSink
+from engine.output.lines import DEFAULT_MAX_LINE_CHARS
+from engine.output.pump import OutputPump
 
 __all__ = ["TailLog"]
 

@@ -223,7 +223,7 @@ def test_tui_mode_on_a_terminal_stops_ranks_and_exits_on_a_signal(
 
 
 def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path) -> None:
-    from tui.cli import build_demo_parser, demo_config
+    from tui.run_args import build_demo_parser, demo_config
 
     args = build_demo_parser().parse_args(
         ["--log-dir", str(tmp_path), "-t", "3", "--term-timeout", "4", "--headless"]
@@ -238,7 +238,7 @@ def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path)
 def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.cli import build_demo_parser, build_run_parser, demo_config
+    from tui.run_args import build_demo_parser, build_run_parser, demo_config
 
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     env = {k: v for k, v in os.environ.items() if k != "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}
@@ -254,7 +254,7 @@ def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
     assert demo_config(parse(["--log-dir", str(tmp_path)])).term_timeout == 7
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     # ``run`` keeps torchrun's 30 s.
-    from tui.cli import config_from_args
+    from tui.run_args import config_from_args
 
     run_args = build_run_parser().parse_args(["--log-dir", str(tmp_path), SV_RANK])
     assert config_from_args(run_args).term_timeout == 30
@@ -264,8 +264,8 @@ def test_printed_summary_after_terminate_all_blames_no_rank(tmp_path: Path) -> N
     """What the CLI prints after the TUI, from a real run whose ranks rankvisor stopped."""
     pytest.importorskip("tui.model")
     from engine.handle import TerminateRanks
-    from engine.run_config import SupervisorConfig
     from engine.supervisor import Supervisor
+    from engine.supervisor.run_config import SupervisorConfig
     from tui.model import RunView
     from tui.report import format_summary
 
@@ -305,7 +305,7 @@ def test_signals_to_handle_and_numa_binding_flags(tmp_path: Path) -> None:
     )
     try:
         wait_until(lambda: len(list(pid_dir.glob("*.pids"))) == 2, timeout=30)
-        from engine.numa import AffinityMode, NumaOptions, plan
+        from engine.process.numa import AffinityMode, NumaOptions, plan
 
         cpus = plan(NumaOptions(AffinityMode.NODE), 2)
         for r in range(2):

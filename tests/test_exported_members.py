@@ -83,12 +83,12 @@ def test_same_names_and_signatures_as_torch() -> None:
 
 
 def test_supervisor_and_its_config_are_exported() -> None:
-    import engine.run_config
-    import engine.supervisor
+    import engine.supervisor.core
+    import engine.supervisor.run_config
 
     assert {"Supervisor", "SupervisorConfig"} <= set(engine.__all__)
-    assert engine.Supervisor is engine.supervisor.Supervisor
-    assert engine.SupervisorConfig is engine.run_config.SupervisorConfig
+    assert engine.Supervisor is engine.supervisor.core.Supervisor
+    assert engine.SupervisorConfig is engine.supervisor.run_config.SupervisorConfig
     assert {"Supervisor", "SupervisorConfig"} <= set(dir(engine))
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         engine.Nope  # noqa: B018

@@ -25,11 +25,25 @@ def test_engine_events_and_states_are_plain() -> None:
 
 def test_supervisor_exports_are_lazy() -> None:
     """``engine.Supervisor`` / ``engine.SupervisorConfig`` load nothing at ``import engine``."""
-    lazy = ("engine.supervisor", "engine.run_config", "engine.monitor", "engine.pump",
-            "engine.stats", "engine.guard", "engine.watchdog", "engine.multiprocess_context")
+    lazy = (
+        "engine.supervisor.core", "engine.supervisor.run_config", "engine.supervisor.monitor",
+        "engine.output.pump", "engine.supervisor.stats", "engine.process.guard",
+        "engine.supervisor.timer_watchdog", "engine.multiprocess_context",
+    )
     assert _loaded_after("import engine", lazy) == []
     loaded = _loaded_after(
         "import engine; engine.Supervisor; engine.SupervisorConfig",
-        ("engine.supervisor", "engine.run_config", "textual", "rich", "torch"),
+        ("engine.supervisor.core", "engine.supervisor.run_config", "textual", "rich", "torch"),
     )
-    assert loaded == ["engine.supervisor", "engine.run_config"]
+    assert loaded == ["engine.supervisor.core", "engine.supervisor.run_config"]
+
+
+def test_sub_package_faces_load_nothing_until_asked() -> None:
+    """Importing a room of the engine loads none of its modules until a name is used."""
+    modules = (
+        "engine.output.pump", "engine.logfile.store", "engine.process.guard",
+        "engine.supervisor.core",
+    )
+    stmt = "import engine.output, engine.logfile, engine.process, engine.supervisor"
+    assert _loaded_after(stmt, modules) == []
+    assert _loaded_after(f"{stmt}; engine.logfile.LogStore", modules) == ["engine.logfile.store"]

@@ -57,17 +57,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _session(argv: list[str]) -> int:
     """Inside a browser session: build the run like the CLI does and run the TUI on it."""
-    from engine.headless import run_interactive
-    from engine.run_config import ConfigError
-    from tui import cli
+    from engine.supervisor.headless import run_interactive
+    from engine.supervisor.run_config import ConfigError
     from tui.run import run_tui
+    from tui.run_args import parse_job
 
     command = argv.pop(0) if argv and argv[0] in ("run", "demo") else "run"
     try:
-        if command == "demo":
-            config = cli.demo_config(cli.build_demo_parser().parse_args(argv))
-        else:
-            config = cli.config_from_args(cli.build_run_parser().parse_args(argv))
+        config, _headless = parse_job(command, argv)
     except ConfigError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2

@@ -70,10 +70,10 @@ def _window(seconds: float, extra_pids: Callable[[], list[int]] = list,
 
 
 def _supervisor(nprocs: int, args: tuple[str, ...], entry: str = PY, **kw: Any) -> Any:
-    from engine.headless import _HeadlessPrinter
-    from engine.run_config import SupervisorConfig
     from engine.std import Std
     from engine.supervisor import Supervisor
+    from engine.supervisor.headless import _HeadlessPrinter
+    from engine.supervisor.run_config import SupervisorConfig
 
     cfg = SupervisorConfig(entrypoint=entry, args=args, nprocs=nprocs, tee=Std.ALL,
                            redirects=Std.ALL, log_dir=tempfile.mkdtemp(prefix="bench_"), **kw)
@@ -102,7 +102,7 @@ def child_sup_log(seconds: float) -> dict[str, Any]:
 
 
 def child_stats64(seconds: float) -> dict[str, Any]:
-    from engine.stats import StatsSampler
+    from engine.supervisor.stats import StatsSampler
 
     procs = [subprocess.Popen(["sleep", "600"]) for _ in range(64)]
     try:

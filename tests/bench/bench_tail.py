@@ -37,7 +37,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from engine.pump import OutputPump  # noqa: E402
+from engine.output.pump import OutputPump  # noqa: E402
 from engine.tail_log import TailLog  # noqa: E402
 
 WRITER = str(ROOT / "tests" / "bin" / "numbered_writer.py")
@@ -269,7 +269,7 @@ def rss_child(tmp: str, impl: str, n: int, lines: int) -> None:
     files = {r: os.path.join(tmp, f"big-{r}.log") for r in range(n)}
     if impl == "torch":
         torch_tail_log()  # import torch before the baseline: only tailing is measured
-    from engine.log_store import LogStore
+    from engine.logfile.store import LogStore
 
     base = rss_kb()
     peak = [base]

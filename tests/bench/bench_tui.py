@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from textual._compositor import CompositorUpdate  # noqa: E402
 
-from engine.run_config import SupervisorConfig  # noqa: E402
 from engine.states import RankState  # noqa: E402
 from engine.supervisor import Supervisor  # noqa: E402
+from engine.supervisor.run_config import SupervisorConfig  # noqa: E402
 from tui.app import RankvisorApp  # noqa: E402
 
 WRITER = Path(__file__).with_name("tui_writer.py")

@@ -1,4 +1,4 @@
-"""Start a ``sleep`` rank through engine.proc from a short-lived thread, print its pid, wait.
+"""Start a ``sleep`` rank through engine.process from a short-lived thread, print its pid, wait.
 
 The rank's death signal must follow the spawner thread (alive for the whole interpreter),
 not this short-lived thread. The test then SIGKILLs us: the rank must die with us.
@@ -9,7 +9,7 @@ Usage: spawn_holder.py
 import threading
 import time
 
-from engine.proc import RankProcess
+from engine.process.rank_process import RankProcess
 
 procs = []
 t = threading.Thread(

@@ -457,7 +457,7 @@ def test_P14_numa_binding_without_numactl_or_cuda(torch_mp: Any, tmp_path: Path)
         numa_options=options,
     )
     try:
-        from engine import numa
+        from engine.process import numa
 
         expected = numa.plan(options, 1)[0]
         assert expected and os.sched_getaffinity(ctx.pids()[0]) == set(expected)

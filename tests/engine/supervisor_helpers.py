@@ -10,9 +10,9 @@ from typing import Any, Callable
 import pytest
 
 from engine.events import Event, RankStateChanged
-from engine.run_config import SupervisorConfig
 from engine.states import RankState
 from engine.supervisor import Supervisor
+from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, PYTHON, wait_until
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.agent_env import (
+from engine.supervisor.agent_env import (
     RESTART_COUNT_ENV,
     EnvOptions,
     build_rank_env,

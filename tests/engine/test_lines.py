@@ -1,12 +1,12 @@
-"""engine.lines.LineAssembler: whole lines from arbitrary chunks, bounded memory."""
+"""engine.output.lines.LineAssembler: whole lines from arbitrary chunks, bounded memory."""
 
 from __future__ import annotations
 
 import random
 import tracemalloc
 
-from engine.lines import LineAssembler, cut_marker
-from engine.sanitize import sanitize
+from engine.output.lines import LineAssembler, cut_marker
+from engine.output.sanitize import sanitize
 
 
 def assemble(chunks: list[bytes], **kwargs: object) -> tuple[list[str], list[str]]:

@@ -1,4 +1,4 @@
-"""engine.log_store.LogStore: scrollback and search from disk with a compact index."""
+"""engine.logfile.store.LogStore: scrollback and search from disk with a compact index."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.lines import collapse_cr, cut_marker
-from engine.log_index import LineIndex
-from engine.log_store import LogStore
-from engine.sanitize import sanitize
+from engine.logfile.line_index import LineIndex
+from engine.logfile.store import LogStore
+from engine.output.lines import collapse_cr, cut_marker
+from engine.output.sanitize import sanitize
 
 
 def display(raw: bytes, cap: int) -> str:

@@ -255,7 +255,7 @@ def test_close_escalates_to_sigkill(tmp_path: Path) -> None:
 
 
 def test_numa_binding_sets_the_planned_affinity(tmp_path: Path) -> None:
-    from engine import numa
+    from engine.process import numa
 
     options = numa.NumaOptions(numa.AffinityMode.NODE, should_fall_back_if_binding_fails=True)
     ctx = start_processes(

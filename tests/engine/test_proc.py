@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import _proctable, _spawner
-from engine.proc import RankProcess, on_spawner_thread, send_signal_all, wait_any
+from engine.process import proc_table as _proctable
+from engine.process import spawner as _spawner
+from engine.process.rank_process import RankProcess, on_spawner_thread, send_signal_all, wait_any
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 
@@ -360,7 +361,7 @@ def test_no_fd_leak_across_many_spawns(tmp_path: Path) -> None:
 def test_interpreter_exit_takes_ranks_along(tmp_path: Path) -> None:
     """A program that exits normally without stopping its ranks does not orphan them."""
     code = (
-        "from engine.proc import RankProcess;"
+        "from engine.process.rank_process import RankProcess;"
         "print(RankProcess.spawn(['sleep', '600'], None, None, None).pid, flush=True)"
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,4 +1,4 @@
-"""engine.pump.OutputPump with real writer processes and real files."""
+"""engine.output.pump.OutputPump with real writer processes and real files."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from engine.events import RankOutput
-from engine.lines import cut_marker
-from engine.pump import OutputPump, TextBatch
+from engine.output.lines import cut_marker
+from engine.output.pump import OutputPump, TextBatch
 from tests.conftest import BIN, PYTHON, wait_until
 
 WRITER = str(BIN / "numbered_writer.py")

@@ -1,4 +1,4 @@
-"""engine.sanitize: SGR colours survive, nothing that drives a terminal does."""
+"""engine.output.sanitize: SGR colours survive, nothing that drives a terminal does."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from engine.sanitize import _UNSAFE, bytes_look_safe, has_unsafe, sanitize, strip_sgr
+from engine.output.sanitize import _UNSAFE, bytes_look_safe, has_unsafe, sanitize, strip_sgr
 
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

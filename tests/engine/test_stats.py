@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from engine.events import RankStats
-from engine.stats import StatsSampler, cpu_to_numa_node, descendants
+from engine.supervisor.stats import StatsSampler, cpu_to_numa_node, descendants
 from tests.conftest import BIN, wait_until
 
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 60: pass"

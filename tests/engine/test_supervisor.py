@@ -90,10 +90,12 @@ def test_a_failure_tears_the_group_down_and_is_the_root_cause(supervise: Factory
     assert isinstance(finished, RunFinished)
     assert finished.root_cause_rank == 1
     failures = finished.result.failures
-    assert sorted(failures) == [0, 1, 2]
+    assert sorted(failures) == [1]  # the ranks the teardown stopped did not fail
     assert failures[1].exitcode == 1 and not failures[1].caused_by_us
     assert "boom" in str(failures[1].message)
-    assert failures[0].caused_by_us and failures[0].exitcode == -15
+    stopped = finished.result.stopped
+    assert sorted(stopped) == [0, 2]
+    assert stopped[0].caused_by_us and stopped[0].exitcode == -15
     assert run.rec.of(RunFinished) == [finished]
     assert run.sup.snapshot().finished
 
@@ -180,7 +182,7 @@ def test_attempt_started_and_env(supervise: Factory) -> None:
 
 def test_when_rankvisor_stopped_every_rank_nobody_is_the_root_cause(supervise: Factory) -> None:
     from engine.errors import ChildFailedError
-    from engine.headless import format_report
+    from engine.supervisor.headless import format_report
 
     run = supervise(3)
     for r in range(3):
@@ -188,12 +190,14 @@ def test_when_rankvisor_stopped_every_rank_nobody_is_the_root_cause(supervise: F
     assert run.sup.execute(TerminateRanks()).ok  # terminate-all
     finished = run.sup.wait(timeout=30)
     assert isinstance(finished, RunFinished)
-    failures = finished.result.failures
-    assert sorted(failures) == [0, 1, 2]
-    assert all(f.exitcode == -15 and f.caused_by_us for f in failures.values())
+    # Nobody failed on their own: the three ranks are reported apart, as stopped.
+    assert finished.result.failures == {}
+    stopped = finished.result.stopped
+    assert sorted(stopped) == [0, 1, 2]
+    assert all(f.exitcode == -15 and f.caused_by_us for f in stopped.values())
     assert finished.root_cause_rank is None
     # The torch-style report and the CLI's first line agree: the run was stopped, no blame.
-    err = ChildFailedError("sv_rank.py", failures)
+    err = ChildFailedError("sv_rank.py", stopped)
     assert err.stopped_by_us
     assert "<NONE: every failed rank was stopped by rankvisor>" in err.format_msg()
     report = format_report("sv_rank.py", finished)
@@ -210,8 +214,9 @@ def test_quit_is_not_a_failure_of_any_rank(supervise: Factory) -> None:
     finished = run.sup.finished
     assert isinstance(finished, RunFinished)
     assert finished.root_cause_rank is None
-    assert {r: f.exitcode for r, f in finished.result.failures.items()} == {0: -9, 1: -9}
-    assert all(f.caused_by_us for f in finished.result.failures.values())
+    assert finished.result.failures == {}
+    assert {r: f.exitcode for r, f in finished.result.stopped.items()} == {0: -9, 1: -9}
+    assert all(f.caused_by_us for f in finished.result.stopped.values())
 
 
 def test_a_rank_that_exited_before_our_signal_reached_it_is_a_real_failure(
@@ -233,7 +238,9 @@ def test_a_rank_that_exited_before_our_signal_reached_it_is_a_real_failure(
     assert isinstance(finished, RunFinished)
     failures = finished.result.failures
     assert failures[1].exitcode == 1 and not failures[1].caused_by_us
-    assert failures[0].exitcode == -15 and failures[0].caused_by_us
+    assert 0 not in failures
+    assert finished.result.stopped[0].exitcode == -15
+    assert finished.result.stopped[0].caused_by_us
     assert finished.root_cause_rank == 1
     (ev,) = run.rec.of(RankStateChanged, rank=1, new=RankState.FAILED)
     assert ev.exitcode == 1 and not ev.caused_by_us  # the pane must not say "by rankvisor"
@@ -262,7 +269,7 @@ def test_a_rank_failing_by_itself_during_a_teardown_is_a_real_failure(
     finished = run.sup.wait(timeout=30)
     assert isinstance(finished, RunFinished)
     assert finished.root_cause_rank == 1
-    assert finished.result.failures[0].caused_by_us
+    assert finished.result.stopped[0].caused_by_us
 
 
 def test_a_signal_we_sent_owns_only_the_death_it_causes(supervise: Factory, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from engine.events import RankStateChanged, TimerExpired
 from engine.states import RankState
 from engine.supervisor import Supervisor, SupervisorConfig
-from engine.watchdog import HealthCheck, Watchdog
+from engine.supervisor.timer_watchdog import HealthCheck, Watchdog
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 

@@ -10,8 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-from engine.console import ConsoleSink
 from engine.events import RankOutput
+from engine.output.console import ConsoleSink
 from engine.tail_log import TailLog
 from tests.conftest import BIN, PYTHON, wait_until
 

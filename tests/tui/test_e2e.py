@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from engine.run_config import SupervisorConfig
 from engine.states import RankState
 from engine.supervisor import Supervisor
+from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, pid_alive
 from tui.app import RankvisorApp
 from tui.screens.confirm import ConfirmScreen

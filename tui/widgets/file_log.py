@@ -35,7 +35,7 @@ CHUNK: Final = 256
 
 
 class LogSource(Protocol):
-    """What FileLog needs of ``engine.log_store.LogStore``."""
+    """What FileLog needs of ``engine.logfile.store.LogStore``."""
 
     @property
     def line_count(self) -> int: ...
@@ -60,7 +60,7 @@ def open_source(path: str) -> LogSource | None:
     """A ``LogStore`` over ``path``, or None while the file does not exist (yet)."""
     if not path or not os.path.exists(path):
         return None
-    from engine.log_store import LogStore
+    from engine.logfile.store import LogStore
 
     # No in-memory tail: this view reads every row it shows from disk.
     return LogStore(path, tail_lines=0)

@@ -74,7 +74,7 @@ class RankSpec:
     """The supervisor's pid when it is this process's parent (spawn, fork); None under
     forkserver, where the fork server is the parent."""
     cpus: frozenset[int] | None = None
-    """The CPUs the rank may use (``engine.numa.plan``); None leaves its affinity alone."""
+    """The CPUs the rank may use (``engine.process.numa.plan``); None leaves its affinity alone."""
 
 
 def run_rank(spec: RankSpec) -> None:
@@ -151,7 +151,7 @@ def _run_recorded(spec: RankSpec) -> None:
 def _bind_numa(spec: RankSpec) -> None:
     if spec.cpus is None:
         return
-    from engine.numa import bind_current_process
+    from engine.process.numa import bind_current_process
 
     # Before the user's module is imported, so thread pools it creates at import time
     # (OpenMP, BLAS) start with the right CPU set.

@@ -1,7 +1,7 @@
 """``LogStore``: one rank's log file as the UI sees it: any line on demand, the tail in memory.
 
 The file is the buffer (as in Toolong): the store keeps a compact index of where lines start
-(``engine.log_index``, about 1 MB per GB of log) and reads the lines a view asks for from
+(``engine.logfile.line_index``, about 1 MB per GB of log) and reads the lines a view asks for from
 disk, so a multi-GB log costs the same memory as a small one.
 
 API (the Textual UI codes against this)::
@@ -18,7 +18,7 @@ API (the Textual UI codes against this)::
 
 - Line numbers are 0-based and count ``\\n``-terminated lines of the file, like
   ``RankOutput.first_line``, so a line seen live can be found again here.
-- Display text is what ``engine.lines.LineAssembler`` would show: decoded UTF-8 (invalid
+- Display text is what ``engine.output.lines.LineAssembler`` would show: decoded UTF-8 (invalid
   bytes as U+FFFD), ``\\r`` redraws collapsed to the last frame, sanitised (SGR kept) unless
   ``sanitize=False``, and cut at ``max_line_chars`` with a marker. The file is never written.
 - ``refresh()`` reads each new byte once (about 0.3 s for 300 MB here, most of it the read),
@@ -29,7 +29,7 @@ API (the Textual UI codes against this)::
   colours removed and ``\\r`` redraws collapsed; it yields each matching line once, forwards
   from ``start`` or backwards from ``start``, and stops early when ``cancel`` is set. It
   covers the complete lines indexed so far. ``search_job`` runs it on a thread (see
-  ``engine.search.SearchJob``).
+  ``engine.logfile.search.SearchJob``).
 
 Threads: every method may be called from any thread; one lock guards the index and the
 tail. ``get_lines`` and ``search`` read the file with ``os.pread`` on their own offsets, so
@@ -43,14 +43,13 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final, Iterator
 
-from engine.lines import DEFAULT_MAX_LINE_CHARS, collapse_cr, cut_marker
-from engine.log_index import DEFAULT_BLOCK_SIZE, LineIndex
-from engine.sanitize import sanitize as _sanitize
+from engine.logfile.line_index import DEFAULT_BLOCK_SIZE, LineIndex
+from engine.logfile.search import SearchJob, search_file
+from engine.output.lines import DEFAULT_MAX_LINE_CHARS, collapse_cr, cut_marker
+from engine.output.sanitize import sanitize as _sanitize
 
 if TYPE_CHECKING:
     import re
-
-    from engine.search import SearchJob
 
 __all__ = ["LogStore"]
 
@@ -285,8 +284,6 @@ class LogStore:
         cancel: threading.Event | None = None,
     ) -> Iterator[int]:
         """Yield the numbers of lines that match, each once; see the module docstring."""
-        from engine.search import search_file
-
         with self._lock:
             if self._fd is None:
                 return iter(())
@@ -310,6 +307,4 @@ class LogStore:
     def search_job(self, pattern: str, **kwargs: Any) -> SearchJob:
         """Start ``search`` on a thread; ``kwargs`` are ``search``'s and ``SearchJob``'s
         (``on_match``, ``on_done``, ``max_results``). Returns the running job."""
-        from engine.search import SearchJob
-
         return SearchJob(self, pattern, **kwargs).start()

@@ -38,7 +38,7 @@ import subprocess
 import threading
 from typing import IO, Any, Callable, Optional, Protocol, TypeVar
 
-from engine import _exitwatch
+from engine.process import exit_watch as _exitwatch
 
 __all__ = [
     "call",

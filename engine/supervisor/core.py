@@ -2,18 +2,18 @@
 
 It composes the engine's parts (everything here is per Supervisor, nothing module-global):
 
-* ``RankProcess`` (engine.proc) per rank: own session, pidfd signals, PR_SET_PDEATHSIG;
-* ``OutputPump`` (engine.pump): one thread tailing every rank's stdout/stderr file into
+* ``RankProcess`` (engine.process) per rank: own session, pidfd signals, PR_SET_PDEATHSIG;
+* ``OutputPump`` (engine.output.pump): one thread tailing every rank's stdout/stderr file into
   batched ``RankOutput`` events (every stream always goes to its file: the files are the
   record, the console and the UI are views of them);
-* ``StatsSampler`` (engine.stats): psutil samples as ``RankStats``;
-* ``Guard`` (engine.guard): a separate process that kills every rank's tree if we die;
-* ``EscalationTable`` (engine.escalation): SIGTERM -> SIGKILL deadlines without blocking;
-* torch's file-timer watchdog and health check (engine.watchdog), only when enabled.
+* ``StatsSampler`` (engine.supervisor.stats): psutil samples as ``RankStats``;
+* ``Guard`` (engine.process.guard): a separate process that kills every rank's tree if we die;
+* ``EscalationTable`` (engine.supervisor.escalation): SIGTERM -> SIGKILL deadlines without blocking;
+* torch's file-timer watchdog and health check (timer_watchdog), only when enabled.
 
 Threads:
 
-* *monitor* (``engine.monitor``): blocks in ``poll()`` on every live rank's pidfd, a wake-up
+* *monitor* (``monitor``): blocks in ``poll()`` on every live rank's pidfd, a wake-up
   pipe and the nearest escalation deadline. It handles exits (within a millisecond), sends
   SIGKILL at deadlines, restarts ranks and attempts, applies the restart policy and
   publishes ``RunFinished``;
@@ -53,19 +53,19 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from engine.agent_env import EnvOptions, free_port, log_line_prefixes
-from engine.escalation import EscalationTable
 from engine.events import Event, EventSink, RunFinished, SupervisorNotice
-from engine.guard import Guard
 from engine.handle import RunInfo
 from engine.logs_specs import DefaultLogsSpecs, LogsDest
-from engine.monitor import MonitorMixin
-from engine.rank_slot import RankSlot
-from engine.run_config import SupervisorConfig
-from engine.stats import StatsSampler
+from engine.process.guard import Guard
 from engine.std import Std
-from engine.supervisor_commands import CommandsMixin
-from engine.watchdog import HealthCheck, Watchdog
+from engine.supervisor.agent_env import EnvOptions, free_port, log_line_prefixes
+from engine.supervisor.commands import CommandsMixin
+from engine.supervisor.escalation import EscalationTable
+from engine.supervisor.monitor import MonitorMixin
+from engine.supervisor.rank_slot import RankSlot
+from engine.supervisor.run_config import SupervisorConfig
+from engine.supervisor.stats import StatsSampler
+from engine.supervisor.timer_watchdog import HealthCheck, Watchdog
 
 __all__ = ["Supervisor", "SupervisorConfig"]
 
@@ -193,7 +193,7 @@ class Supervisor(CommandsMixin, MonitorMixin):
                 self._health.start()
             self._pump = self._make_pump()
             self._start_attempt(first=True)
-        # Outside the lock (see engine.monitor on pump calls), before the monitor runs them.
+        # Outside the lock (see monitor.py on pump calls), before the monitor runs them.
         self._run_pump_ops()
         self._flush()
         self._monitor = threading.Thread(

@@ -18,15 +18,12 @@ import os
 import queue
 import re
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterator
+from typing import Any, Callable, Final, Iterator, Protocol
 
-from engine.lines import collapse_cr
-from engine.sanitize import strip_sgr
+from engine.output.lines import collapse_cr
+from engine.output.sanitize import strip_sgr
 
-if TYPE_CHECKING:
-    from engine.log_store import LogStore
-
-__all__ = ["SearchJob", "compile_pattern", "search_file"]
+__all__ = ["SearchJob", "Searchable", "compile_pattern", "search_file"]
 
 CHUNK: Final = 1 << 20
 
@@ -177,11 +174,26 @@ def _backwards(
         stop = start
 
 
+class Searchable(Protocol):
+    """What ``SearchJob`` needs of a store (``LogStore`` is one): its ``search``."""
+
+    def search(
+        self,
+        pattern: str,
+        *,
+        regex: bool = False,
+        case_sensitive: bool = False,
+        start: int = 0,
+        backwards: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[int]: ...
+
+
 class SearchJob:
     """A ``LogStore.search`` running on its own thread, cancellable.
 
     Args:
-        store: the store to search.
+        store: the store to search (anything with ``LogStore.search``'s signature).
         pattern: what to look for.
         on_match: called with each matching line number, on the search thread (must be
             quick and thread-safe, e.g. ``app.call_from_thread`` or a queue put). Without
@@ -194,7 +206,7 @@ class SearchJob:
 
     def __init__(
         self,
-        store: LogStore,
+        store: Searchable,
         pattern: str,
         *,
         on_match: Callable[[int], None] | None = None,

@@ -17,7 +17,7 @@ import os
 from typing import Collection, Sequence, cast
 
 from engine.events import RankOutput, Stream
-from engine.text_batch import Batch, Prefixes, TextBatch, prefix_for
+from engine.output.text_batch import Batch, Prefixes, TextBatch, prefix_for
 
 __all__ = ["DuplicateFilter"]
 

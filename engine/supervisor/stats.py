@@ -34,9 +34,9 @@ from typing import NamedTuple
 
 import psutil
 
-from engine._proctable import stat_fields
 from engine.events import RankStats
-from engine.numa import parse_cpulist
+from engine.process.numa import parse_cpulist
+from engine.process.proc_table import stat_fields
 
 __all__ = ["StatsSampler", "cpu_to_numa_node", "descendants"]
 

@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
-from engine.agent_env import port_in_use
 from engine.std import Std, to_map
+from engine.supervisor.agent_env import port_in_use
 
 __all__ = ["ConfigError", "SupervisorConfig", "parse_local_ranks_filter"]
 
@@ -59,7 +59,7 @@ class SupervisorConfig:
         faulthandler: ``PYTHONFAULTHANDLER=1`` unless set.
         cwd: Working directory of the ranks (ours when None).
         numa_binding: torchrun's ``--numa-binding`` mode ("node", "socket", "exclusive",
-            "core-complex"): each rank's CPU affinity from ``engine.numa.plan``, applied at
+            "core-complex"): each rank's CPU affinity from ``engine.process.numa.plan``, applied at
             spawn (no numactl needed). None binds nothing.
         signals_to_handle: Signals that stop the run when they reach rankvisor (forwarded
             to the ranks, SIGKILL after ``term_timeout``); torchrun's
@@ -137,7 +137,7 @@ class SupervisorConfig:
         """
         if self.numa_binding is None:
             return dict.fromkeys(range(self.nprocs))
-        from engine.numa import AffinityMode, NumaOptions, plan
+        from engine.process.numa import AffinityMode, NumaOptions, plan
 
         return plan(NumaOptions(AffinityMode(self.numa_binding)), self.nprocs)
 

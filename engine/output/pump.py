@@ -23,7 +23,7 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
   ``attempt`` the value given to ``add``. A batch may carry only a changed ``partial``.
 - With ``text_batches=True`` the sink gets ``TextBatch`` objects instead (the same fields,
   with the lines as one UTF-8 ``data`` block that ends in ``\\n``): cheaper for a console
-  writer (``engine.console.ConsoleSink`` takes both).
+  writer (``engine.output.console.ConsoleSink`` takes both).
 - ``add(rank, stream, path, attempt=0)``: tail ``path`` from its start; it need not exist yet
   (it is picked up when it appears; one that never appears costs nothing and does not delay
   ``stop()``). Calling it again for the same (rank, stream) with another path drains the old
@@ -41,7 +41,7 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
   thread. ``stop()``: idempotent; drains every file, turns partial lines into final lines,
   closes files.
 
-Wake-ups: inotify (``engine.watch``) by default, a poll every ``poll_interval`` seconds with
+Wake-ups: inotify (``output.wakeups``) by default, a poll every ``poll_interval`` seconds with
 ``use_inotify=False`` or ``RANKVISOR_TAIL_POLL=1`` (for filesystems without change
 notifications, such as NFS written from other hosts). Even with inotify every file is looked
 at every ``sweep_interval`` seconds, so a lost notification delays lines, never loses them.
@@ -60,10 +60,10 @@ import threading
 from typing import Any, Callable, Collection, Literal, Sequence
 
 from engine.events import RankOutput, Stream
-from engine.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
-from engine.pump_filter import DuplicateFilter
-from engine.text_batch import Batch, Prefixes, TextBatch
-from engine.watch import Wake, Waker, make_waker
+from engine.output.dup_filter import DuplicateFilter
+from engine.output.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
+from engine.output.text_batch import Batch, Prefixes, TextBatch
+from engine.output.wakeups import Wake, Waker, make_waker
 
 __all__ = ["OutputPump", "Prefixes", "TextBatch"]  # the last two re-exported for callers
 

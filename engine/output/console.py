@@ -11,7 +11,7 @@ and flushes once per batch. This is what ``rankvisor run --headless`` and ``Tail
   ``dst`` through the same ``ConsoleSink`` or through ``ConsoleSink.lock_for(dst)``, and no
   line is lost or interleaved with another.
 - Sanitised by default (SGR colours kept, other escapes neutralised, see
-  ``engine.sanitize``), even if the pump ran with ``sanitize=False``; ``raw=True`` writes the
+  ``engine.output.sanitize``), even if the pump ran with ``sanitize=False``; ``raw=True`` writes the
   text as it came (still decoded and ``\\r``-collapsed).
 - ``line_filter(line) -> bool`` keeps only the lines it accepts; for torch compatibility it is
   called with the line *including* its ``\\n``, like torch's ``log_line_filter``.
@@ -26,8 +26,8 @@ import weakref
 from typing import Any, Callable, Collection, Iterable, TextIO, Union
 
 from engine.events import RankOutput
-from engine.sanitize import sanitize
-from engine.text_batch import Prefixes, TextBatch, prefix_for
+from engine.output.sanitize import sanitize
+from engine.output.text_batch import Prefixes, TextBatch, prefix_for
 
 __all__ = ["ConsoleSink"]
 

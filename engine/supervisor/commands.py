@@ -5,7 +5,7 @@ at once, records any escalation for the monitor thread and returns a ``CommandRe
 never waits for a rank to exit, and never raises for a person's mistake (a rank that does
 not exist, or already exited): those come back as ``CommandResult(ok=False, message)``.
 
-A mixin of ``engine.supervisor.Supervisor``; the attributes it uses are set there.
+A mixin of ``engine.supervisor.core.Supervisor``; the attributes it uses are set there.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from engine.handle import (
     SignalRanks,
     TerminateRanks,
 )
-from engine.rank_slot import RankSlot
 from engine.states import RankState
+from engine.supervisor.rank_slot import RankSlot
 
 __all__ = ["CommandsMixin"]
 
@@ -194,7 +194,7 @@ class CommandsMixin:
         One /proc scan serves all of them (``send_signal_all``): with 32 ranks, a scan per
         rank was most of the time from "terminate all" to the last exit.
         """
-        from engine.proc import send_signal_all
+        from engine.process.rank_process import send_signal_all
 
         by_proc = {id(s.proc): s for s in slots}
         got = [by_proc[id(p)] for p in send_signal_all([s.proc for s in slots], sig)]

@@ -1,7 +1,7 @@
 """A compact, incremental index of line starts in a growing log file.
 
 ``LineIndex`` is fed the file's bytes in order (``feed``), as they are appended, and can then
-say where any line starts to within one block, for ``engine.log_store.LogStore`` to read it
+say where any line starts to within one block, for ``engine.logfile.store.LogStore`` to read it
 from disk.
 
 Why sparse: 10 M lines of 8-byte offsets are 80 MB, more than the 64 MB budget for tailing

@@ -5,7 +5,7 @@ step to look at the collected changes, so a waiting tailer wakes ``1000 / step_m
 second. Measured on this project's machines with 16 watched directories: 1.0 % of a core at
 ``step_ms=5`` and 2.1 % at 2 ms, while the goal is under 0.2 % idle with a p99 delivery
 latency under 20 ms. A raw inotify descriptor is readable exactly when something changed, so
-the pump can block in ``poll()`` with no timeout cost and wake at once. ``engine.pump`` uses
+the pump can block in ``poll()`` with no timeout cost and wake at once. ``engine.output.pump`` uses
 watchfiles where this module is unavailable (not Linux), and plain polling where inotify
 does not work (NFS written by other hosts) or is not wanted.
 

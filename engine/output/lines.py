@@ -12,8 +12,8 @@ What a line becomes (the file itself is never touched):
   ``"c"``, while ``"\\r\\n"`` is a plain line end;
 - longer than ``max_line_chars`` (default 64 Ki characters): cut at the cap, followed by a
   visible marker that counts what was left out (``"…[+N chars]"``). One display line per file
-  line, so display line numbers match the file's (and ``engine.log_store``'s) line numbers;
-- sanitised (``engine.sanitize``) unless ``sanitize=False``: SGR colours kept, every other
+  line, so display line numbers match the file's (and ``engine.logfile.store``'s) line numbers;
+- sanitised (``engine.output.sanitize``) unless ``sanitize=False``: SGR colours kept, every other
   control or escape sequence neutralised.
 
 Memory is bounded whatever a rank writes: at most ``max_line_chars`` characters of the current
@@ -32,7 +32,7 @@ import codecs
 import re
 from typing import Final
 
-from engine.sanitize import bytes_look_safe, sanitize
+from engine.output.sanitize import bytes_look_safe, sanitize
 
 __all__ = ["DEFAULT_MAX_LINE_CHARS", "LineAssembler", "cut_marker"]
 

@@ -12,7 +12,7 @@ The low-level handle under ``SubprocessContext`` and the Supervisor. What it gua
   each is signalled through a pidfd opened after checking its start time. Without pidfds
   (kernel < 5.3) the start-time check is done with /proc and psutil instead.
 * **No orphans if we are killed.** Ranks are forked by one long-lived thread
-  (``engine._spawner``) and get PR_SET_PDEATHSIG=SIGKILL, so they die with this process even
+  (``engine.process.spawner``) and get PR_SET_PDEATHSIG=SIGKILL, so they die with this process even
   on SIGKILL. (Their own children do not inherit it; the Supervisor's guard covers those.)
 * **Exits seen at once.** A watcher thread polls all pidfds, reaps, and stamps
   ``exit_time_ns`` within about a millisecond of the exit; ``wait_any`` blocks on that.
@@ -37,7 +37,9 @@ from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 
 import psutil
 
-from engine import _exitwatch, _proctable, _spawner
+from engine.process import exit_watch as _exitwatch
+from engine.process import proc_table as _proctable
+from engine.process import spawner as _spawner
 
 __all__ = ["RankProcess", "on_spawner_thread", "resolve_program", "send_signal_all", "wait_any"]
 
@@ -134,7 +136,7 @@ class RankProcess:
             cpu_affinity: CPUs the rank (and every thread it starts) may run on.
             stdin: as Popen's ``stdin`` (e.g. ``subprocess.DEVNULL`` under a TUI); None
                 inherits ours, as torch does.
-            pdeathsig: give the rank PR_SET_PDEATHSIG=SIGKILL (see ``engine._spawner``).
+            pdeathsig: give the rank PR_SET_PDEATHSIG=SIGKILL (see ``engine.process.spawner``).
 
         Returns:
             The running rank.

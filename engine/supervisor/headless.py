@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
-from engine.run_config import SupervisorConfig
-from engine.supervisor import Supervisor
+from engine.supervisor.core import Supervisor
+from engine.supervisor.run_config import SupervisorConfig
 
 __all__ = ["exit_status", "format_report", "run_headless", "run_interactive"]
 
@@ -34,7 +34,8 @@ def exit_status(finished: RunFinished | None, received_signal: int | None) -> in
         return 128 + int(received_signal)
     if finished is None:
         return 1
-    return 1 if finished.result.failures else 0
+    # A run whose ranks were all stopped did not succeed either, though nobody failed.
+    return 1 if finished.result.failures or finished.result.stopped else 0
 
 
 def format_report(name: str, finished: RunFinished) -> str:
@@ -47,15 +48,17 @@ def format_report(name: str, finished: RunFinished) -> str:
     from engine.errors import ChildFailedError, root_cause_rank
 
     failures = finished.result.failures
-    if not failures:
+    stopped = finished.result.stopped
+    if not failures and not stopped:
         return ""
+    if not failures:
+        ranks = ", ".join(map(str, sorted(stopped)))
+        head = f"rankvisor: no root cause: the run was stopped by rankvisor (rank(s) {ranks})"
+        return head + "\n" + ChildFailedError(name, stopped).format_msg() + "\n"
     rank = finished.root_cause_rank
     if rank is None or rank not in failures:
         rank = root_cause_rank(failures)
-    if rank is None:
-        ranks = ", ".join(map(str, sorted(failures)))
-        head = f"rankvisor: no root cause: the run was stopped by rankvisor (rank(s) {ranks})"
-        return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
+    assert rank is not None  # failures holds only ranks that failed on their own
     f = failures[rank]
     how = f"signal {f.signal_name()}" if f.exitcode < 0 else f"exit code {f.exitcode}"
     text = f.text.strip().splitlines()
@@ -71,7 +74,7 @@ class _HeadlessPrinter:
 
     def __init__(self, config: SupervisorConfig, prefixes: dict[int, str],
                  out: TextIO, err: TextIO) -> None:
-        from engine.console import ConsoleSink
+        from engine.output.console import ConsoleSink
 
         self._shown = {r: config.console(r) for r in range(config.nprocs)}
         self._out = ConsoleSink(out, prefixes=prefixes, presanitized=True)

@@ -10,10 +10,10 @@ one place and in one order. It sleeps in ``poll()`` on:
 * a timeout equal to the nearest escalation deadline (SIGKILL time, or the end of the
   bounded wait after a SIGKILL).
 
-Reaping is done by engine.proc's watcher thread; ``proc.poll()`` here only reads the result
+Reaping is done by engine.process's watcher thread; ``proc.poll()`` here only reads the result
 (or reaps first if the watcher has not yet), so nothing is ever signalled after its reap.
 
-A mixin of ``engine.supervisor.Supervisor``; the attributes it uses are set there.
+A mixin of ``engine.supervisor.core.Supervisor``; the attributes it uses are set there.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import signal
 import time
 from typing import Any
 
-from engine.agent_env import RESTART_COUNT_ENV, build_rank_env
 from engine.errors import root_cause_rank
 from engine.events import AttemptStarted, EscalationFinished, RankRestarted, RunFinished
-from engine.rank_slot import RankSlot, incarnation_dir
 from engine.states import RankState, final_state_for
+from engine.supervisor.agent_env import RESTART_COUNT_ENV, build_rank_env
+from engine.supervisor.rank_slot import RankSlot, incarnation_dir
 
 __all__ = ["MonitorMixin"]
 
@@ -211,14 +211,17 @@ class MonitorMixin:
         from engine.pcontext import RunProcsResult
 
         slots = list(self._slots.values())
-        failures = {s.rank: s.failure for s in slots if s.failure is not None}
+        ended = {s.rank: s.failure for s in slots if s.failure is not None}
+        # A rank our own signal ended did not fail: it is reported apart, as stopped.
+        failures = {r: f for r, f in ended.items() if not f.caused_by_us}
         result = RunProcsResult(
             return_values={},
             failures=failures,
             stdouts={s.rank: s.stdout_path for s in slots},
             stderrs={s.rank: s.stderr_path for s in slots},
+            stopped={r: f for r, f in ended.items() if f.caused_by_us},
         )
-        # None when every failure was ours (terminate-all, quit, shutdown): nobody to blame.
+        # None when nobody failed on their own (terminate-all, quit, shutdown).
         return RunFinished(result, self._attempt, root_cause_rank(failures))
 
     # -- starting processes ---------------------------------------------------------------
@@ -259,7 +262,7 @@ class MonitorMixin:
                 self._attempt, 0,
                 (dest.stdouts[slot.rank], dest.stderrs[slot.rank], dest.error_files[slot.rank]),
             )
-        from engine.proc import on_spawner_thread
+        from engine.process.rank_process import on_spawner_thread
 
         # One hand-over to the spawner thread for the whole group (fast for many ranks).
         procs = on_spawner_thread(lambda: [self._spawn_or_error(s) for s in slots])
@@ -292,7 +295,7 @@ class MonitorMixin:
         self._started_proc(slot, self._spawn_or_error(slot), restart=True, whole_attempt=False)
 
     def _spawn_or_error(self: Any, slot: RankSlot) -> Any:
-        from engine.proc import RankProcess
+        from engine.process.rank_process import RankProcess
 
         try:
             return RankProcess.spawn(
@@ -346,16 +349,16 @@ class MonitorMixin:
             others = [s for s in self._live() if s.stop_reason is None]
             self._stop_ranks(others, "teardown", signal.SIGTERM, self.config.term_timeout)
 
-    # -- the output pump (C's engine.pump) -------------------------------------------------
+    # -- the output pump (C's engine.output.pump) -------------------------------------------------
     # Pump calls are queued under the state lock and run by ``_run_pump_ops`` outside it:
     # the pump calls our sink while holding its own lock, and a sink may call back into
     # the Supervisor, so holding both locks in opposite orders could deadlock.
 
     def _make_pump(self: Any) -> Any:
         try:
-            from engine.pump import OutputPump
+            from engine.output.pump import OutputPump
         except ImportError:
-            log.warning("engine.pump is not available: no RankOutput events")
+            log.warning("engine.output.pump is not available: no RankOutput events")
             return None
 
         def sink(batch: list[Any]) -> None:

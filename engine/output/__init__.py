@@ -1,0 +1,26 @@
+"""Rank output on its way from the log files to a viewer or a console.
+
+One pump thread tails every rank's files (inotify wake-ups, a slow poll where there is none)
+and turns bytes into batches of whole, sanitised lines: line assembly (split UTF-8, ``\\r``
+progress frames, over-long lines), the sanitiser that keeps colours and neutralises every
+other escape, the duplicate filters behind filtered_*.log, and the console sink that prints
+prefixed lines. Imports the standard library, watchfiles (off Linux) and ``engine.events``;
+nothing of the process, log-file or supervisor packages.
+"""
+
+from __future__ import annotations
+
+from engine._lazy import face
+
+__all__ = ["ConsoleSink", "LineAssembler", "OutputPump", "TextBatch", "sanitize"]
+
+__getattr__, __dir__ = face(
+    __name__,
+    {
+        "ConsoleSink": "console",
+        "LineAssembler": "lines",
+        "OutputPump": "pump",
+        "TextBatch": "text_batch",
+        "sanitize": "sanitize",
+    },
+)

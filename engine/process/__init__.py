@@ -1,0 +1,35 @@
+"""Rank processes: how a rank is forked, signalled, watched, placed and never orphaned.
+
+``RankProcess`` (one rank: own session, pidfd signals, exit time stamped within a
+millisecond), the long-lived spawner thread that forks every rank (so PR_SET_PDEATHSIG holds),
+the exit watcher, the /proc tables used to find a rank's descendants, the guard process that
+kills every rank's tree if rankvisor itself is killed, NUMA placement, and the bootstrap of a
+function rank. Imports the standard library, psutil and ``engine.errors`` / ``engine.redirects``
+/ ``engine.pcontext`` (function ranks only); nothing of the output, log-file or supervisor
+packages, and never textual.
+"""
+
+from __future__ import annotations
+
+from engine._lazy import face
+
+__all__ = [
+    "Guard",
+    "NumaOptions",
+    "RankProcess",
+    "on_spawner_thread",
+    "send_signal_all",
+    "wait_any",
+]
+
+__getattr__, __dir__ = face(
+    __name__,
+    {
+        "Guard": "guard",
+        "NumaOptions": "numa",
+        "RankProcess": "rank_process",
+        "on_spawner_thread": "rank_process",
+        "send_signal_all": "rank_process",
+        "wait_any": "rank_process",
+    },
+)

@@ -1,0 +1,360 @@
+"""From a command line to a ``SupervisorConfig``: ``run``'s torchrun flags and ``demo``'s.
+
+Shared by the CLI and by ``rankvisor serve``'s browser sessions, so both build a run the same
+way. Everything that can be checked is checked here, before a process starts: a bad value
+raises ``ConfigError`` (or exits 2 with one line, for argparse's own errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import shutil
+import signal
+import sys
+from typing import Any, NoReturn
+
+from engine.std import Std
+from engine.supervisor.run_config import ConfigError, SupervisorConfig, parse_local_ranks_filter
+
+__all__ = [
+    "build_demo_parser",
+    "build_run_parser",
+    "config_from_args",
+    "demo_config",
+    "parse_job",
+]
+
+PROG = "rankvisor"
+DEMO_NPROCS = 4
+DEFAULT_DEMO_STDERR_FILTERS = ("WARNING",)
+DEMO_TERM_TIMEOUT = 10.0
+"""The demo's SIGTERM -> SIGKILL timeout unless --term-timeout (or the env) says otherwise."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line and status 2 (no usage dump to scroll past)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _env_default(dest: str, default: str | None) -> str | None:
+    # torchrun's `env` action: every such flag may come from PET_<DEST>.
+    return os.environ.get(f"PET_{dest.upper()}", default)
+
+
+def _add_logging_flags(p: argparse.ArgumentParser, *, term_timeout_default: float = 30) -> None:
+    p.add_argument("--log-dir", "--log_dir", dest="log_dir", default=_env_default("log_dir", None),
+                   help="base directory of the run's logs (default: a new temp dir)")
+    p.add_argument("-r", "--redirects", default=_env_default("redirects", "0"),
+                   help="streams kept off the console, torchrun syntax: 0-3 or '0:3,1:0'")
+    p.add_argument("-t", "--tee", default=_env_default("tee", "0"),
+                   help="redirected streams still shown on the console (same syntax)")
+    p.add_argument("--term-timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"seconds from SIGTERM to SIGKILL (default {term_timeout_default:g}, "
+                        "or TORCH_ELASTIC_SHUTDOWN_TIMEOUT)")
+    p.set_defaults(term_timeout_default=float(term_timeout_default))
+    p.add_argument("--shutdown-timeout", "--shutdown_timeout", dest="term_timeout", type=float,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--headless", action="store_true",
+                   help="no TUI: print the ranks' output with prefixes, like torchrun --tee 3")
+
+
+def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
+    """The ``run`` parser: torchrun's flags plus rankvisor's own."""
+    p = _Parser(prog=prog, description="Run N local ranks of a script under supervision.")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node",
+                   default=_env_default("nproc_per_node", "1"),
+                   help="ranks on this node: a number, 'cpu' or 'auto'")
+    p.add_argument("--nnodes", default=_env_default("nnodes", "1:1"),
+                   help="must describe one node (1 or 1:1): rankvisor runs one node")
+    p.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
+    p.add_argument("--standalone", action="store_true", help="accepted; one node anyway")
+    p.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default="static")
+    p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default="")
+    p.add_argument("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", default="")
+    p.add_argument("--run-id", "--rdzv-id", "--rdzv_id", dest="run_id",
+                   default=_env_default("rdzv_id", None),
+                   help="TORCHELASTIC_RUN_ID and the log directory prefix (default: a uuid)")
+    p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int,
+                   default=0, help="restart the whole group up to K times on a failure")
+    p.add_argument("--monitor-interval", "--monitor_interval", type=float, default=0.1,
+                   help="accepted for torchrun compatibility; exits are seen at once")
+    p.add_argument("--start-method", "--start_method", default="spawn",
+                   help="accepted for torchrun compatibility (scripts run as binaries)")
+    p.add_argument("--role", default="default", help="role name (ROLE_NAME, log prefixes)")
+    p.add_argument("-m", "--module", action="store_true",
+                   help="run the script as a module (python -m)")
+    p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true",
+                   help="run the script as a program, not with python")
+    p.add_argument("--run-path", "--run_path", dest="run_path", action="store_true",
+                   help=argparse.SUPPRESS)
+    _add_logging_flags(p)
+    p.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="local_ranks_filter",
+                   default=_env_default("local_ranks_filter", ""),
+                   help="only these ranks reach the console, e.g. '0,2'")
+    p.add_argument("--duplicate-stdout-filters", "--duplicate_stdout_filters",
+                   dest="dup_stdout", default="", help=argparse.SUPPRESS)
+    p.add_argument("--duplicate-stderr-filters", "--duplicate_stderr_filters",
+                   dest="dup_stderr", default="", help=argparse.SUPPRESS)
+    p.add_argument("--filter-stdout", action="append", default=[], metavar="STR",
+                   help="copy stdout lines containing STR to filtered_stdout.log (repeatable)")
+    p.add_argument("--filter-stderr", action="append", default=[], metavar="STR",
+                   help="copy stderr lines containing STR to filtered_stderr.log (repeatable)")
+    p.add_argument("--master-addr", "--master_addr", dest="master_addr", default="127.0.0.1")
+    p.add_argument("--master-port", "--master_port", dest="master_port", type=int, default=None,
+                   help="rank 0's c10d store port (default: a free port)")
+    p.add_argument("--local-addr", "--local_addr", dest="local_addr", default=None,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--log-line-prefix-template", dest="log_line_prefix_template",
+                   default=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+                   help="e.g. '[${role_name}${rank}]:' (${local_rank} too)")
+    p.add_argument("--numa-binding", "--numa_binding", dest="numa_binding", default=None,
+                   choices=["node", "socket", "exclusive", "core-complex"],
+                   help="pin each rank's CPUs to its NUMA node (as torchrun; no numactl)")
+    p.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle",
+                   default=_env_default("signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
+                   help="signals that stop the run (forwarded to the ranks, then SIGKILL)")
+    p.add_argument("--event-log-handler", "--event_log_handler", default="null",
+                   help=argparse.SUPPRESS)
+    p.add_argument("--logs-specs", "--logs_specs", dest="logs_specs", default=None,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--virtual-local-rank", "--virtual_local_rank", dest="virtual_local_rank",
+                   action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-unbuffered", action="store_true",
+                   help="do not run Python ranks unbuffered (-u, PYTHONUNBUFFERED)")
+    p.add_argument("--no-faulthandler", action="store_true",
+                   help="do not set PYTHONFAULTHANDLER=1")
+    p.add_argument("training_script", metavar="script", help="the script (or program)")
+    p.add_argument("training_script_args", nargs=argparse.REMAINDER, metavar="args")
+    return p
+
+
+def build_demo_parser() -> argparse.ArgumentParser:
+    """``demo``: the embedded 4-rank gloo job, through the same path as ``run``."""
+    p = _Parser(prog=f"{PROG} demo", description="Run a 4-rank demo job (gloo, CPU).")
+    # The demo's stalled rank ignores SIGTERM on purpose: with torchrun's 30 s every quit
+    # would wait 30 s for its SIGKILL.
+    _add_logging_flags(p, term_timeout_default=DEMO_TERM_TIMEOUT)
+    return p
+
+
+def _comma_list(text: str) -> list[str]:
+    # torchrun's comma_separated_list: ",," stands for a literal comma.
+    if not text:
+        return []
+    return [part.replace("\0", ",") for part in text.replace(",,", "\0").split(",") if part]
+
+
+def _nprocs(value: str) -> int:
+    text = value.strip()
+    if text.isdigit():
+        n = int(text)
+    elif text in ("cpu", "auto"):
+        # "auto" is the accelerator count when there is one; only then is torch worth importing.
+        n = _accelerator_count() if text == "auto" else 0
+        n = n or os.cpu_count() or 1
+    elif text == "gpu":
+        n = _accelerator_count()
+        if not n:
+            raise ConfigError("--nproc-per-node gpu: no GPU is available")
+    else:
+        raise ConfigError(
+            f"--nproc-per-node {value!r}: not a number (or one of cpu, gpu, auto)"
+        )
+    if n < 1:
+        raise ConfigError(f"--nproc-per-node {value!r}: must be at least 1")
+    return n
+
+
+def _accelerator_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _std(flag: str, value: str) -> Std | dict[int, Std]:
+    try:
+        return Std.from_str(value)
+    except ValueError as e:
+        raise ConfigError(f"{flag}: {e}") from None
+
+
+def _check_script(args: argparse.Namespace) -> None:
+    script = args.training_script
+    if args.no_python:
+        if args.module:
+            raise ConfigError("--no-python and -m cannot be used together")
+        if os.sep not in script and shutil.which(script) is None:
+            raise ConfigError(f"{script}: command not found")
+        if os.sep in script and not os.path.isfile(script):
+            raise ConfigError(f"{script}: no such file")
+        return
+    if args.module:
+        # Only the top-level package is looked up, so nothing of the user's is imported.
+        top = script.split(".")[0]
+        sys.path.insert(0, os.getcwd())
+        try:
+            found = importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        finally:
+            sys.path.pop(0)
+        if not found:
+            raise ConfigError(f"module {script!r}: no module named {top!r}")
+        return
+    if not os.path.isfile(script):
+        raise ConfigError(f"script {script!r} does not exist")
+
+
+def _signals(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(","):
+        name = part.strip().upper()
+        if not name:
+            continue
+        try:
+            out.append(int(signal.Signals[name if name.startswith("SIG") else "SIG" + name]))
+        except KeyError:
+            raise ConfigError(f"--signals-to-handle {text!r}: unknown signal {part!r}") from None
+        if out[-1] in (signal.SIGKILL, signal.SIGSTOP):
+            raise ConfigError(f"--signals-to-handle: {name} cannot be handled")
+    return tuple(out)
+
+
+def _term_timeout(args: argparse.Namespace) -> float:
+    if args.term_timeout is not None:
+        return float(args.term_timeout)
+    default = getattr(args, "term_timeout_default", 30.0)
+    return float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", default))
+
+
+def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
+    """Turn parsed ``run`` flags into a validated SupervisorConfig.
+
+    Raises:
+        ConfigError: one line naming the bad flag or value.
+    """
+    if args.run_path:
+        raise ConfigError("--run-path is not supported: scripts run as separate processes")
+    if args.logs_specs:
+        raise ConfigError("--logs-specs is not supported: rankvisor keeps torch's default layout")
+    if args.virtual_local_rank:
+        raise ConfigError("--virtual-local-rank is not supported yet")
+    nnodes = args.nnodes.strip()
+    if nnodes not in ("1", "1:1") or args.node_rank != 0:
+        raise ConfigError(
+            f"--nnodes {args.nnodes}: rankvisor runs the ranks of one node;"
+            " launch multi-node jobs with torchrun"
+        )
+    nprocs = _nprocs(args.nproc_per_node)
+    redirects = _std("--redirects", args.redirects)
+    tee = _std("--tee", args.tee)
+    ranks_filter = parse_local_ranks_filter(args.local_ranks_filter)
+    _check_script(args)
+    if args.no_python:
+        entrypoint, cmd_args = args.training_script, []
+        if os.sep not in entrypoint:
+            entrypoint = shutil.which(entrypoint) or entrypoint
+    else:
+        # torchrun's command line: python -u [-m] script args.
+        entrypoint = os.environ.get("PYTHON_EXEC", sys.executable)
+        cmd_args = [] if args.no_unbuffered else ["-u"]
+        if args.module:
+            cmd_args.append("-m")
+        cmd_args.append(args.training_script)
+    cmd_args.extend(args.training_script_args)
+    config = SupervisorConfig(
+        entrypoint=entrypoint,
+        args=tuple(cmd_args),
+        nprocs=nprocs,
+        role=args.role,
+        run_id=args.run_id,
+        log_dir=args.log_dir,
+        redirects=redirects,
+        tee=tee,
+        local_ranks_filter=ranks_filter,
+        stdout_filters=tuple(dict.fromkeys(_comma_list(args.dup_stdout) + args.filter_stdout)),
+        stderr_filters=tuple(dict.fromkeys(_comma_list(args.dup_stderr) + args.filter_stderr)),
+        log_line_prefix_template=args.log_line_prefix_template,
+        term_timeout=_term_timeout(args),
+        max_restarts=args.max_restarts,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        unbuffered=not args.no_unbuffered,
+        faulthandler=not args.no_faulthandler,
+        numa_binding=args.numa_binding,
+        signals_to_handle=_signals(args.signals_to_handle),
+    )
+    config.validate()
+    return config
+
+
+def _demo_constant(path: str, name: str, default: Any) -> Any:
+    """A literal constant of the demo module, read without importing it (torch)."""
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return default
+    for node in tree.body:
+        target: ast.expr
+        value: ast.expr | None
+        if isinstance(node, ast.Assign):
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == name and value is not None:
+            try:
+                return ast.literal_eval(value)
+            except ValueError:
+                break
+    return default
+
+
+def demo_config(args: argparse.Namespace) -> SupervisorConfig:
+    """The demo job as a run: E's ``tui/demo_job.py`` on 4 ranks, logging flags from ``args``."""
+    spec = importlib.util.find_spec("tui.demo_job")
+    if spec is None or not spec.origin:
+        raise ConfigError("the demo job (tui/demo_job.py) is not installed")
+    path = spec.origin
+    config = SupervisorConfig(
+        entrypoint=sys.executable,
+        args=("-u", path),
+        nprocs=int(_demo_constant(path, "DEMO_NPROCS", DEMO_NPROCS)),
+        role="demo",
+        log_dir=args.log_dir,
+        redirects=_std("--redirects", args.redirects),
+        tee=_std("--tee", args.tee),
+        stdout_filters=tuple(_demo_constant(path, "DEMO_STDOUT_FILTERS", ())),
+        stderr_filters=tuple(
+            _demo_constant(path, "DEMO_STDERR_FILTERS", DEFAULT_DEMO_STDERR_FILTERS)
+        ),
+        term_timeout=_term_timeout(args),
+    )
+    config.validate()
+    return config
+
+
+def parse_job(command: str, argv: list[str]) -> tuple[SupervisorConfig, bool]:
+    """The run that ``rankvisor <command> <argv>`` asks for, and whether it is headless.
+
+    Args:
+        command: "run" or "demo".
+        argv: the arguments after the command.
+
+    Raises:
+        ConfigError: a value that cannot work (the message is one line for a person).
+    """
+    if command == "demo":
+        args = build_demo_parser().parse_args(argv)
+        return demo_config(args), bool(args.headless)
+    args = build_run_parser().parse_args(argv)
+    return config_from_args(args), bool(args.headless)
