@@ -6,19 +6,19 @@ The tree is torch's, byte for byte in its names::
         filtered_stdout.log  filtered_stderr.log
         <local_rank>/stdout.log  stderr.log  error.json
 
-Two of torch's behaviours are changed, on purpose (TORCH_SPEC section 13):
+Three of torch's behaviours are changed, on purpose (see engine/README.md):
 
-* T12: ranks left out by ``local_ranks_filter`` are not printed on the console; torch sends
+* Ranks left out by ``local_ranks_filter`` are not printed on the console; torch sends
   their non-redirected streams to ``/dev/null``, so that output is lost. Here those streams go
   to the rank's own ``stdout.log`` / ``stderr.log`` instead: the console stays as quiet as
   torch makes it, and nothing is lost. ``RunProcsResult.stdouts`` then names the file.
-* P10: torch ``rmtree``s ``attempt_<n>`` when it already exists (a second ``reify`` with the
+* torch ``rmtree``s ``attempt_<n>`` when it already exists (a second ``reify`` with the
   same restart count wipes the logs of the first). Here an existing attempt directory that has
   content is renamed to ``attempt_<n>.old<k>`` (first free k) and a warning is logged; an
   empty one is reused.
 
-And P12: with ``log_dir=os.devnull`` the filtered files are ``os.devnull`` too (torch makes
-``/dev/null/filtered_stdout.log``, which cannot be opened).
+* With ``log_dir=os.devnull`` the filtered files are ``os.devnull`` too (torch makes
+  ``/dev/null/filtered_stdout.log``, which cannot be opened).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class DefaultLogsSpecs(LogsSpecs):
 
             if self._local_ranks_filter and rank not in self._local_ranks_filter:
                 # Off the console: no tail for this rank. Its console streams go to its own
-                # files rather than to /dev/null as in torch (T12), so nothing is lost.
+                # files rather than to /dev/null as in torch, so nothing is lost.
                 tee_stdouts.pop(rank, None)
                 tee_stderrs.pop(rank, None)
                 if stdouts[rank] == _CONSOLE:
@@ -240,7 +240,7 @@ class DefaultLogsSpecs(LogsSpecs):
 
 
 def _fresh_attempt_dir(path: str) -> None:
-    """Make ``path`` an empty directory without deleting logs already in it (P10).
+    """Make ``path`` an empty directory without deleting logs already in it (torch deletes them).
 
     An existing directory with content is renamed aside to ``<path>.old<k>``; rename within
     one directory is atomic, so a reader never sees half of the old tree.

@@ -4,22 +4,22 @@ Each rank is a stdlib ``multiprocessing`` process (spawn, fork or forkserver) wh
 the light ``engine.process.mp_bootstrap.run_rank``; children never import torch unless the user's
 function does. See that module for what happens in the child, and in which order.
 
-What differs from torch 2.13's ``MultiprocessContext``, on purpose (TORCH_SPEC section 13):
+What differs from torch 2.13's ``MultiprocessContext``, on purpose (see engine/README.md):
 
 * Return values come back through one file per rank, written atomically by the child and
   read here after its exit: no queue, no "finished reading" event, no pipe to deadlock on,
   and the child never waits for the parent.
 * A rank that exits 0 without returning (``os._exit(0)``) is a failure with a message that
-  says so, instead of a ``wait()`` that never returns (P1). ``sys.exit(0)`` inside the
+  says so, instead of a ``wait()`` that never returns. ``sys.exit(0)`` inside the
   function still counts as returning None, as in torch.
 * Every failed rank is reported, not only the first; ranks that die of our own teardown are
-  reported too, with ``caused_by_us=True`` (B6), and never chosen as the root cause.
+  reported too, with ``caused_by_us=True``, and never chosen as the root cause.
 * Each rank leads its own session; ``close()`` signals the rank through its pidfd, its
-  process group, and the descendants that left the group, so grandchildren die too (P5).
-* ``_poll()`` never blocks (P4), and ``wait()`` wakes on a rank's exit (pidfd watcher)
+  process group, and the descendants that left the group, so grandchildren die too.
+* ``_poll()`` never blocks, and ``wait()`` wakes on a rank's exit (pidfd watcher)
   instead of sleeping ``period``.
 * A context never closed (an uncaught ``SignalException``) is closed at interpreter exit by
-  ``PContext``'s exit hook, and ranks do not wait for the parent, so exit never hangs (P2).
+  ``PContext``'s exit hook, and ranks do not wait for the parent, so exit never hangs.
 
 Threads: processes are started on the long-lived spawner thread (``engine.process``), because the
 kernel ties a rank's PR_SET_PDEATHSIG to the thread that forked it; the exit watcher thread
@@ -158,7 +158,7 @@ class MultiprocessContext(PContext):
                 mp_proc.start()
                 popen: Any = _MpPopen(mp_proc)  # duck-typed: pid and poll() are all it uses
                 proc = RankProcess(popen, (self._fn_name(),), spec.stdout, spec.stderr)
-                # Recorded at once: if rank k+1 fails to start, close() reaches 0..k (P3).
+                # Recorded at once: if rank k+1 fails to start, close() reaches 0..k.
                 # The spawner hands the job's ranks to the exit watcher when it ends, or
                 # SIGKILLs them if our caller was interrupted meanwhile.
                 self._mp_procs[rank], self._procs[rank] = mp_proc, proc
@@ -240,7 +240,7 @@ class MultiprocessContext(PContext):
                 with open(self._return_file(rank), "rb") as f:
                     self._return_values[rank] = pickle.load(f)
             except FileNotFoundError:
-                # P1: exit 0 without a return value is a failure, said in words; torch
+                # Exit 0 without a return value is a failure, said in words; torch
                 # counts it as neither, and its wait() never returns.
                 self._no_return[rank] = NO_RETURN_MESSAGE.format(
                     rank=rank, pid=proc.pid, fn=self._fn_name()
@@ -301,7 +301,7 @@ class MultiprocessContext(PContext):
         # is still its own), and descendants that left the group, from one /proc scan.
         signalled = send_signal_all(alive, death_sig, group=True)
         self._teardown.update(r for r, p in self._procs.items() if p in signalled)
-        # One shared deadline for all ranks (torch waits per rank after SIGKILL: P7).
+        # One shared deadline for all ranks (torch waits per rank after SIGKILL).
         _wait_all(alive, timeout)
         survivors = [p for p in alive if p.poll() is None]
         for proc in survivors:

@@ -1,17 +1,17 @@
 """``PContext``: the start / wait / close contract shared by binary and function ranks.
 
-torch's semantics (TORCH_SPEC sections 1.5, 1.6, 6), with these changes:
+torch's semantics, with these changes (engine/README.md lists them all):
 
 * ``wait()`` does not sleep a whole ``period`` between polls: subclasses block on the ranks'
   exits (``_wait_for_exit``), so an exit is noticed within milliseconds; ``period`` only
   bounds the time between two polls. Deadlines use ``time.monotonic()``, not the wall clock.
 * Signal handlers from TORCHELASTIC_SIGNALS_TO_HANDLE are installed by ``start()`` on the main
-  thread only (as in torch) and **restored by ``close()``** (torch leaves them, P6). Several
+  thread only (as in torch) and **restored by ``close()``** (torch leaves them). Several
   open contexts share one installation; the original handlers come back when the last
   closes. ``close()`` called off the main thread cannot restore them (Python forbids it).
 * A context that is never closed is closed at interpreter exit (SIGTERM, a short grace,
   SIGKILL) before Python joins any thread, so a forgotten ``close()`` with tee on cannot
-  hang the interpreter (torch's T8).
+  hang the interpreter (torch's does).
 * ``close()`` is idempotent: TailLogs stopped and filtered files closed exactly once.
 
 Threads: ``start``/``wait``/``close`` belong to one owner thread at a time. The signal

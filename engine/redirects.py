@@ -10,7 +10,7 @@ Differences from torch, on purpose:
 
 * libc is found with ``ctypes.util.find_library`` (falling back to the symbols already
   loaded into the interpreter), lazily, so importing this module never fails on musl
-  (Alpine) where there is no ``libc.so.6`` (torch's P13). Without a usable libc the
+  (Alpine) where there is no ``libc.so.6`` (torch's import fails there). Without a usable libc the
   redirect still works; only C-level buffers are not flushed at the switch.
 * C buffers are flushed with ``fflush(NULL)`` (every output stream) instead of looking up the
   ``stdout``/``stderr`` data symbols, whose names differ between C libraries.

@@ -1,8 +1,8 @@
 """Which standard streams of a rank go to files: the ``Std`` flag, its parser and ``to_map``.
 
-Same values, strings and mapping rules as torch's ``Std``/``to_map``, with one fix (torch's
-P11): a local rank is any number of digits, so ``"10:1"`` addresses local rank 10, which
-torch's one-digit pattern rejects. Errors name the part of the string that is wrong.
+Same values, strings and mapping rules as torch's ``Std``/``to_map``, with one fix (see
+engine/README.md): a local rank is any number of digits, so ``"10:1"`` addresses local rank
+10, which torch's one-digit pattern rejects. Errors name the part of the string that is wrong.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""``SubprocessContext``: binary ranks (torch's semantics, TORCH_SPEC 1.8), fixed where torch leaks.
+"""``SubprocessContext``: binary ranks with torch's semantics, fixed where torch leaks.
 
 * Everything that can be checked is checked before the first rank starts: every rank's
   program exists and is executable (a clear error naming the path and the rank), and every
   rank's NUMA CPU set can be computed.
 * Ranks are started one by one and recorded as they start, so if rank k fails to start the
-  ranks before it are closed, not leaked (P3). All ranks are forked by the one spawner thread
+  ranks before it are closed, not leaked. All ranks are forked by the one spawner thread
   in one hand-over (see ``engine.process.rank_process``).
 * ``wait()`` blocks on the ranks' pidfds: an exit is seen within milliseconds, not a period.
 * Ranks killed by our own teardown are still reported as failures (torch's keys), but with
-  ``caused_by_us=True`` and never chosen as the root cause (B6). Each failure carries the
+  ``caused_by_us=True`` and never chosen as the root cause. Each failure carries the
   real exit time in ns.
 * Signals go through pidfds and to the whole group and its descendants; a rank that exited
-  meanwhile is skipped, never an error (P9); no file handle stays open (P8).
+  meanwhile is skipped, never an error; no file handle stays open (engine/README.md).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class SubprocessContext(PContext):
         try:
             on_spawner_thread(start_all)
         except BaseException:
-            # P3: ranks 0..k-1 are running; do not leave them behind.
+            # Ranks 0..k-1 are running; do not leave them behind.
             self._close(signal.SIGKILL, timeout=5)
             raise
 
@@ -193,7 +193,7 @@ class SubprocessContext(PContext):
         finally:
             for p in procs.values():
                 if p.exitcode is not None:
-                    p.close()  # release the pidfd: nothing stays open for exited ranks (P8)
+                    p.close()  # release the pidfd: nothing stays open for exited ranks
 
     def _stop(
         self, procs: dict[int, RankProcess], death_sig: signal.Signals, timeout: float

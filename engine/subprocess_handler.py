@@ -4,8 +4,8 @@ Same constructor and attributes (``proc`` is the ``Popen``, ``local_rank_id``), 
 ``close(death_sig)`` (signals the whole process group). Differences: the fork happens on
 the long-lived spawner thread with a death signal (``engine.process``); the log files are
 closed in the parent right after the spawn (so ``_stdout``/``_stderr`` are None: nothing
-leaks for ranks that exited, torch's P8); ``close`` on a rank that already exited is a no-op
-instead of a ``ProcessLookupError`` (P9); NUMA binding is CPU affinity, not ``numactl``.
+leaks for ranks that exited, as torch's do); ``close`` on a rank that already exited is a no-op
+instead of a ``ProcessLookupError``; NUMA binding is CPU affinity, not ``numactl``.
 """
 
 from __future__ import annotations

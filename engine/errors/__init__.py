@@ -9,11 +9,11 @@ Exceptions::
     Exception
      └── ChildFailedError      one or more ranks failed; str() is the torch-style report
 
-Fixes over torch (TORCH_SPEC section 13): a corrupt, empty, huge or odd error.json becomes a
-clear fallback message instead of an exception in the supervisor (B2); each failure gets its
-own ``error_file_data`` dict (B1); the real exit time is kept in nanoseconds and drives the
-root cause (B3); ``caused_by_us`` marks ranks killed by our own teardown, which are never the
-root cause when a real failure exists (B6); ``record`` logs properly when there is no file (B5).
+Fixes over torch (engine/README.md has each with its test): a corrupt, empty, huge or odd
+error.json becomes a clear fallback message instead of an exception in the supervisor; each
+failure gets its own ``error_file_data`` dict; the real exit time is kept in nanoseconds and
+drives the root cause; ``caused_by_us`` marks ranks killed by our own teardown, which are never
+the root cause when a real failure exists; ``record`` names the rank when there is no file.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _NS = 1_000_000_000
 
 
 def _empty_error_data() -> JSON:
-    # A new dict every time: torch shares one module-level dict and mutates it (B1).
+    # A new dict every time: torch shares one module-level dict and mutates it.
     return {"message": "<NONE>"}
 
 

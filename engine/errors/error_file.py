@@ -7,7 +7,7 @@ The two shapes torch reads (and so do we)::
     {"message": "<text>", "timestamp": <int seconds>}          # the "new" (MAST) shape
 
 A rank can be killed while writing, and a user can put anything in the file, so reading
-returns a reason instead of raising (torch's B2), and writing goes to a temporary file in the
+returns a reason instead of raising (torch raises), and writing goes to a temporary file in the
 same directory that is then renamed over the target: a reader sees the whole file or none.
 """
 

@@ -3,8 +3,8 @@
 Same methods as torch's, so subclasses written for torch work here. Differences, all fixes:
 the file is written atomically (temporary file + rename); the traceback comes from the
 exception given, not from ``sys.exc_info()`` (so it is right outside an ``except`` block,
-torch's B4); a write that fails is a warning, not a second exception on top of the real one;
-``dump_error_file`` copes with an unreadable child file.
+where torch writes "NoneType: None"); a write that fails is a warning, not a second exception
+on top of the real one; ``dump_error_file`` copes with an unreadable child file.
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ class OutputPump:
             for path in self._by_path:
                 self._waker.watch(path)
             # Daemon: a caller that forgets stop() must not hang the interpreter at exit
-            # (torch's TailLog does, T8); the files keep every byte regardless.
+            # (torch's TailLog does); the files keep every byte regardless.
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
         return self

@@ -19,7 +19,7 @@ Order of events in the child, and why:
 3. The redirect of file descriptors 1 and 2 to stdout.log / stderr.log, for the life of the
    process: every later byte (imports of the user's modules, C ``printf``, ``os.system``
    children, the final traceback, faulthandler's dump on SIGSEGV) lands in the files.
-   torch redirects only around the call and too late (its T9).
+   torch redirects only around the call and too late.
 4. The rank's environment (``LOCAL_RANK``, ``TORCHELASTIC_ERROR_FILE``...).
 5. Inside ``record`` (error.json on an exception): NUMA binding, then unpickling the
    function and its arguments (this imports the user's module, after all of the above),
@@ -101,7 +101,7 @@ def run_rank(spec: RankSpec) -> None:
         _print_user_traceback(e)
         _flush_all()
         # Die of the signal, as CPython itself does for an uncaught KeyboardInterrupt, so
-        # the parent sees -SIGINT rather than a success without a return value (torch P1).
+        # the parent sees -SIGINT rather than a success without a return value (torch's exit 0).
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         raise SystemExit(1) from None  # not reached unless SIGINT is blocked

@@ -1,7 +1,7 @@
 """NUMA placement: which CPUs each local rank may use, read from sysfs, applied as CPU affinity.
 
 Same options as ``torch.numa.binding`` (``AffinityMode``, ``NumaOptions``; torch's own
-objects are accepted too), without torch's requirements (P14): no ``numactl``, no CUDA, and
+objects are accepted too), without torch's requirements: no ``numactl``, no CUDA, and
 it works on CPU-only machines. The CPU set is applied as the rank's affinity: for a binary by
 the spawner (``RankProcess.spawn(cpu_affinity=...)``, inherited at fork), for a function in
 the child (``bind_current_process``).

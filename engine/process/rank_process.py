@@ -17,7 +17,7 @@ The low-level handle under ``SubprocessContext`` and the Supervisor. What it gua
 * **Exits seen at once.** A watcher thread polls all pidfds, reaps, and stamps
   ``exit_time_ns`` within about a millisecond of the exit; ``wait_any`` blocks on that.
 * **No fd leaks.** Log files are opened for the spawn and closed in the parent right after
-  (the child has its own copies), so nothing is left open for ranks that exited (torch's P8).
+  (the child has its own copies), so nothing is left open for ranks that exited (torch leaks).
 
 Threads: ``spawn`` may be called from any thread (the fork itself happens on the spawner
 thread); ``poll``/``wait``/``send_signal``/``wait_any`` are thread-safe. The watcher thread

@@ -22,7 +22,7 @@ while the writers run:
   late; no reader can make that up);
 - files intact: afterwards every rank's stdout.log holds lines 0..n-1, in order, none missing.
 
-Goals (issue 5): key to screen < 100 ms, panes within 250 ms of the files, no byte missing.
+Goals: key to screen < 100 ms, panes within 250 ms of the files, no byte missing.
 """
 
 from __future__ import annotations

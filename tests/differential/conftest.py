@@ -20,7 +20,7 @@ def torch_mp() -> Any:
 
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers() -> Iterator[None]:
-    # torch's start() installs handlers in the test process and never removes them (P6).
+    # torch's start() installs handlers in the test process and never removes them.
     saved = {sig: signal.getsignal(sig) for sig in _HANDLED}
     yield
     for sig, handler in saved.items():

@@ -2,10 +2,11 @@
 
 Where the two must agree (the log tree and its bytes, RunProcsResult, exit codes, signal
 messages, validation errors, tee prefixes, filtered files, Std parsing) the test asserts
-equality. Where we fix a torch defect (TORCH_SPEC section 13: P3, P6, P8, P10, P11, P12, T8,
-T12, B6) it asserts torch's observed behaviour and ours side by side.
+equality. Where we fix a torch defect (engine/README.md lists them) it asserts torch's
+observed behaviour and ours side by side.
 
-Binary ranks here never import torch; only the T8 test starts one torch-importing child.
+Binary ranks here never import torch; only the test of a forgotten close() with tee starts
+one torch-importing child.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def test_success_log_tree_and_result(torch_mp: Any, tmp_path: Path) -> None:
 def test_failures_same_codes_messages_and_keys(
     torch_mp: Any, tmp_path: Path, args: list[str], exitcode: int
 ) -> None:
-    """Rank 1 fails; rank 0 would run on and is torn down. Both report both (B6: we mark ours)."""
+    """Rank 1 fails; rank 0 would run on and is torn down. Both report both; we mark our kill."""
     got = {}
     for name, impl in _both(torch_mp):
         _, result = _run(
@@ -186,7 +187,7 @@ STD_TABLE = [
 
 
 def test_std_parsing_table(torch_mp: Any) -> None:
-    """Same results everywhere, except multi-digit local ranks (P11: torch rejects them)."""
+    """Same results everywhere, except multi-digit local ranks (torch rejects them)."""
     for text in STD_TABLE:
         try:
             theirs: Any = torch_mp.Std.from_str(text)
@@ -255,7 +256,9 @@ def test_tee_prefixes_and_filtered_files(
 # -- torch's defects, side by side ------------------------------------------------------
 
 
-def test_T12_local_ranks_filter(torch_mp: Any, tmp_path: Path) -> None:
+def test_local_ranks_filter_torch_loses_the_output_ours_keeps_it_on_disk(
+    torch_mp: Any, tmp_path: Path
+) -> None:
     dests = {}
     for name, impl in _both(torch_mp):
         dests[name] = impl.DefaultLogsSpecs(
@@ -270,7 +273,9 @@ def test_T12_local_ranks_filter(torch_mp: Any, tmp_path: Path) -> None:
     assert t.tee_stderrs == e.tee_stderrs == {}
 
 
-def test_P10_second_reify_wipes_the_attempt(torch_mp: Any, tmp_path: Path) -> None:
+def test_second_reify_torch_wipes_the_attempt_ours_moves_it_aside(
+    torch_mp: Any, tmp_path: Path
+) -> None:
     kept = {}
     for name, impl in _both(torch_mp):
         specs = impl.DefaultLogsSpecs(log_dir=str(tmp_path / name), redirects=impl.Std.OUT)
@@ -283,7 +288,9 @@ def test_P10_second_reify_wipes_the_attempt(torch_mp: Any, tmp_path: Path) -> No
     assert kept["engine"] == ["attempt_0.old1/0/stdout.log"]
 
 
-def test_P12_devnull_log_dir_with_filters(torch_mp: Any, tmp_path: Path) -> None:
+def test_devnull_log_dir_with_filters_fails_in_torch_not_here(
+    torch_mp: Any, tmp_path: Path
+) -> None:
     def run(impl: Any) -> Any:
         ctx = impl.start_processes(
             "w",
@@ -300,7 +307,9 @@ def test_P12_devnull_log_dir_with_filters(torch_mp: Any, tmp_path: Path) -> None
     assert not run(engine).is_failed()
 
 
-def test_P3_failure_starting_rank_1_leaks_rank_0(torch_mp: Any, tmp_path: Path) -> None:
+def test_failure_starting_rank_1_leaks_rank_0_in_torch_not_here(
+    torch_mp: Any, tmp_path: Path
+) -> None:
     marker = "599.25"  # a unique argument, to find torch's leaked rank
     contexts = {}
     for name, impl in _both(torch_mp):
@@ -346,7 +355,9 @@ def _children_with_last_arg(arg: str) -> list[int]:
     return found
 
 
-def test_P6_signal_handlers_after_close(torch_mp: Any, tmp_path: Path) -> None:
+def test_signal_handlers_after_close_torch_leaves_them_ours_restored(
+    torch_mp: Any, tmp_path: Path
+) -> None:
     after = {}
     for name, impl in _both(torch_mp):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -357,7 +368,9 @@ def test_P6_signal_handlers_after_close(torch_mp: Any, tmp_path: Path) -> None:
     assert after["engine"] is signal.SIG_DFL
 
 
-def test_P8_log_files_of_exited_ranks_stay_open(torch_mp: Any, tmp_path: Path) -> None:
+def test_log_files_of_exited_ranks_stay_open_in_torch_not_here(
+    torch_mp: Any, tmp_path: Path
+) -> None:
     growth = {}
     contexts = []  # kept alive, so that garbage collection does not close files for torch
     for name, impl in _both(torch_mp):
@@ -380,7 +393,7 @@ def test_P8_log_files_of_exited_ranks_stay_open(torch_mp: Any, tmp_path: Path) -
         ctx.close()
 
 
-def test_T8_forgotten_close_with_tee_hangs_torch_at_exit(tmp_path: Path) -> None:
+def test_forgotten_close_with_tee_hangs_torch_at_exit_not_ours(tmp_path: Path) -> None:
     """torch's interpreter never exits; ours exits and takes its rank along."""
     program = """
 import sys
@@ -417,7 +430,7 @@ print(ctx.pids()[0], flush=True)
             os.kill(rank["torch"], signal.SIGKILL)
 
 
-def test_P9_closing_a_handler_whose_rank_was_reaped(torch_mp: Any, tmp_path: Path) -> None:
+def test_closing_a_handler_whose_rank_was_reaped(torch_mp: Any, tmp_path: Path) -> None:
     """torch's SubprocessHandler.close() raises ProcessLookupError for a reaped rank."""
     from torch.distributed.elastic.multiprocessing.subprocess_handler import (
         get_subprocess_handler as torch_handler,
@@ -434,7 +447,7 @@ def test_P9_closing_a_handler_whose_rank_was_reaped(torch_mp: Any, tmp_path: Pat
     mine.close()  # nothing to signal, nothing raised
 
 
-def test_P14_numa_binding_without_numactl_or_cuda(torch_mp: Any, tmp_path: Path) -> None:
+def test_numa_binding_without_numactl_or_cuda(torch_mp: Any, tmp_path: Path) -> None:
     """torch needs numactl and CUDA to bind; we bind a CPU-only rank from sysfs."""
     from torch.numa.binding import AffinityMode, NumaOptions
 

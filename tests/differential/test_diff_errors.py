@@ -2,7 +2,8 @@
 
 One child imports torch (a binary rank whose main is decorated with torch's ``record``,
 run next to one decorated with ours); the rest runs in this process. Where we fix a torch
-defect (B1, B2, B3, B4) the test shows torch's behaviour and ours side by side.
+defect (shared error data, bad files, missing timestamps, a traceback outside ``except``)
+the test shows torch's behaviour and ours side by side.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def test_signal_and_exit_messages_are_the_same(te: Any) -> None:
         assert t.error_file == e.error_file == "<N/A>"
 
 
-def test_B1_shared_empty_error_data(te: Any) -> None:
+def test_shared_empty_error_data_is_mutated_in_torch_not_here(te: Any) -> None:
     """torch mutates its module-level empty-error dict: later signal deaths carry errorTraits."""
     te.ProcessFailure(0, 1, 1, "/nonexistent")  # exit code > 0, no file: adds errorTraits
     assert "errorTraits" in te.ProcessFailure(0, 2, -9, "/nonexistent").error_file_data
@@ -171,7 +172,7 @@ def test_B1_shared_empty_error_data(te: Any) -> None:
 
 
 @pytest.mark.parametrize("content", [b"", b'{"message": {"mess', b"[1]", b'{"message": {}}'])
-def test_B2_bad_error_file_raises_in_torch_and_not_here(
+def test_bad_error_file_raises_in_torch_and_not_here(
     te: Any, tmp_path: Path, content: bytes
 ) -> None:
     f = tmp_path / "error.json"
@@ -183,7 +184,7 @@ def test_B2_bad_error_file_raises_in_torch_and_not_here(
     assert failure.message.startswith("Signal 9 (SIGKILL) received by PID 5")
 
 
-def test_B3_missing_timestamp_makes_torch_pick_the_wrong_root_cause(
+def test_missing_timestamp_makes_torch_pick_the_wrong_root_cause(
     te: Any, tmp_path: Path
 ) -> None:
     """A new-shape file without a timestamp gets 0 in torch, so it always looks first."""
@@ -199,7 +200,7 @@ def test_B3_missing_timestamp_makes_torch_pick_the_wrong_root_cause(
     assert ours.ChildFailedError("x", e).get_first_failure()[0] == 0
 
 
-def test_B4_record_exception_outside_except(
+def test_record_exception_outside_except_loses_the_traceback_in_torch(
     te: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     try:

@@ -1,8 +1,9 @@
 """Function ranks through torch's start_processes and ours, in one run, compared.
 
 Where the two agree (return values, exit codes, error.json schema, signal messages, the log
-tree, C-level redirects) the test asserts equality; where we fix a torch defect (TORCH_SPEC
-section 13: T9, B6, P1, P5) it asserts torch's observed behaviour and ours side by side.
+tree, C-level redirects) the test asserts equality; where we fix a torch defect (the
+redirect's timing, every failure reported, exit 0 without returning, grandchildren on close)
+it asserts torch's observed behaviour and ours side by side.
 
 Each torch child imports torch (about 2 s here), so scenarios share children where they can:
 eight torch children in all.
@@ -83,7 +84,7 @@ def test_success_return_values_logs_and_c_level_redirect(
         # may differ: torch's child block-buffers Python's stdout, ours line-buffers it.)
         expected = {f"python stdout {rank}", f"c printf {rank}", f"os.system {rank}"}
         assert set(their_out) == expected
-        # T9: the import of the function's module happens after our redirect; torch's child
+        # The import of the function's module happens after our redirect; torch's child
         # unpickles (imports) it first, so its output went to the parent's console.
         assert our_out[0].startswith(mp_funcs.IMPORT_MARK) and set(our_out[1:]) == expected
         assert Path(theirs.stderrs[rank]).read_text() == Path(ours.stderrs[rank]).read_text()
@@ -102,7 +103,7 @@ def test_raise_and_sys_exit_all_failures_and_tracebacks(torch_mp: Any, tmp_path:
     _wait_dead(ours, [0, 1])
     our_failures = ours.wait(timeout=60).failures
 
-    # B6: torch reports one failure although both ranks failed; we report both.
+    # torch reports one failure although both ranks failed; we report both.
     assert len(their_failures) == 1
     assert sorted(our_failures) == [0, 1]
     for rank, failure in their_failures.items():
@@ -121,7 +122,7 @@ def test_raise_and_sys_exit_all_failures_and_tracebacks(torch_mp: Any, tmp_path:
     # sys.exit(3) writes no error file in either.
     assert not Path(theirs.error_files[1]).exists() and not Path(ours.error_files[1]).exists()
 
-    # T9: torch undoes the redirect before the traceback is printed; ours keeps it.
+    # torch undoes the redirect before the traceback is printed; ours keeps it.
     assert "Traceback" not in Path(theirs.stderrs[0]).read_text()
     our_err = Path(ours.stderrs[0]).read_text()
     assert "Traceback (most recent call last)" in our_err
@@ -152,7 +153,7 @@ def test_os_exit_zero_torch_never_finishes_ours_fails(torch_mp: Any, tmp_path: P
     theirs = _run(torch_mp, tmp_path, mp_funcs.hard_exit_zero, {0: ()})
     try:
         _wait_dead(theirs, [0])
-        # P1: the rank is gone with exit code 0, yet torch's poll sees neither success nor
+        # The rank is gone with exit code 0, yet torch's poll sees neither success nor
         # failure, so wait() would never return.
         assert theirs.wait(timeout=0) is None
         assert theirs.wait(timeout=0.5, period=0.1) is None
@@ -175,7 +176,7 @@ def test_close_kills_grandchildren_torch_leaves_them(torch_mp: Any, tmp_path: Pa
         theirs.close(timeout=5)
         ours.close(timeout=5)
         assert not pid_alive(theirs.pids()[0]) and not pid_alive(ours.pids()[0])
-        # P5: torch signals the rank's pid only; its grandchild lives on.
+        # torch signals the rank's pid only; its grandchild lives on.
         assert pid_alive(their_grandchild)
         wait_until(lambda: not pid_alive(our_grandchild))
     finally:

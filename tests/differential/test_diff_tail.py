@@ -1,7 +1,7 @@
 """torch's TailLog and ours on the same files, side by side: torch's defects, our fixes.
 
 Each test runs both tailers in one run over the same files and asserts what torch does
-(the defect, as listed in TORCH_SPEC section 13 "Output / tee") and what we do instead.
+(the defect, described in engine/README.md under Tee) and what we do instead.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def both(files: dict[int, str]) -> tuple[Any, io.StringIO, TailLog, io.StringIO]
     return theirs, theirs_out, ours, ours_out
 
 
-def test_T1_a_line_written_in_two_chunks(tmp_path: Path) -> None:
+def test_a_line_written_in_two_chunks_is_printed_whole(tmp_path: Path) -> None:
     path = tmp_path / "0.log"
     path.write_text("")
     theirs, theirs_out, ours, ours_out = both({0: str(path)})
@@ -53,7 +53,7 @@ def test_T1_a_line_written_in_two_chunks(tmp_path: Path) -> None:
     assert ours_out.getvalue() == "[w0]:partial-0-rest-0\n"  # one line
 
 
-def test_T2_a_last_line_without_newline(tmp_path: Path) -> None:
+def test_a_last_line_without_newline_is_not_glued_to_the_next(tmp_path: Path) -> None:
     files = {0: str(tmp_path / "0.log"), 1: str(tmp_path / "1.log")}
     for path in files.values():
         Path(path).write_text("")
@@ -73,7 +73,7 @@ def test_T2_a_last_line_without_newline(tmp_path: Path) -> None:
     ]
 
 
-def test_T4_progress_bar_redraws(tmp_path: Path) -> None:
+def test_progress_bar_redraws_collapse_to_the_last_frame(tmp_path: Path) -> None:
     path = tmp_path / "0.log"
     path.write_text("".join(f"\r{i:3d}%|{'#' * (i // 10)}" for i in range(0, 101, 10)) + "\ndone\n")
     theirs, theirs_out, ours, ours_out = both({0: str(path)})
@@ -83,7 +83,7 @@ def test_T4_progress_bar_redraws(tmp_path: Path) -> None:
     assert ours_out.getvalue() == "[w0]:100%|##########\n[w0]:done\n"
 
 
-def test_T11_never_appearing_files_cost_a_polling_thread_each(tmp_path: Path) -> None:
+def test_never_appearing_files_cost_torch_a_polling_thread_each(tmp_path: Path) -> None:
     files = {r: str(tmp_path / f"missing-{r}.log") for r in range(6)}
     before = set(threading.enumerate())
     theirs, _, ours, _ = both(files)
@@ -101,7 +101,7 @@ def test_T11_never_appearing_files_cost_a_polling_thread_each(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("impl", ["torch", "ours"])
-def test_T8_forgetting_stop_and_interpreter_exit(tmp_path: Path, impl: str) -> None:
+def test_forgetting_stop_hangs_torch_at_exit_not_ours(tmp_path: Path, impl: str) -> None:
     torch_module = "torch.distributed.elastic.multiprocessing.tail_log"
     module = torch_module if impl == "torch" else "engine.tail_log"
     code = (

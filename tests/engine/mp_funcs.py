@@ -2,7 +2,7 @@
 
 They live in an importable module so ``spawn`` can pickle them by reference. Printing at
 import time is on purpose: it shows whether a child's bootstrap output reaches its
-stdout.log (ours) or the parent's console (torch, its T9).
+stdout.log (ours) or the parent's console (torch, which redirects only around the call).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def exit_with(code: int) -> None:
 
 
 def hard_exit_zero() -> None:
-    """Leave without returning: ``os._exit(0)`` (torch P1)."""
+    """Leave without returning: ``os._exit(0)`` (torch's ``wait()`` never returns then)."""
     os._exit(0)
 
 

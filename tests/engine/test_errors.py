@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def test_record_in_a_real_process_writes_torchs_schema(tmp_path: Path) -> None:
 def test_record_exception_outside_except_block_keeps_the_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """B4: torch writes "NoneType: None" here (it formats sys.exc_info(), not the exception)."""
+    """torch writes "NoneType: None" here (it formats sys.exc_info(), not the exception)."""
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "e.json"))
     try:
         raise KeyError("k")
@@ -102,6 +103,24 @@ def test_record_copies_the_root_cause_file_with_its_exit_code(
     assert data["message"]["errorCode"] == -9
 
 
+def test_record_names_the_rank_when_the_root_cause_has_no_error_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # torch logs a tuple here, so its message is never formatted with the rank.
+    parent = tmp_path / "parent.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(parent))
+    failures = {5: ProcessFailure(5, 10, -9, str(tmp_path / "absent.json"))}
+
+    def launcher() -> None:
+        raise ChildFailedError("trainer", failures)
+
+    with caplog.at_level(logging.INFO, logger="engine.errors"):
+        with pytest.raises(ChildFailedError):
+            record(launcher)()
+    assert any(m.startswith("local_rank 5 FAILED with no error file.") for m in caplog.messages)
+    assert not parent.exists()  # nothing to copy
+
+
 def test_dump_error_file_survives_an_unreadable_child_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,7 +161,7 @@ def test_new_message_shape(tmp_path: Path) -> None:
 def test_bad_error_files_give_a_clear_fallback_never_an_exception(
     tmp_path: Path, content: bytes, problem: str
 ) -> None:
-    """B2: torch's ProcessFailure raises on all of these, inside the supervisor's poll."""
+    """torch's ProcessFailure raises on all of these, inside the supervisor's poll."""
     f = tmp_path / "error.json"
     f.write_bytes(content)
     failure = ProcessFailure(2, 4242, -9, str(f), exit_time_ns=7 * NS)
@@ -174,7 +193,7 @@ def test_missing_timestamp_in_dict_shape_keeps_the_message(tmp_path: Path) -> No
 
 
 def test_each_failure_has_its_own_error_data() -> None:
-    """B1: torch mutates one shared dict, so a later signal death carries errorTraits."""
+    """torch mutates one shared dict, so a later signal death carries errorTraits."""
     exited = ProcessFailure(0, 1, 1, "/nonexistent")
     killed = ProcessFailure(1, 2, -9, "/nonexistent")
     assert "errorTraits" in exited.error_file_data
@@ -190,7 +209,7 @@ def test_signal_messages() -> None:
 
 
 def test_root_cause_is_the_earliest_real_failure(tmp_path: Path) -> None:
-    """B3/B6: ns exit times order failures in the same second; our kills never win."""
+    """ns exit times order failures in the same second; our kills never win."""
     early = ProcessFailure(1, 11, 3, "/x", exit_time_ns=100 * NS + 5)
     late = ProcessFailure(0, 10, 2, "/x", exit_time_ns=100 * NS + 9)
     ours = ProcessFailure(2, 12, -15, "/x", exit_time_ns=99 * NS, caused_by_us=True)

@@ -1,4 +1,4 @@
-"""DefaultLogsSpecs: torch's tree, env mutation and errors; our fixes for T12, P10 and P12."""
+"""DefaultLogsSpecs: torch's tree, env mutation and errors; our three fixes (engine/README.md)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_tee_implies_redirect_and_console_is_empty_string(tmp_path: Path) -> Non
 
 
 def test_local_ranks_filter_keeps_filtered_output_in_files_not_devnull(tmp_path: Path) -> None:
-    """T12: torch sends rank 1's and 2's console streams to /dev/null; we keep them on disk."""
+    """torch sends rank 1's and 2's console streams to /dev/null; we keep them on disk."""
     dest = DefaultLogsSpecs(
         log_dir=str(tmp_path), redirects={0: Std.OUT}, tee={1: Std.ERR}, local_ranks_filter={0}
     ).reify(_envs(3))
@@ -90,12 +90,12 @@ def test_devnull_mode(tmp_path: Path) -> None:
     assert dest.stdouts == {0: "", 1: ""}  # torch: console
     assert dest.error_files == {0: os.devnull, 1: os.devnull}
     assert envs[0]["TORCHELASTIC_ERROR_FILE"] == ""
-    # P12: torch gives "/dev/null/filtered_stdout.log", which cannot be opened.
+    # torch gives "/dev/null/filtered_stdout.log", which cannot be opened.
     assert dest.filtered_stdout == dest.filtered_stderr == os.devnull
 
 
 def test_reify_again_keeps_earlier_logs_of_the_same_attempt(tmp_path: Path) -> None:
-    """P10: torch rmtree's attempt_0 on a second reify; we move it aside."""
+    """torch rmtree's attempt_0 on a second reify; we move it aside."""
     specs = DefaultLogsSpecs(log_dir=str(tmp_path), redirects=Std.OUT)
     first = specs.reify(_envs(1))
     Path(first.stdouts[0]).write_text("precious\n")

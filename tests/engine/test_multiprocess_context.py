@@ -65,7 +65,7 @@ def test_return_values_and_per_rank_env(tmp_path: Path) -> None:
     assert result.return_values == {0: "a", 1: {"b": [1]}}
     for rank in range(2):
         lines = _read(result.stdouts[rank]).splitlines()
-        # The module of the function is imported after the redirect (torch: console, T9).
+        # The module of the function is imported after the redirect (torch: to the console).
         assert lines[0].startswith(mp_funcs.IMPORT_MARK)
         assert f"echo LOCAL_RANK={rank}" in lines[1]
 
@@ -153,7 +153,7 @@ def test_signal_death_is_minus_signum(tmp_path: Path, sig: signal.Signals) -> No
 
 
 def test_os_exit_zero_is_a_failure_that_says_why(tmp_path: Path) -> None:
-    # torch P1: neither success nor failure, wait() never returns.
+    # torch: neither success nor failure, wait() never returns.
     result = _finish(_start(tmp_path, mp_funcs.hard_exit_zero, {0: ()}))
     failure = result.failures[0]
     assert failure.exitcode == 0
@@ -162,7 +162,7 @@ def test_os_exit_zero_is_a_failure_that_says_why(tmp_path: Path) -> None:
 
 
 def test_keyboard_interrupt_is_a_sigint_death(tmp_path: Path) -> None:
-    # torch swallows KeyboardInterrupt into exit 0 (and then hangs, P1).
+    # torch swallows KeyboardInterrupt into exit 0 (and then hangs, as for os._exit(0)).
     ready = tmp_path / "ready"
     ctx = _start(tmp_path, mp_funcs.sleep_forever, {0: (str(ready),)})
     wait_until(ready.exists)
@@ -231,7 +231,7 @@ def test_each_rank_leads_its_own_session(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("new_session", [False, True], ids=["in-group", "own-session"])
 def test_close_kills_grandchildren(tmp_path: Path, new_session: bool) -> None:
-    # torch signals the rank's pid only, so its children live on (P5). A grandchild that
+    # torch signals the rank's pid only, so its children live on. A grandchild that
     # left the group is found among the rank's descendants before the signal.
     pid_file = tmp_path / "grandchild.pid"
     ctx = _start(tmp_path, mp_funcs.with_grandchild, {0: (str(pid_file), new_session)})
@@ -321,7 +321,7 @@ def test_ranks_die_with_a_killed_supervisor(tmp_path: Path) -> None:
 
 
 def test_uncaught_signal_exception_does_not_hang_exit(tmp_path: Path) -> None:
-    # torch P2: the parent hangs at exit for ever, joining ranks that wait for it.
+    # torch: the parent hangs at exit for ever, joining ranks that wait for it.
     parent, rank_pid = _parent(tmp_path, "wait")
     parent.send_signal(signal.SIGTERM)
     assert parent.wait(timeout=60) == 1  # the uncaught SignalException

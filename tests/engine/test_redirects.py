@@ -93,7 +93,7 @@ def test_missing_directory_raises_before_switching(tmp_path: Path) -> None:
 
 def test_libc_found_without_libc_so_6(monkeypatch: pytest.MonkeyPatch) -> None:
     # musl has no libc.so.6 and find_library may return None there: we fall back to the
-    # symbols already loaded into the process instead of failing (torch's P13).
+    # symbols already loaded into the process instead of failing (torch fails at import).
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     redirects.get_libc.cache_clear()
     try:

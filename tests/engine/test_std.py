@@ -1,4 +1,4 @@
-"""Std.from_str and to_map: torch's table of accepted strings, plus multi-digit ranks (P11)."""
+"""Std.from_str and to_map: torch's table of accepted strings, plus multi-digit ranks."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def _ppid(pid: int) -> int:
 
 
 def test_failure_while_starting_rank_k_closes_the_earlier_ranks(tmp_path: Path) -> None:
-    """P3: torch leaves rank 0 running and unreachable when rank 1 cannot start."""
+    """torch leaves rank 0 running and unreachable when rank 1 cannot start."""
     ctx = SubprocessContext(
         name="w",
         entrypoint="sleep",
@@ -181,7 +181,7 @@ def test_failure_while_starting_rank_k_closes_the_earlier_ranks(tmp_path: Path) 
 
 
 def test_signal_handlers_installed_then_restored(tmp_path: Path) -> None:
-    """P6: torch never restores the handlers it installs."""
+    """torch never restores the handlers it installs."""
     before = signal.getsignal(signal.SIGTERM)
     ctx = _start(tmp_path, [_exit_with("--sleep", "600")])
     try:
@@ -246,7 +246,7 @@ def test_tee_prefixes_and_duplicate_filters(
 def test_local_ranks_filter_keeps_the_filtered_ranks_output_on_disk(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """T12: torch sends rank 1's console output to /dev/null; we write it to its file."""
+    """torch sends rank 1's console output to /dev/null; we write it to its file."""
     say = str(BIN / "say.py")
     ctx = start_processes(
         name="w",
@@ -262,7 +262,7 @@ def test_local_ranks_filter_keeps_the_filtered_ranks_output_on_disk(
 
 
 def test_forgotten_close_with_tee_does_not_hang_the_interpreter(tmp_path: Path) -> None:
-    """T8: with torch this program never exits."""
+    """With torch this program never exits."""
     code = f"""
 import sys
 from engine import DefaultLogsSpecs, Std, start_processes
@@ -276,7 +276,7 @@ print(ctx.pids()[0], flush=True)
 
 
 def test_no_file_handles_left_open(tmp_path: Path) -> None:
-    """P8: torch keeps the log files of exited ranks open until close()."""
+    """torch keeps the log files of exited ranks open until close()."""
 
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))
