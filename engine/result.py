@@ -33,7 +33,7 @@ class RunProcsResult:
     failures: dict[int, ProcessFailure] = field(default_factory=dict)
     stdouts: dict[int, str] = field(default_factory=dict)
     stderrs: dict[int, str] = field(default_factory=dict)
-    stopped: dict[int, ProcessFailure] = field(default_factory=dict)
+    stopped: dict[int, ProcessFailure] = field(default_factory=dict, kw_only=True)
     """Ranks stopped by our own teardown or stop, by rank (not failures of those ranks)."""
 
     def is_failed(self) -> bool:
