@@ -29,7 +29,7 @@ from functools import wraps
 from string import Template
 from typing import Any, Callable, Optional, TypeVar
 
-from engine.errors.error_file import read_error_file
+from engine.errors.error_file import ErrorFileContent, read_error_file
 from engine.errors.error_handler import ErrorHandler
 from engine.errors.handlers import get_error_handler
 
@@ -93,8 +93,14 @@ class ProcessFailure:
         self.error_file_data = _empty_error_data()
         self.message = ""
         self.timestamp = self.exit_time_ns // _NS
-        if os.path.isfile(self.error_file):
-            content = read_error_file(self.error_file)
+        # lexists, not isfile: a symbolic link is there (and refused by the reader, which
+        # never follows one), not absent. Whatever the file holds, nothing here may raise:
+        # the monitor records this failure, and a rank's bytes must not be able to stop it.
+        if self.error_file and os.path.lexists(self.error_file):
+            try:
+                content = read_error_file(self.error_file)
+            except Exception as e:  # noqa: BLE001 - the reader's own bug must not stop us
+                content = ErrorFileContent(problem=f"could not be read ({type(e).__name__})")
             if content.data is None:
                 self.error_file_problem = content.problem
                 logger.warning("error file %s %s", self.error_file, content.problem)
@@ -130,8 +136,11 @@ class ProcessFailure:
         return _NOT_AVAILABLE
 
     def timestamp_isoformat(self) -> str:
-        """``timestamp`` as local time, "YYYY-MM-DD_HH:MM:SS"."""
-        return datetime.fromtimestamp(self.timestamp).isoformat(sep="_")
+        """``timestamp`` as local time, "YYYY-MM-DD_HH:MM:SS" ("<N/A>" if it is no time)."""
+        try:
+            return datetime.fromtimestamp(self.timestamp).isoformat(sep="_")
+        except (OverflowError, OSError, ValueError, TypeError):
+            return _NOT_AVAILABLE
 
     @property
     def failure_time_ns(self) -> int:
@@ -254,8 +263,10 @@ class ChildFailedError(Exception):
     def _format_failure(self, idx: int, rank: int, failure: ProcessFailure) -> tuple[str, int]:
         msg = failure.message
         if isinstance(msg, dict):
-            extra = msg.get("extraInfo", {})
-            msg = extra.get("py_callstack", msg.get("message", _NOT_AVAILABLE))
+            # Any shape may come from a rank's file: "extraInfo" null or a list is no dict.
+            extra = msg.get("extraInfo")
+            callstack = extra.get("py_callstack") if isinstance(extra, dict) else None
+            msg = callstack if callstack is not None else msg.get("message", _NOT_AVAILABLE)
             msg = str(msg).replace("\n", "\n  ")  # indent the traceback under its label
         signal_name = failure.signal_name()
         fmt = Template(_FAILURE_FORMAT_TEMPLATE).substitute(

@@ -13,15 +13,28 @@ same directory that is then renamed over the target: a reader sees the whole fil
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import secrets
+import stat
 from typing import Any, Final, Optional, Union
 
-__all__ = ["MAX_ERROR_FILE_BYTES", "ErrorFileContent", "read_error_file", "write_error_file"]
+__all__ = [
+    "MAX_ERROR_FILE_BYTES",
+    "MAX_TIMESTAMP",
+    "ErrorFileContent",
+    "read_error_file",
+    "usable_timestamp",
+    "write_error_file",
+]
 
 MAX_ERROR_FILE_BYTES: Final = 8 * 1024 * 1024
 """Larger files are not parsed: a real error.json holds one traceback (kilobytes)."""
+
+MAX_TIMESTAMP: Final = 253_402_300_799
+"""9999-12-31 23:59:59 UTC: the last second ``datetime`` can show; later ones are not times."""
 
 JSON = dict[str, Any]
 
@@ -63,8 +76,9 @@ def read_error_file(path: str, max_bytes: int = MAX_ERROR_FILE_BYTES) -> ErrorFi
         max_bytes: files larger than this are not parsed.
     """
     try:
-        with open(path, "rb") as f:
-            raw = f.read(max_bytes + 1)
+        raw = _read_regular_file(path, max_bytes + 1)
+    except _NotRegular as e:
+        return ErrorFileContent(problem=str(e))
     except OSError as e:
         return ErrorFileContent(problem=f"cannot be read ({type(e).__name__}: {e.strerror})")
     if len(raw) > max_bytes:
@@ -89,7 +103,7 @@ def read_error_file(path: str, max_bytes: int = MAX_ERROR_FILE_BYTES) -> ErrorFi
         return ErrorFileContent(
             problem=f'has a "message" of type {type(message).__name__}, not text or an object'
         )
-    return ErrorFileContent(data=data, message=message, timestamp=_to_int(raw_ts))
+    return ErrorFileContent(data=data, message=message, timestamp=usable_timestamp(raw_ts))
 
 
 def write_error_file(path: str, data: JSON) -> None:
@@ -114,17 +128,78 @@ def write_error_file(path: str, data: JSON) -> None:
         raise
 
 
-def _to_int(value: object) -> Optional[int]:
+class _NotRegular(Exception):
+    """The path is there but is not a regular file (the message says what it is)."""
+
+
+def _read_regular_file(path: str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``path`` if it is a regular file, never following a link.
+
+    O_NONBLOCK makes the open of a FIFO or a device return at once instead of waiting for a
+    writer; the ``fstat`` on the opened descriptor then refuses anything that is not a regular
+    file (checking before opening would leave a window for a swap).
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _NotRegular("is a symbolic link (not followed)") from None
+        raise
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise _NotRegular(f"is not a regular file ({_kind_name(kind)})")
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _kind_name(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def usable_timestamp(value: object) -> Optional[int]:
+    """Whole seconds from an error file's timestamp, or None when it is not a usable time.
+
+    Accepts an int, a finite float or a decimal string (torch writes a string), inside
+    0..MAX_TIMESTAMP. Infinity, NaN, 1e20, negative or 23-digit values give None: the caller
+    uses the exit time instead, so no odd value can raise later (formatting, ordering).
+    """
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
+    seconds: Optional[int] = None
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, float):
+        seconds = int(value) if math.isfinite(value) else None
+    elif isinstance(value, str):
+        text = value.strip()
+        if 0 < len(text) <= 20:  # longer is no time, and int() of a huge string is slow
+            try:
+                seconds = int(text)
+            except ValueError:
+                seconds = None
+    if seconds is None or not 0 <= seconds <= MAX_TIMESTAMP:
+        return None
+    return seconds
 
 
 def _one_line(e: BaseException) -> str:
