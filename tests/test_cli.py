@@ -290,6 +290,8 @@ def test_printed_summary_after_terminate_all_blames_no_rank(tmp_path: Path) -> N
 def test_signals_to_handle_and_numa_binding_flags(tmp_path: Path) -> None:
     assert_refused(rankvisor("run", "--signals-to-handle", "SIGTERM,SIGFOO", SV_RANK), "'SIGFOO'")
     assert_refused(rankvisor("run", "--signals-to-handle", "SIGKILL", SV_RANK), "SIGKILL")
+    assert_refused(rankvisor("run", "--signals-to-handle", "TERM,999", SV_RANK),
+                   "'999' is not a signal number")
     assert_refused(rankvisor("run", "--logs-specs", "custom", SV_RANK), "--logs-specs")
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()

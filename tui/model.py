@@ -30,6 +30,7 @@ from engine.events import (
     TimerExpired,
 )
 from engine.handle import RankInfo, RunInfo
+from engine.process.signals import exit_signal_name
 from engine.states import RankState
 
 __all__ = ["Incarnation", "LineBuffer", "LineKind", "RankView", "RunView", "format_bytes"]
@@ -185,8 +186,9 @@ class RankView:
         """``"exit 3"``, ``"SIGKILL"`` or ``""`` while alive."""
         if self.state.is_alive or self.exitcode is None:
             return ""
-        if self.signal_name:
-            return self.signal_name
+        name = self.signal_name or exit_signal_name(self.exitcode)
+        if name:
+            return name
         if self.exitcode < 0:
             return f"signal {-self.exitcode}"
         return f"exit {self.exitcode}"

@@ -16,6 +16,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
+from engine.process.signals import parse_signal, signal_name
 from engine.std import Std
 from engine.supervisor.run_config import ConfigError, SupervisorConfig, parse_local_ranks_filter
 
@@ -213,17 +214,19 @@ def _check_script(args: argparse.Namespace) -> None:
 
 
 def _signals(text: str) -> tuple[int, ...]:
-    out = []
+    """``--signals-to-handle``: names or numbers ("SIGTERM,INT,SIGRTMIN+2"), each once."""
+    out: list[int] = []
     for part in text.split(","):
-        name = part.strip().upper()
-        if not name:
+        if not part.strip():
             continue
         try:
-            out.append(int(signal.Signals[name if name.startswith("SIG") else "SIG" + name]))
-        except KeyError:
-            raise ConfigError(f"--signals-to-handle {text!r}: unknown signal {part!r}") from None
-        if out[-1] in (signal.SIGKILL, signal.SIGSTOP):
-            raise ConfigError(f"--signals-to-handle: {name} cannot be handled")
+            sig = parse_signal(part)
+        except ValueError as e:
+            raise ConfigError(f"--signals-to-handle {text!r}: {e}") from None
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            raise ConfigError(f"--signals-to-handle: {signal_name(sig)} cannot be handled")
+        if sig not in out:  # twice would make the second handler "restore" to the first
+            out.append(sig)
     return tuple(out)
 
 

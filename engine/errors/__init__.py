@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any, Callable, Optional, TypeVar
 from engine.errors.error_file import ErrorFileContent, read_error_file
 from engine.errors.error_handler import ErrorHandler
 from engine.errors.handlers import get_error_handler
+from engine.process.signals import exit_signal_name
 
 __all__ = [
     "ChildFailedError",
@@ -127,13 +127,11 @@ class ProcessFailure:
                 self.message += f" (error file {self.error_file} {self.error_file_problem})"
 
     def signal_name(self) -> str:
-        """The name of the signal that killed the rank ("SIGKILL"), or "<N/A>"."""
-        if self.exitcode < 0:
-            try:
-                return signal.Signals(-self.exitcode).name
-            except ValueError:
-                return _NOT_AVAILABLE
-        return _NOT_AVAILABLE
+        """The name of the signal that killed the rank ("SIGKILL"), or "<N/A>".
+
+        Real-time signals are named too ("SIGRTMIN+6"), where torch says "<N/A>".
+        """
+        return exit_signal_name(self.exitcode) or _NOT_AVAILABLE
 
     def timestamp_isoformat(self) -> str:
         """``timestamp`` as local time, "YYYY-MM-DD_HH:MM:SS" ("<N/A>" if it is no time)."""

@@ -8,22 +8,33 @@ It composes the engine's parts (everything here is per Supervisor, nothing modul
   record, the console and the UI are views of them);
 * ``StatsSampler`` (engine.supervisor.stats): psutil samples as ``RankStats``;
 * ``Guard`` (engine.process.guard): a separate process that kills every rank's tree if we die;
-* ``EscalationTable`` (engine.supervisor.escalation): SIGTERM -> SIGKILL deadlines without blocking;
 * torch's file-timer watchdog and health check (timer_watchdog), only when enabled.
+
+and its own parts, each a typed object that sees only what it needs:
+
+* ``RunState`` and ``Wakeup`` (state.py): the slots, attempt and flags under one lock, and
+  the pipe that wakes the monitor;
+* ``Publisher`` (publisher.py): the sinks, the queue of lifecycle events, notices;
+* ``Stopper`` (stopper.py): stop signals and the SIGTERM -> SIGKILL escalation table;
+* ``PumpLink`` (pump_link.py): the output pump and the queue of calls to it;
+* ``Launcher`` (launcher.py): spawns an attempt or one rank again;
+* ``CommandHandler`` (commands.py): checks and carries out commands;
+* ``Monitor`` (monitor.py): the monitor thread, the restart policy and the end of the run.
 
 Threads:
 
-* *monitor* (``monitor``): blocks in ``poll()`` on every live rank's pidfd, a wake-up
+* *monitor* (``Monitor``): blocks in ``poll()`` on every live rank's pidfd, the wake-up
   pipe and the nearest escalation deadline. It handles exits (within a millisecond), sends
   SIGKILL at deadlines, restarts ranks and attempts, applies the restart policy and
   publishes ``RunFinished``;
 * *pump*, *sampler*, torch's *watchdog*: publish their own events;
-* callers: ``execute`` runs on the caller's thread, sends signals at once, records
-  escalations and returns; it never waits for a rank.
+* callers: ``execute`` runs on the caller's thread, checks the command, sends signals at
+  once, records escalations and returns; it never waits for a rank.
 
-Events: one subscription point per Supervisor (``subscribe``). Lifecycle events are queued
-under the state lock and delivered in order after it is released, so a sink may call back
-into the Supervisor; sinks run on engine threads and must not block.
+Locking: one state lock (``RunState.lock``) guards every slot and flag. Lifecycle events are
+queued under it and delivered in order after it is released, so a sink may call back into
+the Supervisor; sinks run on engine threads and must not block. Pump calls are queued under
+it too and run outside it (see pump_link.py).
 
 Events published: ``RankStateChanged`` (every transition, with pid, exit code, signal,
 ProcessFailure, restart count, attempt, caused_by_us), ``RankOutput`` (batches of lines,
@@ -44,34 +55,40 @@ attempts stay on disk.
 
 from __future__ import annotations
 
-import collections
 import logging
-import os
 import signal
-import threading
+import time
 from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Any
+from typing import Union
 
-from engine.events import Event, EventSink, RunFinished, SupervisorNotice
-from engine.handle import RunInfo
-from engine.logs_specs import DefaultLogsSpecs, LogsDest
+from engine.events import EventSink, RunFinished, TimerExpired
+from engine.handle import Command, CommandResult, RunInfo
+from engine.logs_specs import DefaultLogsSpecs
 from engine.process.guard import Guard
 from engine.std import Std
 from engine.supervisor.agent_env import EnvOptions, free_port, log_line_prefixes
-from engine.supervisor.commands import CommandsMixin
-from engine.supervisor.escalation import EscalationTable
-from engine.supervisor.monitor import MonitorMixin
+from engine.supervisor.commands import CommandHandler
+from engine.supervisor.launcher import Launcher
+from engine.supervisor.monitor import Monitor
+from engine.supervisor.publisher import Publisher
+from engine.supervisor.pump_link import PumpLink
 from engine.supervisor.rank_slot import RankSlot
 from engine.supervisor.run_config import SupervisorConfig
+from engine.supervisor.state import RunState, Wakeup
 from engine.supervisor.stats import StatsSampler
+from engine.supervisor.stopper import Stopper
 from engine.supervisor.timer_watchdog import HealthCheck, Watchdog
 
 __all__ = ["Supervisor", "SupervisorConfig"]
 
 log = logging.getLogger(__name__)
 
-class Supervisor(CommandsMixin, MonitorMixin):
+_Handler = Union[Callable[[int, Union[FrameType, None]], object], int, signal.Handlers, None]
+"""What ``signal.signal`` returns: a previous handler, to put back."""
+
+
+class Supervisor:
     """One supervised run (implements ``engine.handle.SupervisorHandle``).
 
     Args:
@@ -82,137 +99,114 @@ class Supervisor(CommandsMixin, MonitorMixin):
 
     def __init__(self, config: SupervisorConfig, *, stdin: int | None = None) -> None:
         self.config = config
-        self._stdin = stdin
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        """Notified whenever a rank changes state (``shutdown`` waits on it)."""
-        self._sinks: tuple[EventSink, ...] = ()
-        self._queue: collections.deque[Event] = collections.deque()
-        self._dispatch_lock = threading.RLock()
-        self._started = False
-        self._closed = False
-        self._shutting_down = False
-        self._finished: RunFinished | None = None
-        self._finished_event = threading.Event()
-        self.received_signal: int | None = None
-        """The first handled signal (``config.signals_to_handle``) that reached us, if any."""
-        self._signals_pending: list[int] = []
-
-        self._attempt = 0
-        self._attempt_pending = False
-        self._real_failure = False
-        self._restarts_left = config.max_restarts
-        self._escalations = EscalationTable(kill_wait_s=config.kill_wait_s)
         self._port = config.master_port if config.master_port is not None else free_port(
             config.master_addr
-        )
-        self._env_opts = EnvOptions(
-            nprocs=config.nprocs,
-            role=config.role,
-            run_id=str(config.run_id),
-            master_addr=config.master_addr,
-            master_port=self._port,
-            max_restarts=config.max_restarts,
-            unbuffered=config.unbuffered,
-            faulthandler=config.faulthandler,
         )
         self._prefixes = log_line_prefixes(
             config.log_line_prefix_template, config.role, config.nprocs
         ) or {r: f"[{config.role}{r}]:" for r in range(config.nprocs)}
         # Every stream goes to its file whatever -r/-t say; -r/-t only decide the console.
         self._logs = DefaultLogsSpecs(log_dir=config.log_dir, redirects=Std.ALL)
-        self._dest: LogsDest | None = None
-        self._slots = {
-            r: RankSlot(rank=r, argv=config.argv(r), env={}) for r in range(config.nprocs)
-        }
-        self._cpu_sets = config.cpu_sets()  # NUMA placement, the same for every incarnation
+
+        self._state = RunState(
+            {r: RankSlot(rank=r, argv=config.argv(r), env={}) for r in range(config.nprocs)},
+            max_restarts=config.max_restarts,
+        )
+        self._wakeup = Wakeup()
+        self._events = Publisher(self._state)
+        self._stopper = Stopper(self._state, self._events, kill_wait_s=config.kill_wait_s)
+        self._pump = PumpLink(config, self._prefixes, self._events.publish_now)
 
         self._guard = Guard()
-        self._sampler = StatsSampler(self._publish_now, interval=config.sample_interval or 1.0)
+        self._sampler = StatsSampler(
+            self._events.publish_now, interval=config.sample_interval or 1.0
+        )
         self._sampler.on_descendants(lambda _rank, pids: self._guard.add_descendants(pids))
-        self._pump: Any = None
-        self._pump_ops: collections.deque[Callable[[], None]] = collections.deque()
         self._watchdog = Watchdog.from_env(
             str(config.run_id), on_expired=self._on_timer_expired, reap=self._reap_for_watchdog
         )
         self._health = HealthCheck.from_env(
             self._watchdog.last_progress_time if self._watchdog else _now_s
         )
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._monitor: threading.Thread | None = None
 
-    # -- events ---------------------------------------------------------------------------
+        self._launcher = Launcher(
+            config, self._state, self._events, self._stopper, self._pump,
+            env_opts=EnvOptions(
+                nprocs=config.nprocs,
+                role=config.role,
+                run_id=str(config.run_id),
+                master_addr=config.master_addr,
+                master_port=self._port,
+                max_restarts=config.max_restarts,
+                unbuffered=config.unbuffered,
+                faulthandler=config.faulthandler,
+            ),
+            logs=self._logs,
+            guard=self._guard,
+            sampler=self._sampler,
+            watchdog=self._watchdog,
+            wakeup=self._wakeup,
+            stdin=stdin,
+        )
+        self._commands = CommandHandler(
+            config, self._state, self._events, self._stopper, self._wakeup
+        )
+        self._monitor = Monitor(
+            config, self._state, self._events, self._stopper, self._launcher, self._pump,
+            self._wakeup,
+        )
+
+    # -- events and commands --------------------------------------------------------------
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         """Add ``sink`` for every later event; returns a function that removes it."""
-        with self._dispatch_lock:
-            self._sinks = (*self._sinks, sink)
+        return self._events.subscribe(sink)
 
-        def unsubscribe() -> None:
-            with self._dispatch_lock:
-                self._sinks = tuple(s for s in self._sinks if s is not sink)
+    def execute(self, command: Command) -> CommandResult:
+        """Carry out ``command`` without blocking for its escalation; safe from any thread.
 
-        return unsubscribe
+        A command with an invalid signal or timeout, or that cannot apply (unknown rank,
+        rank not running, run not started or shutting down), is refused with a message.
+        """
+        return self._commands.execute(command)
 
-    def _emit(self, event: Event) -> None:
-        """Queue a lifecycle event (caller holds the lock); delivered by ``_flush``."""
-        self._queue.append(event)
-
-    def _flush(self) -> None:
-        """Deliver queued events in order. Call with the state lock *released*."""
-        with self._dispatch_lock:
-            while self._queue:
-                event = self._queue.popleft()
-                self._publish_now(event)
-                if isinstance(event, RunFinished) and event is self._finished:
-                    # Only now: whoever wait()s sees RunFinished already delivered to sinks.
-                    self._finished_event.set()
-
-    def _publish_now(self, event: Event) -> None:
-        for sink in self._sinks:
-            try:
-                sink(event)
-            except Exception:  # noqa: BLE001 - one bad sink must not stop the others
-                log.exception("event sink %r failed on %r", sink, type(event).__name__)
-
-    def _notice(self, message: str, severity: str = "information") -> None:
-        self._emit(SupervisorNotice(message, severity))  # type: ignore[arg-type]
+    @property
+    def received_signal(self) -> int | None:
+        """The first handled signal (``config.signals_to_handle``) that reached us, if any."""
+        return self._state.received_signal
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the guard, the ranks and the threads (idempotent; returns once spawned)."""
-        with self._lock:
-            if self._started:
+        state = self._state
+        with state.lock:
+            if state.started:
                 return
-            self._started = True
+            state.started = True
             self._guard.start()
             if self._watchdog is not None:
                 self._watchdog.start()
             if self._health is not None:
                 self._health.start()
-            self._pump = self._make_pump()
-            self._start_attempt(first=True)
-        # Outside the lock (see monitor.py on pump calls), before the monitor runs them.
-        self._run_pump_ops()
-        self._flush()
-        self._monitor = threading.Thread(
-            target=self._monitor_loop, name="rankvisor-monitor", daemon=True
-        )
-        self._monitor.start()
-        self._wake()  # a first pass at once: ranks may have exited (or failed to spawn) already
+            self._pump.start()
+            self._launcher.start_attempt(first=True)
+        # Outside the lock (see pump_link.py on pump calls), before the monitor runs them.
+        self._pump.run_ops()
+        self._events.flush()
+        self._monitor.start()  # a first pass at once: ranks may have exited (or failed) already
         if self.config.sample_interval:
             self._sampler.start()
 
     def wait(self, timeout: float | None = None) -> RunFinished | None:
         """Block until the run finishes (or ``timeout``); its RunFinished, else None."""
-        self._finished_event.wait(timeout)
-        return self._finished
+        self._state.finished_event.wait(timeout)
+        return self._state.finished
 
     @property
     def finished(self) -> RunFinished | None:
         """The last RunFinished, None while the run goes on."""
-        return self._finished
+        return self._state.finished
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Terminate every live rank with escalation, wait for them, release everything.
@@ -221,45 +215,40 @@ class Supervisor(CommandsMixin, MonitorMixin):
         Idempotent; safe before ``start``.
         """
         timeout = self.config.term_timeout if timeout_s is None else timeout_s
-        with self._lock:
-            if self._closed:
+        state = self._state
+        with state.lock:
+            if state.closed:
                 return
-            self._shutting_down = True
-            if self._started:
+            state.shutting_down = True
+            if state.started:
                 # Nothing may start again: no pending restarts, no policy.
-                self._attempt_pending = False
-                self._restarts_left = 0
-                for slot in self._slots.values():
+                state.attempt_pending = False
+                state.restarts_left = 0
+                for slot in state.slots.values():
                     slot.after_exit = None
-                self._stop_ranks(self._live(), "shutdown", signal.SIGTERM, timeout)
-        self._flush()
-        self._wake()
-        with self._lock:
+                self._stopper.stop_ranks(state.live(), "shutdown", signal.SIGTERM, timeout)
+        self._events.flush()
+        self._wakeup.wake()
+        with state.lock:
             # Bounded: the monitor SIGKILLs at the deadline and gives up kill_wait_s later.
             limit = timeout + self.config.kill_wait_s + 1.0
-            self._changed.wait_for(
-                lambda: not self._started or not any(s.alive for s in self._slots.values()),
+            state.changed.wait_for(
+                lambda: not state.started or not any(s.alive for s in state.slots.values()),
                 timeout=limit,
             )
-            self._closed = True
-        self._wake()
-        if self._monitor is not None:
-            self._monitor.join(timeout=5.0)
-        self._run_pump_ops()
+            state.closed = True
+        self._wakeup.wake()
+        self._monitor.join(timeout=5.0)
+        self._pump.run_ops()
         self._sampler.stop()
-        if self._pump is not None:
-            self._pump.stop()
+        self._pump.stop()
         if self._watchdog is not None:
             self._watchdog.stop()
         if self._health is not None:
             self._health.stop()
         self._guard.close()  # the guard sweeps anything that still carries our token
-        self._flush()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._events.flush()
+        self._wakeup.close()
 
     def __enter__(self) -> Supervisor:
         self.start()
@@ -284,13 +273,13 @@ class Supervisor(CommandsMixin, MonitorMixin):
         Returns:
             A function restoring the previous handlers.
         """
-        previous: dict[int, Any] = {}
+        previous: dict[int, _Handler] = {}
         if signals is None:
             signals = self.config.signals_to_handle
 
         def handler(signum: int, _frame: FrameType | None) -> None:
-            self._signals_pending.append(signum)
-            self._wake()
+            self._state.signals_pending.append(signum)
+            self._wakeup.wake()
 
         for sig in signals:
             previous[sig] = signal.signal(sig, handler)
@@ -301,24 +290,19 @@ class Supervisor(CommandsMixin, MonitorMixin):
 
         return restore
 
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"!")
-        except OSError:
-            pass  # full (a wake-up is pending anyway) or closed (we are done)
-
     # -- views ----------------------------------------------------------------------------
 
     def snapshot(self) -> RunInfo:
         """The run and every rank as they are now."""
-        with self._lock:
-            dest = self._dest
+        state = self._state
+        with state.lock:
+            dest = state.dest
             return RunInfo(
                 name=self.config.role,
                 nprocs=self.config.nprocs,
                 run_id=str(self.config.run_id),
                 log_dir=self._logs.run_log_dir or "",
-                attempt=self._attempt,
+                attempt=state.attempt,
                 term_timeout_s=self.config.term_timeout,
                 command=self.config.argv(0),
                 filtered_stdout_path=(
@@ -330,8 +314,8 @@ class Supervisor(CommandsMixin, MonitorMixin):
                 stdout_filters=self.config.stdout_filters,
                 stderr_filters=self.config.stderr_filters,
                 log_line_prefixes=dict(self._prefixes),
-                ranks=tuple(s.info() for s in self._slots.values()),
-                finished=self._finished is not None,
+                ranks=tuple(s.info() for s in state.slots.values()),
+                finished=state.finished is not None,
             )
 
     @property
@@ -344,38 +328,28 @@ class Supervisor(CommandsMixin, MonitorMixin):
         """The guard process's pid (for tests and diagnostics)."""
         return self._guard.pid
 
-    def _live(self) -> list[RankSlot]:
-        return [s for s in self._slots.values() if s.alive and s.proc is not None]
-
     # -- watchdog hooks (called on torch's watchdog thread) -------------------------------
 
-    def _slot_by_pid(self, pid: int) -> RankSlot | None:
-        return next((s for s in self._slots.values() if s.pid == pid and s.alive), None)
-
     def _on_timer_expired(self, pid: int, scope: str) -> None:
-        from engine.events import TimerExpired
-
-        with self._lock:
-            slot = self._slot_by_pid(pid)
-            self._emit(TimerExpired(slot.rank if slot else -1, pid, scope))
-            self._notice(
+        with self._state.lock:
+            slot = self._state.slot_by_pid(pid)
+            self._events.emit(TimerExpired(slot.rank if slot else -1, pid, scope))
+            self._events.notice(
                 f"rank {slot.rank if slot else '?'} (pid {pid}) overran timer scope {scope!r}",
                 "warning",
             )
-        self._flush()
+        self._events.flush()
 
     def _reap_for_watchdog(self, pid: int, sig: int) -> bool | None:
         # An overrun is the rank's own failure, so stop_reason stays None: it may be the
         # root cause. The signal goes to the whole group, like every signal we send.
-        with self._lock:
-            slot = self._slot_by_pid(pid)
-            if slot is None:
+        with self._state.lock:
+            slot = self._state.slot_by_pid(pid)
+            if slot is None or slot.proc is None:
                 return None
             slot.proc.send_signal(sig, group=True)
             return True
 
 
 def _now_s() -> int:
-    import time
-
     return int(time.time())

@@ -5,43 +5,37 @@ A slot outlives the processes that fill it: a restarted rank keeps its slot and 
 checks ``engine.states.TRANSITIONS`` and returns the ``RankStateChanged`` event to publish,
 so there is exactly one place where a state can change and it cannot skip a step.
 
-Not thread-safe on its own: the Supervisor's lock guards every slot.
+Not thread-safe on its own: the run's state lock (``RunState.lock``) guards every slot.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from engine.events import RankStateChanged
 from engine.handle import RankInfo
+from engine.process.signals import exit_signal_name
 from engine.states import RankState, can_move
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
+    from engine.process.rank_process import RankProcess
 
-__all__ = ["AfterExit", "InvalidTransition", "RankSlot", "incarnation_dir", "signal_name"]
+__all__ = ["AfterExit", "InvalidTransition", "RankSlot", "StopReason", "incarnation_dir"]
 
 AfterExit = Literal["restart", "attempt", None]
 """What to do once the current process exits: start it again alone, wait for the new
 attempt, or nothing (record the exit)."""
 
+StopReason = Literal["terminate", "kill", "restart", "attempt", "teardown", "shutdown", "signal"]
+"""Why the current process was asked to stop ("signal": a person's signal that ended it)."""
+
 
 class InvalidTransition(RuntimeError):
     """A move not in ``TRANSITIONS``: a bug in the Supervisor, never a user error."""
-
-
-def signal_name(exitcode: int | None) -> str | None:
-    """ "SIGKILL" for -9; None for normal exits and unknown signal numbers."""
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return None
 
 
 @dataclass(slots=True)
@@ -54,13 +48,14 @@ class RankSlot:
         env: The per-rank environment additions (over ``os.environ``) of the current
             incarnation, ``TORCHELASTIC_ERROR_FILE`` included.
         state: Where the rank is (see ``engine.states``).
-        proc: The current process (A's ``RankProcess``), None before the first spawn.
+        proc: The current process, None before the first spawn.
         attempt: The attempt (``attempt_<n>``) this incarnation belongs to.
         incarnation: Restarts of this rank alone within the attempt.
         restart_count: Every restart of this rank, alone or with its attempt.
         stop_reason: Why we asked the current process to stop ("terminate", "kill",
-            "restart", "attempt", "teardown", "shutdown"); None when we did not. Asking is
-            not enough to make its exit ours: see ``exit_caused_by_us``.
+            "restart", "attempt", "teardown", "shutdown"; "signal" when a person's signal
+            ended it); None when we did not. Asking is not enough to make its exit ours:
+            see ``exit_caused_by_us``.
         after_exit: What the monitor does when the current process exits.
         signals_ns: Each signal we actually delivered to the current process (stop
             requests and SignalRanks; never the watchdog's, whose kill is the rank's own
@@ -75,7 +70,7 @@ class RankSlot:
     argv: tuple[str, ...]
     env: dict[str, str]
     state: RankState = RankState.STARTING
-    proc: Any = None
+    proc: RankProcess | None = None
     attempt: int = 0
     incarnation: int = 0
     restart_count: int = 0
@@ -85,7 +80,7 @@ class RankSlot:
     exitcode: int | None = None
     exit_time_ns: int | None = None
     failure: ProcessFailure | None = None
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     after_exit: AfterExit = None
     user_signals: set[int] = field(default_factory=set)
     """Signals a person sent with SignalRanks: dying of one of them is our doing too."""
@@ -96,15 +91,13 @@ class RankSlot:
 
     @property
     def pid(self) -> int | None:
-        return None if self.proc is None else int(self.proc.pid)
+        return None if self.proc is None else self.proc.pid
 
     def note_signal(self, sig: int, *, stop: bool) -> None:
         """Record that ``sig`` was just delivered to ``proc`` (the caller holds the lock
         under which it was sent, so the matching ``signals_sent`` entry is the last one)."""
-        sent_ns = next(
-            (t for s, t in reversed(getattr(self.proc, "signals_sent", ())) if s == int(sig)),
-            None,
-        )
+        sent = self.proc.signals_sent if self.proc is not None else []
+        sent_ns = next((t for s, t in reversed(sent) if s == int(sig)), None)
         if sent_ns is None:
             sent_ns = time.time_ns()
         self.signals_ns.setdefault(int(sig), sent_ns)
@@ -149,7 +142,7 @@ class RankSlot:
             new=new,
             pid=self.pid,
             exitcode=self.exitcode if final else None,
-            signal_name=signal_name(self.exitcode) if final else None,
+            signal_name=exit_signal_name(self.exitcode) if final else None,
             restart_count=self.restart_count,
             attempt=self.attempt,
             failure=self.failure if final else None,
@@ -189,7 +182,7 @@ class RankSlot:
             stderr_path=self.stderr_path,
             error_file=self.error_file,
             exitcode=self.exitcode if final else None,
-            signal_name=signal_name(self.exitcode) if final else None,
+            signal_name=exit_signal_name(self.exitcode) if final else None,
         )
 
 

@@ -6,6 +6,7 @@ Flags (all optional):
   --child MODE       start a sleeping grandchild: "group" (same process group), "setsid"
                      (its own session), or "both" (one of each)
   --ignore-term      ignore SIGTERM (so only SIGKILL ends it)
+  --ignore SIGNUM    ignore this signal number too (repeatable)
   --exit CODE        exit with CODE after --after seconds (default: sleep for ever)
   --after SECONDS
   --raise MSG        raise RuntimeError(MSG) after --after, writing error.json like torch's
@@ -32,6 +33,7 @@ def main() -> None:
     p.add_argument("--pid-dir")
     p.add_argument("--child", choices=["group", "setsid", "both"])
     p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--ignore", type=int, action="append", default=[])
     p.add_argument("--exit", type=int)
     p.add_argument("--raise", dest="raise_msg")
     p.add_argument("--after", type=float, default=0.0)
@@ -42,6 +44,8 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in a.ignore:
+        signal.signal(signum, signal.SIG_IGN)
     for i in range(a.print):
         print(f"line {i} from rank {rank}")
     pids = [os.getpid()]

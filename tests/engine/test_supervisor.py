@@ -228,8 +228,8 @@ def test_a_rank_that_exited_before_our_signal_reached_it_is_a_real_failure(
     run = supervise(2, "--exit", "1", "--only-rank", "1", "--wait-file", str(go))
     run.pids(0)
     run.pids(1)
-    slot = run.sup._slots[1]
-    with run.sup._lock:  # hold the monitor off: it sees rank 1's exit only after the command
+    slot = run.sup._state.slots[1]
+    with run.sup._state.lock:  # hold the monitor off: it sees rank 1's exit only after the command
         go.touch()
         wait_until(lambda: slot.proc.poll() is not None)
         assert run.sup.execute(TerminateRanks()).ok

@@ -133,7 +133,7 @@ def test_a_recycled_pid_is_not_signalled(supervise: Factory) -> None:
     run = supervise(2, "--exit", "0", "--only-rank", "0")
     run.rec.wait_state(0, RankState.SUCCEEDED)
     old_proc_pid = run.pids(0)[0]
-    slot_proc = run.sup._slots[0].proc  # the RankProcess of the exited incarnation
+    slot_proc = run.sup._state.slots[0].proc  # the RankProcess of the exited incarnation
     victim = None
     for _ in range(20):
         # Make the kernel hand the rank's old pid to an unrelated process (needs root).

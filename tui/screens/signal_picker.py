@@ -13,6 +13,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from engine.process.signals import parse_signal, signal_name
+
 __all__ = ["SIGNALS", "SignalPicker"]
 
 SIGNALS: Final[tuple[tuple[signal.Signals, str], ...]] = (
@@ -44,7 +46,8 @@ class SignalPicker(ModalScreen["int | None"]):
             yield OptionList(
                 *(
                     Option(
-                        Text.assemble((f"{sig.name:<8}", "bold"), "  ", (words, "dim")), id=sig.name
+                        Text.assemble((f"{signal_name(sig):<8}", "bold"), "  ", (words, "dim")),
+                        id=signal_name(sig),
                     )
                     for sig, words in SIGNALS
                 ),
@@ -57,7 +60,7 @@ class SignalPicker(ModalScreen["int | None"]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        self.dismiss(int(signal.Signals[event.option.id or "SIGTERM"]))
+        self.dismiss(parse_signal(event.option.id or "SIGTERM"))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

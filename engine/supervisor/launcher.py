@@ -1,0 +1,195 @@
+"""Starting ranks: a whole attempt (``attempt_<n>``), or one rank again, alone.
+
+Every spawn is recorded the same way: the guard learns the rank's process group (so it
+dies with us), the stats sampler tracks it, the pump tails its files, and its state events
+are queued. A spawn that fails (no such program, a bad cwd) is a failure of that rank, not
+an exception: it becomes FAILED with exit code 127, the shell's "command could not be
+run". All of it runs with the state lock held (on the monitor thread, or in ``start``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from engine.errors import ProcessFailure
+from engine.events import AttemptStarted, RankRestarted
+from engine.logs_specs import DefaultLogsSpecs
+from engine.process.guard import Guard
+from engine.process.rank_process import RankProcess, on_spawner_thread
+from engine.states import RankState
+from engine.supervisor.agent_env import RESTART_COUNT_ENV, EnvOptions, build_rank_env
+from engine.supervisor.publisher import Publisher
+from engine.supervisor.pump_link import PumpLink
+from engine.supervisor.rank_slot import RankSlot, incarnation_dir
+from engine.supervisor.run_config import SupervisorConfig
+from engine.supervisor.state import RunState, Wakeup
+from engine.supervisor.stats import StatsSampler
+from engine.supervisor.stopper import Stopper
+from engine.supervisor.timer_watchdog import Watchdog
+
+__all__ = ["Launcher"]
+
+
+class Launcher:
+    """Spawns ranks into their files and keeps the guard, sampler and pump in step."""
+
+    def __init__(
+        self,
+        config: SupervisorConfig,
+        state: RunState,
+        events: Publisher,
+        stopper: Stopper,
+        pump: PumpLink,
+        *,
+        env_opts: EnvOptions,
+        logs: DefaultLogsSpecs,
+        guard: Guard,
+        sampler: StatsSampler,
+        watchdog: Watchdog | None,
+        wakeup: Wakeup,
+        stdin: int | None,
+    ) -> None:
+        self._config = config
+        self._state = state
+        self._events = events
+        self._stopper = stopper
+        self._pump = pump
+        self._env_opts = env_opts
+        self._logs = logs
+        self._guard = guard
+        self._sampler = sampler
+        self._watchdog = watchdog
+        self._wakeup = wakeup
+        self._stdin = stdin
+        self._cpu_sets = config.cpu_sets()  # NUMA placement, the same for every incarnation
+
+    def _rank_env(self, slot: RankSlot) -> dict[str, str]:
+        env = build_rank_env(
+            self._env_opts,
+            slot.rank,
+            restart_count=self._state.attempt,
+            rank_restart_count=slot.restart_count,
+        )
+        env.update(self._config.env)
+        env.update(self._config.rank_env.get(slot.rank, {}))
+        env.update(self._guard.env)
+        if self._watchdog is not None:
+            env.update(self._watchdog.rank_env)
+        return env
+
+    def start_attempt(self, *, first: bool) -> None:
+        """Spawn every rank into a fresh ``attempt_<n>`` (the first, or n+1)."""
+        state = self._state
+        if not first:
+            state.attempt += 1
+        state.attempt_pending = False
+        state.real_failure = False
+        state.not_finished()
+        for slot in state.slots.values():
+            if not first:
+                slot.restart_count += 1
+            slot.incarnation = 0
+            slot.env = self._rank_env(slot)
+        envs = {r: s.env for r, s in state.slots.items()}
+        state.dest = dest = self._logs.reify(envs)  # sets TORCHELASTIC_ERROR_FILE per rank
+        self._pump.add_filters(dest)
+        slots = list(state.slots.values())
+        for slot in slots:
+            slot.begin_incarnation(
+                state.attempt, 0,
+                (dest.stdouts[slot.rank], dest.stderrs[slot.rank], dest.error_files[slot.rank]),
+            )
+        # One hand-over to the spawner thread for the whole group (fast for many ranks).
+        procs: list[RankProcess | Exception] = on_spawner_thread(
+            lambda: [self._spawn_or_error(s) for s in slots]
+        )
+        for slot, proc in zip(slots, procs, strict=True):
+            self._started(slot, proc, restart=not first, whole_attempt=True)
+        attempt_dir = os.path.dirname(os.path.dirname(dest.error_files[0]))
+        self._events.emit(
+            AttemptStarted(state.attempt, attempt_dir, tuple(s.pid or 0 for s in slots))
+        )
+
+    def respawn(self, slot: RankSlot) -> None:
+        """Start one rank again, alone, into ``restart_<k>/`` of its attempt dir."""
+        dest = self._state.dest
+        assert dest is not None, "a rank is restarted only after its attempt started"
+        slot.restart_count += 1
+        slot.incarnation += 1
+        rank_dir = os.path.dirname(dest.error_files[slot.rank])
+        d = incarnation_dir(rank_dir, slot.restart_count)
+        os.makedirs(d, exist_ok=True)
+        slot.begin_incarnation(
+            self._state.attempt, slot.incarnation,
+            (
+                os.path.join(d, "stdout.log"),
+                os.path.join(d, "stderr.log"),
+                os.path.join(d, "error.json"),
+            ),
+        )
+        slot.env[RESTART_COUNT_ENV] = str(slot.restart_count)
+        self._state.not_finished()
+        self._started(slot, self._spawn_or_error(slot), restart=True, whole_attempt=False)
+
+    def retire(self, slot: RankSlot, proc: RankProcess) -> None:
+        """The slot's process exited: stop tracking it (its last lines still come)."""
+        self._sampler.untrack(slot.rank)
+        self._guard.forget(proc.pid)
+        self._pump.remove(slot)
+        try:
+            proc.close()
+        except RuntimeError:
+            pass
+
+    def _spawn_or_error(self, slot: RankSlot) -> RankProcess | Exception:
+        try:
+            return RankProcess.spawn(
+                slot.argv, slot.env, slot.stdout_path, slot.stderr_path,
+                cwd=self._config.cwd, stdin=self._stdin,
+                cpu_affinity=self._cpu_sets.get(slot.rank),
+            )
+        except (OSError, ValueError) as e:
+            return e
+
+    def _started(
+        self, slot: RankSlot, proc: RankProcess | Exception, *, restart: bool, whole_attempt: bool
+    ) -> None:
+        """Record a spawn (or its failure) and publish it."""
+        if isinstance(proc, Exception):
+            self._spawn_failed(slot, proc, restart)
+            return
+        slot.proc = proc
+        self._guard.add_rank(proc.pid, proc.pgid)
+        self._sampler.track(slot.rank, proc.pid)
+        self._pump.add(slot)
+        if restart:
+            # SUCCEEDED/FAILED/SIGNALLED -> STARTING: restarted (alone or with its attempt)
+            self._events.emit(slot.move(RankState.STARTING))
+            self._events.emit(
+                RankRestarted(
+                    slot.rank, proc.pid, slot.restart_count, slot.attempt, whole_attempt,
+                    slot.stdout_path, slot.stderr_path, slot.error_file,
+                )
+            )
+        # STARTING -> RUNNING: the exec succeeded
+        self._events.emit(slot.move(RankState.RUNNING))
+        self._wakeup.wake()  # the monitor must add this pidfd to its poll set
+
+    def _spawn_failed(self, slot: RankSlot, error: Exception, restart: bool) -> None:
+        if restart:
+            # final -> STARTING: we tried to start it again
+            self._events.emit(slot.move(RankState.STARTING))
+        slot.exitcode = 127  # the shell's "command could not be run"
+        slot.exit_time_ns = time.time_ns()
+        slot.failure = ProcessFailure(
+            slot.rank, 0, 127, slot.error_file, exit_time_ns=slot.exit_time_ns
+        )
+        self._events.notice(f"rank {slot.rank} could not start: {error}", "error")
+        # STARTING -> FAILED: the spawn itself failed
+        self._events.emit(slot.move(RankState.FAILED))
+        self._state.real_failure = True
+        if self._config.teardown_on_failure:
+            others = [s for s in self._state.live() if s.stop_reason is None]
+            self._stopper.stop_ranks(others, "teardown", signal.SIGTERM, self._config.term_timeout)

@@ -1,0 +1,114 @@
+"""The Supervisor's link to the output pump (engine.output.pump): which files to tail.
+
+Every rank's stdout and stderr always go to files; the pump tails them into batched
+``RankOutput`` events, delivered on the pump's thread straight to the sinks.
+
+Pump calls are queued under the state lock and run by ``run_ops`` outside it: the pump
+calls our sink while holding its own lock, and a sink may call back into the Supervisor, so
+holding both locks in opposite orders could deadlock. ``run_ops`` runs on the monitor
+thread after each pass (and in ``start`` and ``shutdown``, before and after it runs).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable
+from functools import partial
+
+from engine.events import Event, RankOutput
+from engine.logs_specs import LogsDest
+from engine.output.pump import OutputPump, StdStream
+from engine.output.text_batch import Batch
+from engine.supervisor.rank_slot import RankSlot
+from engine.supervisor.run_config import SupervisorConfig
+
+__all__ = ["PumpLink"]
+
+log = logging.getLogger(__name__)
+
+_STREAMS: tuple[StdStream, StdStream] = ("stdout", "stderr")
+
+
+class PumpLink:
+    """Owns the run's ``OutputPump`` and the queue of calls to it.
+
+    Args:
+        config: The run's configuration (filters, role, debounce).
+        prefixes: Each rank's log line prefix, for the filtered files.
+        publish: Delivers one event to every sink at once (on the pump's thread).
+    """
+
+    def __init__(
+        self,
+        config: SupervisorConfig,
+        prefixes: dict[int, str],
+        publish: Callable[[Event], None],
+    ) -> None:
+        self._config = config
+        self._prefixes = prefixes
+        self._publish = publish
+        self._pump: OutputPump | None = None
+        self._ops: collections.deque[Callable[[], None]] = collections.deque()
+
+    def start(self) -> None:
+        """Start the pump thread (the run starts; called once)."""
+        self._pump = OutputPump(
+            self._sink, name="rankvisor-pump", debounce=self._config.output_debounce_s
+        ).start()
+
+    def _sink(self, batch: list[Batch]) -> None:
+        for event in batch:
+            if isinstance(event, RankOutput):  # always: the pump was not asked for TextBatch
+                self._publish(event)
+
+    def stop(self) -> None:
+        """Deliver what was written so far and end the pump thread."""
+        if self._pump is not None:
+            self._pump.stop()
+
+    def run_ops(self) -> None:
+        """Run queued pump calls, in order. Call with the state lock *released*."""
+        while self._ops:
+            op = self._ops.popleft()
+            try:
+                op()
+            except Exception:  # noqa: BLE001 - output is a view; the files keep everything
+                log.exception("output pump call failed")
+
+    # Each method below only queues; the caller holds the state lock.
+
+    def add_filters(self, dest: LogsDest) -> None:
+        """Copy matching lines of this attempt to its ``filtered_*.log`` files."""
+        pump = self._pump
+        if pump is None:
+            return
+        wanted: tuple[tuple[StdStream, tuple[str, ...], str], ...] = (
+            ("stdout", self._config.stdout_filters, dest.filtered_stdout),
+            ("stderr", self._config.stderr_filters, dest.filtered_stderr),
+        )
+        for stream, needles, path in wanted:
+            if needles:
+                self._ops.append(
+                    partial(
+                        pump.add_filter, stream, list(needles), path, dict(self._prefixes),
+                        name=self._config.role,
+                    )
+                )
+
+    def add(self, slot: RankSlot) -> None:
+        """Tail the files of the slot's current process."""
+        pump = self._pump
+        if pump is None:
+            return
+        for stream, path in zip(_STREAMS, (slot.stdout_path, slot.stderr_path), strict=True):
+            self._ops.append(partial(pump.add, slot.rank, stream, path, slot.attempt))
+
+    def remove(self, slot: RankSlot) -> None:
+        """Stop tailing the slot's files once their last lines are delivered."""
+        pump = self._pump
+        if pump is None:
+            return
+        for stream in _STREAMS:
+            # drain=True: the rank's last lines are delivered before its exit event.
+            self._ops.append(partial(pump.remove, slot.rank, stream, drain=True))

@@ -1,0 +1,101 @@
+"""What every part of the Supervisor shares: the run's state under one lock, and a wake-up.
+
+``RunState`` holds the slots, the attempt and the flags that decide what happens next; every
+part (commands, monitor, launcher, stopper) reads and changes it only while holding
+``RunState.lock``. ``Wakeup`` is the pipe the monitor thread polls besides the ranks'
+pidfds: anything that changes what the monitor must do (a command, a spawn, a handled
+signal, ``shutdown``) writes one byte to it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from engine.events import RunFinished
+from engine.logs_specs import LogsDest
+from engine.supervisor.rank_slot import RankSlot
+
+__all__ = ["RunState", "Wakeup"]
+
+
+class RunState:
+    """The mutable state of one run. Every field is guarded by ``lock``.
+
+    Args:
+        slots: One slot per rank, keyed by rank.
+        max_restarts: Restarts of the whole group the policy may make.
+    """
+
+    def __init__(self, slots: dict[int, RankSlot], max_restarts: int) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        """Notified whenever the monitor has brought things up to date (``shutdown`` waits
+        on it for the ranks to end)."""
+        self.slots = slots
+        self.started = False
+        self.closed = False
+        self.shutting_down = False
+        """Set by ``shutdown`` or a handled signal: nothing may start again."""
+        self.attempt = 0
+        self.attempt_pending = False
+        """A restart of every rank was asked: the next attempt starts once all have exited."""
+        self.real_failure = False
+        """A rank of this attempt failed on its own (not by our signal)."""
+        self.restarts_left = max_restarts
+        self.dest: LogsDest | None = None
+        """The current attempt's file paths, once it was started."""
+        self.finished: RunFinished | None = None
+        self.finished_event = threading.Event()
+        """Set once ``finished`` was delivered to every sink (``Supervisor.wait``)."""
+        self.received_signal: int | None = None
+        self.signals_pending: list[int] = []
+        """Handled signals not yet acted on (appended by the signal handler, without the
+        lock: a list append is atomic, and a handler must never wait for a lock)."""
+
+    def live(self) -> list[RankSlot]:
+        """The slots whose process is running (or stopping)."""
+        return [s for s in self.slots.values() if s.alive and s.proc is not None]
+
+    def slot_by_pid(self, pid: int) -> RankSlot | None:
+        """The live slot whose process is ``pid``, if any."""
+        return next((s for s in self.slots.values() if s.pid == pid and s.alive), None)
+
+    def not_finished(self) -> None:
+        """Something starts again: the run is no longer finished (``wait`` blocks again)."""
+        self.finished = None
+        self.finished_event.clear()
+
+
+class Wakeup:
+    """A non-blocking self-pipe that wakes the monitor thread's ``poll()``."""
+
+    def __init__(self) -> None:
+        self.fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        """The end to poll for reading."""
+
+    def wake(self) -> None:
+        """Make the next (or current) ``poll()`` return; safe from a signal handler."""
+        try:
+            os.write(self._write_fd, b"!")
+        except OSError:
+            pass  # full (a wake-up is pending anyway) or closed (we are done)
+
+    def drain(self) -> None:
+        """Read every pending byte.
+
+        Raises:
+            OSError: the pipe was closed (``shutdown`` is over).
+        """
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self.fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

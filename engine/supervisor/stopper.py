@@ -1,0 +1,149 @@
+"""Stopping ranks: signal now, SIGKILL the survivors at the deadline, never block.
+
+``stop_ranks`` sends the stop signal to each rank's process group and descendants at once
+and records an escalation in the ``EscalationTable``; the monitor thread calls
+``run_deadlines`` whenever it wakes (it also wakes at the nearest deadline), which SIGKILLs
+whoever outlived its deadline and, after a bounded wait, gives up on ranks the kernel does
+not reap. Commands, the monitor and ``shutdown`` all stop ranks through here, holding the
+state lock; events are queued on the publisher and delivered after the lock is released.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+from engine.events import EscalationFinished, EscalationScheduled
+from engine.process.rank_process import send_signal_all
+from engine.process.signals import signal_name
+from engine.states import RankState
+from engine.supervisor.escalation import EscalationTable
+from engine.supervisor.publisher import Publisher
+from engine.supervisor.rank_slot import RankSlot, StopReason
+from engine.supervisor.state import RunState
+
+__all__ = ["Stopper"]
+
+log = logging.getLogger(__name__)
+
+def _words(ranks: list[int] | tuple[int, ...]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+class Stopper:
+    """Sends stop signals and owns the escalation table (SIGTERM -> SIGKILL deadlines).
+
+    Args:
+        state: The run (its lock is held by every caller).
+        events: Where stop and escalation events are queued.
+        kill_wait_s: How long to wait for a reap after SIGKILL before giving up on a rank.
+    """
+
+    def __init__(self, state: RunState, events: Publisher, kill_wait_s: float) -> None:
+        self._state = state
+        self._events = events
+        self._escalations = EscalationTable(kill_wait_s=kill_wait_s)
+
+    def next_deadline(self) -> float | None:
+        """When the monitor must wake next for an escalation (``time.monotonic()``)."""
+        return self._escalations.next_deadline()
+
+    def stop_ranks(
+        self, slots: list[RankSlot], reason: StopReason, sig: int, timeout: float
+    ) -> None:
+        """Send ``sig`` to each rank's group now, SIGKILL whoever is alive at the deadline.
+
+        ``reason`` says why: "terminate", "restart", "attempt", "teardown" or "shutdown".
+        The exit counts as caused by us only if the signal reached the rank before it
+        exited (``RankSlot.exit_caused_by_us``). ``sig`` must be a valid signal number
+        (commands are checked before they get here). The caller holds the lock.
+        """
+        slots = [s for s in slots if s.alive and s.proc is not None]
+        if not slots:
+            return
+        restarting = reason in ("restart", "attempt")
+        target = RankState.RESTARTING if restarting else RankState.TERMINATING
+        for slot in slots:
+            slot.stop_reason = reason
+            if slot.state is not target and slot.state in (RankState.STARTING, RankState.RUNNING):
+                # RUNNING -> TERMINATING: asked to stop (a person, teardown or shutdown)
+                # RUNNING -> RESTARTING: stopping in order to start again
+                self._events.emit(slot.move(target))
+            elif slot.state is RankState.TERMINATING and target is RankState.RESTARTING:
+                # TERMINATING -> RESTARTING: a restart was asked while it was stopping
+                self._events.emit(slot.move(target))
+        signalled = self.signal_slots(slots, sig)
+        if not signalled:
+            return  # every one of them had already exited: the monitor will record it
+        ranks = tuple(signalled)
+        esc = self._escalations.add(ranks, int(sig), timeout, time.monotonic())
+        self._events.emit(EscalationScheduled(ranks, signal_name(sig), timeout, esc.deadline))
+
+    def signal_slots(self, slots: list[RankSlot], sig: int) -> list[int]:
+        """Send a stop signal to every slot's process group and descendants; the ranks
+        that got it (each records when, so that only exits after it count as ours).
+
+        One /proc scan serves all of them (``send_signal_all``): with 32 ranks, a scan per
+        rank was most of the time from "terminate all" to the last exit.
+        """
+        by_proc = {id(s.proc): s for s in slots if s.proc is not None}
+        procs = [s.proc for s in slots if s.proc is not None]
+        got = [by_proc[id(p)] for p in send_signal_all(procs, sig)]
+        for slot in got:
+            slot.note_signal(sig, stop=True)
+        return sorted(s.rank for s in got)
+
+    def kill_now(self, slots: list[RankSlot], reason: StopReason) -> None:
+        """SIGKILL each rank's group at once (no escalation: there is nothing after it)."""
+        slots = [s for s in slots if s.alive and s.proc is not None]
+        for slot in slots:
+            if slot.stop_reason is None:
+                slot.stop_reason = reason
+            if slot.state in (RankState.STARTING, RankState.RUNNING):
+                # RUNNING -> TERMINATING: killed; SIGNALLED follows when it is reaped
+                self._events.emit(slot.move(RankState.TERMINATING))
+        self.signal_slots(slots, signal.SIGKILL)
+
+    def rank_gone(self, rank: int) -> None:
+        """``rank`` exited: finish every escalation that was waiting only for it."""
+        for esc in self._escalations.rank_gone(rank):
+            self._events.emit(EscalationFinished(esc.ranks, tuple(esc.killed)))
+
+    def run_deadlines(self, now: float) -> None:
+        """SIGKILL the ranks whose deadline passed; give up on those SIGKILL did not end.
+
+        Each escalation is handled on its own: a problem with one (logged) must not keep
+        the ranks of the others due in the same pass from their SIGKILL.
+        """
+        for esc, ranks in self._escalations.due(now):
+            try:
+                # Deadline passed and these ranks still live: SIGKILL them and their groups.
+                slots = [self._state.slots[r] for r in ranks]
+                self.signal_slots(
+                    [s for s in slots if s.alive and s.proc is not None], signal.SIGKILL
+                )
+                if ranks:
+                    self._events.notice(
+                        f"rank(s) {_words(ranks)} outlived the {esc.timeout_s:g} s deadline "
+                        f"after {_name_or_number(esc.sig)}: sent SIGKILL",
+                        "warning",
+                    )
+            except Exception:  # noqa: BLE001 - the next escalation's SIGKILL must still go
+                log.exception("escalation of rank(s) %s failed", _words(ranks))
+        for esc in self._escalations.overdue(now):
+            self._events.emit(EscalationFinished(esc.ranks, tuple(esc.killed)))
+            if esc.stuck:
+                # Uninterruptible sleep (D state) delays even SIGKILL; we stop waiting,
+                # the kernel will reap them when their I/O returns.
+                self._events.notice(
+                    f"rank(s) {_words(esc.stuck)} did not exit after SIGKILL", "error"
+                )
+
+
+def _name_or_number(sig: int) -> str:
+    """A signal's name for a message; its number if it has none (a message never fails)."""
+    try:
+        return signal_name(sig)
+    except ValueError:
+        return f"signal {sig}"

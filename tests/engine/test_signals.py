@@ -1,0 +1,85 @@
+"""engine.process.signals: one name for every valid signal, and text a person wrote."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from engine.errors import ProcessFailure
+from engine.process.signals import (
+    check_signal,
+    exit_signal_name,
+    is_signal,
+    parse_signal,
+    signal_name,
+)
+
+RTMIN, RTMAX = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
+
+
+def test_every_valid_signal_has_a_name_that_reads_back_as_itself() -> None:
+    for sig in signal.valid_signals():
+        name = signal_name(sig)
+        assert name.startswith("SIG"), name
+        assert parse_signal(name) == sig
+        assert parse_signal(name.lower().removeprefix("sig")) == sig
+        assert parse_signal(str(int(sig))) == sig
+
+
+def test_standard_and_real_time_names() -> None:
+    assert signal_name(signal.SIGTERM) == "SIGTERM"
+    assert signal_name(9) == "SIGKILL"
+    assert signal_name(signal.SIGABRT) == "SIGABRT"  # the canonical name, not SIGIOT
+    assert signal_name(RTMIN) == "SIGRTMIN" and signal_name(RTMAX) == "SIGRTMAX"
+    assert signal_name(RTMIN + 6) == "SIGRTMIN+6"
+    assert signal_name(RTMAX - 1) == "SIGRTMAX-1"
+    # Named from the nearer end of the range, as ``kill -l`` does.
+    middle = (RTMAX - RTMIN) // 2
+    assert signal_name(RTMIN + middle) == f"SIGRTMIN+{middle}"
+    assert signal_name(RTMIN + middle + 1) == f"SIGRTMAX-{RTMAX - RTMIN - middle - 1}"
+
+
+def test_invalid_numbers_are_refused_with_what_is_valid() -> None:
+    for bad in (0, -1, 999, RTMAX + 1):
+        assert not is_signal(bad)
+        with pytest.raises(ValueError, match=rf"^{bad} is not a signal number \(valid: 1-31"):
+            check_signal(bad)
+        with pytest.raises(ValueError, match="is not a signal number"):
+            signal_name(bad)
+    for not_a_number in ("TERM", 15.0, True, None):
+        assert not is_signal(not_a_number)
+        with pytest.raises(ValueError, match="is not a signal number"):
+            check_signal(not_a_number)
+    assert check_signal(signal.SIGTERM) == 15 and type(check_signal(signal.SIGTERM)) is int
+
+
+def test_text_a_person_wrote() -> None:
+    assert parse_signal("SIGTERM") == parse_signal(" term ") == parse_signal("15") == 15
+    assert parse_signal("sigiot") == signal.SIGABRT  # aliases too
+    assert parse_signal("RTMIN+6") == parse_signal("SIGRTMIN + 6") == RTMIN + 6
+    assert parse_signal("SIGRTMAX-2") == RTMAX - 2
+    assert parse_signal(signal.SIGUSR1) == signal.SIGUSR1
+    for text, words in (
+        ("", "no signal given"),
+        ("SIGFOO", "unknown signal 'SIGFOO': give a name such as SIGTERM"),
+        ("0", "'0' is not a signal number"),
+        ("-9", "'-9' is not a signal number"),
+        ("SIGRTMIN+99", "is not a real-time signal"),
+        ("SIGRTMAX+1", "is not a real-time signal"),
+        ("SIGRTMIN+x", "is not a real-time signal"),
+    ):
+        with pytest.raises(ValueError) as e:
+            parse_signal(text)
+        assert words in str(e.value), (text, str(e.value))
+
+
+def test_exit_codes_and_process_failures() -> None:
+    assert exit_signal_name(-9) == "SIGKILL"
+    assert exit_signal_name(-(RTMIN + 6)) == "SIGRTMIN+6"
+    assert exit_signal_name(0) is exit_signal_name(1) is exit_signal_name(None) is None
+    assert exit_signal_name(-999) is None
+    failure = ProcessFailure(0, 77, -(RTMIN + 6), "/nonexistent")
+    assert failure.signal_name() == "SIGRTMIN+6"
+    assert f"Signal {RTMIN + 6} (SIGRTMIN+6) received by PID 77" == failure.message
+    assert ProcessFailure(0, 77, 1, "/nonexistent").signal_name() == "<N/A>"

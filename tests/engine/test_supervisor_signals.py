@@ -1,0 +1,169 @@
+"""Commands that carry a signal, with real processes: checked up front, named everywhere.
+
+A valid signal the ranks ignore still ends in SIGKILL at the deadline (real-time signals
+included); an invalid one is refused with a message and nothing is sent; and one escalation
+that fails in the monitor's deadline pass does not keep the others from their SIGKILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.events import (
+    EscalationFinished,
+    EscalationScheduled,
+    RankStateChanged,
+    RunFinished,
+    SupervisorNotice,
+)
+from engine.handle import Command, KillRanks, SignalRanks, TerminateRanks
+from engine.states import RankState
+from engine.supervisor import Supervisor, SupervisorConfig
+from engine.supervisor.rank_slot import RankSlot
+from tests.conftest import BIN, PYTHON, pid_alive, wait_until
+from tests.engine.supervisor_helpers import Factory, Run, supervise_fixture  # noqa: F401
+
+RT6 = signal.SIGRTMIN + 6  # 40 with glibc: valid, but unnamed by Python's signal.Signals
+
+
+def _monitor_alive(run: Run) -> bool:
+    thread = run.sup._monitor._thread
+    return thread is not None and thread.is_alive()
+
+
+def _hold_until_due(run: Run) -> None:
+    """With the state lock held: wait until every scheduled deadline has passed, so that
+    the monitor finds them all due in one pass once the lock is released."""
+    due = max(e.deadline for e in run.rec.of(EscalationScheduled))
+    wait_until(lambda: time.monotonic() > due)
+
+
+def test_a_real_time_signal_the_ranks_ignore_ends_in_sigkill_at_the_deadline(
+    supervise: Factory,
+) -> None:
+    """TerminateRanks(sig=SIGRTMIN+6) on two ranks that ignore it, one command per rank,
+    both deadlines due in the same pass of the monitor: both ranks get SIGKILL."""
+    run = supervise(2, "--ignore", str(RT6))
+    run.pids(0)  # written after the signal is ignored
+    run.pids(1)
+    with run.sup._state.lock:  # the monitor looks only once both deadlines have passed
+        for rank in (0, 1):
+            res = run.sup.execute(TerminateRanks((rank,), sig=RT6, timeout_s=0.3))
+            assert res.ok, res.message
+        _hold_until_due(run)
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished)
+    for rank in (0, 1):
+        (ev,) = run.rec.of(RankStateChanged, rank=rank, new=RankState.SIGNALLED)
+        assert (ev.exitcode, ev.signal_name, ev.caused_by_us) == (-9, "SIGKILL", True)
+    scheduled = run.rec.of(EscalationScheduled)
+    assert [(e.ranks, e.signal_name) for e in scheduled] == [
+        ((0,), "SIGRTMIN+6"), ((1,), "SIGRTMIN+6"),
+    ]
+    assert run.rec.of(EscalationFinished) == [
+        EscalationFinished((0,), (0,)), EscalationFinished((1,), (1,)),
+    ]
+    notices = [n.message for n in run.rec.of(SupervisorNotice)]
+    for rank in (0, 1):
+        assert f"rank(s) {rank} outlived the 0.3 s deadline after SIGRTMIN+6: sent SIGKILL" in (
+            notices
+        ), notices
+    assert finished.result.failures == {} and set(finished.result.stopped) == {0, 1}
+    assert finished.root_cause_rank is None
+    assert _monitor_alive(run)
+
+
+def test_a_real_time_signal_that_kills_is_named(supervise: Factory) -> None:
+    run = supervise(1)
+    run.pids(0)
+    assert run.sup.execute(SignalRanks((0,), RT6)).ok
+    run.rec.wait_state(0, RankState.SIGNALLED)
+    (ev,) = run.rec.of(RankStateChanged, rank=0, new=RankState.SIGNALLED)
+    assert (ev.exitcode, ev.signal_name, ev.caused_by_us) == (-RT6, "SIGRTMIN+6", True)
+    assert ev.failure is not None and ev.failure.signal_name() == "SIGRTMIN+6"
+    assert run.sup.snapshot().ranks[0].signal_name == "SIGRTMIN+6"
+
+
+def test_invalid_signals_and_timeouts_are_refused_and_nothing_is_sent(
+    supervise: Factory,
+) -> None:
+    run = supervise(2)
+    pids = [run.pids(r)[0] for r in (0, 1)]
+    bad_signals: list[Any] = [0, -1, 999, "TERM", 15.0, True]
+    commands: list[Command] = [SignalRanks((0,), s) for s in bad_signals]
+    commands += [TerminateRanks((0, 1), sig=s) for s in bad_signals]
+    commands += [TerminateRanks(None, sig=s) for s in bad_signals]
+    for cmd in commands:
+        res = run.sup.execute(cmd)
+        assert not res.ok and "is not a signal number (valid: 1-31" in res.message, (cmd, res)
+        assert res.message.startswith("not sent: ")
+    for t in (-1.0, math.inf, -math.inf, math.nan):
+        res = run.sup.execute(TerminateRanks((0,), timeout_s=t))
+        assert not res.ok and "timeout must be a number of seconds >= 0" in res.message, res
+    # Nothing was sent, recorded or scheduled; the ranks run on.
+    slots: list[RankSlot] = list(run.sup._state.slots.values())
+    for slot in slots:
+        assert slot.proc is not None and slot.proc.signals_sent == []
+        assert slot.stop_reason is None and slot.user_signals == set()
+    assert run.rec.of(EscalationScheduled) == []
+    assert [run.rec.states(r) for r in (0, 1)] == [[RankState.RUNNING]] * 2
+    assert all(pid_alive(p) for p in pids)
+    # ... and the next valid command is carried out as usual.
+    assert run.sup.execute(TerminateRanks(timeout_s=0)).ok
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished) and set(finished.result.stopped) == {0, 1}
+
+
+def test_a_bad_signal_is_refused_for_what_it_is_even_before_the_start(tmp_path: Path) -> None:
+    cfg = SupervisorConfig(
+        entrypoint=PYTHON, args=(str(BIN / "sv_rank.py"),), log_dir=str(tmp_path)
+    )
+    sup = Supervisor(cfg)
+    try:
+        res = sup.execute(TerminateRanks(sig=0))
+        assert not res.ok and "0 is not a signal number" in res.message
+        res = sup.execute(TerminateRanks(sig=RT6))
+        assert not res.ok and "has not started" in res.message
+    finally:
+        sup.shutdown()
+
+
+def test_one_failing_escalation_does_not_keep_the_others_from_sigkill(
+    supervise: Factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two escalations due in one pass; the SIGKILL of the first fails (an injected fault):
+    the second rank is SIGKILLed all the same, and the monitor goes on."""
+    run = supervise(2, "--ignore-term", term_timeout=60)
+    run.pids(0)
+    run.pids(1)
+    stopper = run.sup._stopper
+    real = stopper.signal_slots
+
+    def faulty(slots: list[RankSlot], sig: int) -> list[int]:
+        if sig == signal.SIGKILL and any(s.rank == 0 for s in slots):
+            raise RuntimeError("injected fault")
+        return real(slots, sig)
+
+    monkeypatch.setattr(stopper, "signal_slots", faulty)
+    caplog.set_level(logging.ERROR)
+    with run.sup._state.lock:  # timeout 0: both are due when the monitor next looks
+        assert run.sup.execute(TerminateRanks((0,), timeout_s=0)).ok
+        assert run.sup.execute(TerminateRanks((1,), timeout_s=0)).ok
+    run.rec.wait_state(1, RankState.SIGNALLED)
+    (ev,) = run.rec.of(RankStateChanged, rank=1, new=RankState.SIGNALLED)
+    assert (ev.exitcode, ev.caused_by_us) == (-9, True)
+    wait_until(lambda: "escalation of rank(s) 0 failed" in caplog.text)
+    assert "monitor step failed" not in caplog.text
+    assert run.sup.snapshot().ranks[0].state is RankState.TERMINATING
+    assert _monitor_alive(run)
+    monkeypatch.undo()
+    assert run.sup.execute(KillRanks((0,))).ok
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished) and set(finished.result.stopped) == {0, 1}
