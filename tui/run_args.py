@@ -323,7 +323,7 @@ def _demo_constant(path: str, name: str, default: Any) -> Any:
 
 
 def demo_config(args: argparse.Namespace) -> SupervisorConfig:
-    """The demo job as a run: E's ``tui/demo_job.py`` on 4 ranks, logging flags from ``args``."""
+    """The demo job as a run: ``tui/demo_job.py`` on 4 ranks, logging flags from ``args``."""
     spec = importlib.util.find_spec("tui.demo_job")
     if spec is None or not spec.origin:
         raise ConfigError("the demo job (tui/demo_job.py) is not installed")
