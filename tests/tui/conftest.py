@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.testing import ScriptedSupervisor, running_script, scripted_info
+from engine.testing import ScriptedSupervisor
+from tests.scenarios import running_script, scripted_info
 
 
 class FakeClock:

@@ -19,13 +19,8 @@ from engine.handle import (
     TerminateRanks,
 )
 from engine.states import RankState
-from engine.testing import (
-    BASE_PID,
-    ScriptedSupervisor,
-    failure_script,
-    running_script,
-    scripted_info,
-)
+from engine.testing import BASE_PID, ScriptedSupervisor
+from tests.scenarios import failure_script, running_script, scripted_info
 from tui.app import make_app
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.errors import ErrorsScreen
@@ -155,6 +150,10 @@ async def test_restart_rank_keeps_its_earlier_lines(four_ranks: ScriptedSupervis
         await settle(pilot)
         assert four_ranks.calls == [RestartRank(0)]
         view = app.run_view.ranks[0]
+        # These ranks ignore SIGTERM: it stays RESTARTING until the SIGKILL deadline.
+        assert view.state is RankState.RESTARTING
+        four_ranks.expire_escalations()
+        await settle(pilot)
         assert view.state is RankState.RUNNING
         assert view.pid == BASE_PID + 100
         assert view.restart_count == 1
@@ -185,6 +184,9 @@ async def test_all_rank_keys_ask_first(four_ranks: ScriptedSupervisor) -> None:
         await pilot.press("R", "y")
         await settle(pilot)
         assert four_ranks.calls[-1] == RestartAll()
+        assert all(pane(app, r).has_class("-restarting") for r in range(4))
+        four_ranks.expire_escalations()  # the SIGKILL deadline: then the new attempt starts
+        await settle(pilot)
         assert app.run_view.attempt == 1
         assert all(pane(app, r).has_class("-running") for r in range(4))
 
@@ -250,7 +252,7 @@ async def test_refused_command_is_a_notification_not_a_crash() -> None:
         await settle(pilot)
         assert engine.calls == [TerminateRanks((0,))]
         messages = [n.message for n in app._notifications]
-        assert any("no running rank" in m for m in messages)
+        assert "rank 0 is not running (failed): nothing to terminate" in messages
         assert pane(app, 0).has_class("-failed")
         assert "exit 3" in subtitle(pane(app, 0))
 
@@ -366,7 +368,7 @@ def test_run_tui_prints_the_root_cause_and_returns_the_exit_code(
 ) -> None:
     from tui.run import run_tui
 
-    engine = ScriptedSupervisor(scripted_info(4), failure_script())
+    engine = ScriptedSupervisor(scripted_info(4), failure_script(), obey_term=True)
 
     async def quit_at_once(pilot) -> None:  # type: ignore[no-untyped-def]
         await pilot.pause()
