@@ -1,7 +1,7 @@
 """ScriptedSupervisor: a ``SupervisorHandle`` that replays a script instead of running ranks.
 
-The UI tests, the screenshots and the UI benchmark build the app on it (as httpx tests build a
-client on ``MockTransport``): pids, timestamps and output are fixed by the script, so a snapshot
+The UI tests and the screenshots build the app on it (as httpx tests build a client on
+``MockTransport``): pids, timestamps and output are fixed by the script, so a snapshot
 never shows a real pid, path or clock time. Commands are recorded in ``calls`` and, unless
 ``react=False``, answered as the real ``engine.supervisor.Supervisor`` answers them: the same
 ``CommandResult`` (refusals word for word) and the same lifecycle events in the same order per
@@ -20,8 +20,8 @@ commands from worker threads, as it would with the real Supervisor). A lock keep
 bookkeeping consistent; events are queued under it and delivered in order after it is
 released, as the Supervisor does, so a sink may call back into the double.
 
-Scenarios (fixed runs, scripts and tracebacks shared by the tests, the screenshots and the
-benchmarks) live with the tests, in ``tests/scenarios.py``.
+Scenarios (fixed runs, scripts and tracebacks shared by the tests and the screenshots) live
+with the tests, in ``tests/scenarios.py``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASE_PID",
-    "T0",
+    "EPOCH",
     "Checkpoint",
     "ScriptItem",
     "ScriptedFailure",
@@ -78,7 +78,7 @@ __all__ = [
 BASE_PID = 41000
 """Scripted pids are BASE_PID + 100 * incarnation + rank: fixed, and plainly not real."""
 
-T0 = 1_767_225_600.0
+EPOCH = 1_767_225_600.0
 """Scripted wall-clock origin (2026-01-01 00:00:00 UTC)."""
 
 _FATAL = frozenset(
@@ -226,7 +226,6 @@ class ScriptedSupervisor:
         self._attempt = info.attempt
         self._finished = info.finished
         self._attempt_pending = False
-        self._real_failure = False
         self._shutting_down = False
         self._incarnations = 0
         self.started = False
@@ -578,7 +577,7 @@ class ScriptedSupervisor:
                 exitcode,
                 info.error_file,
                 message=f"Signal {-exitcode} ({name}) received by PID {info.pid}" if name else "",
-                timestamp=int(T0 + 60),
+                timestamp=int(EPOCH + 60),
                 caused_by_us=caused,
             )
         life.exit_seq = next(self._exits)
@@ -602,7 +601,6 @@ class ScriptedSupervisor:
                     self._escalations.remove(esc)
                     self._send(EscalationFinished(esc.ranks, tuple(esc.killed)))
         if exitcode != 0 and not caused:
-            self._real_failure = True
             if self._teardown and not self._shutting_down:
                 # The others would hang in their next collective: stop them.
                 others = [r for r in self._live() if self._life[r].stop_reason is None]
@@ -629,8 +627,14 @@ class ScriptedSupervisor:
             return
         if self._attempt_pending:
             return
-        if self._real_failure and self._restarts_left > 0 and not self._shutting_down:
-            # The policy: any failure restarts the whole group while restarts last.
+        failed = any(
+            life.failure is not None and not life.failure.caused_by_us
+            for life in self._life.values()
+        )
+        if failed and self._restarts_left > 0 and not self._shutting_down:
+            # The policy: a rank that failed on its own restarts the whole group while
+            # restarts last. Only failures still on record count: a failed rank restarted
+            # by hand no longer is one (RunFinished would not list it either).
             self._restarts_left -= 1
             self._notice(
                 f"restarting all ranks as attempt {self._attempt + 1} "
@@ -668,7 +672,6 @@ class ScriptedSupervisor:
         """Every rank into a fresh ``attempt_<n+1>``."""
         self._attempt += 1
         self._attempt_pending = False
-        self._real_failure = False
         self._finished = False
         self._incarnations += 1
         for r in sorted(self._ranks):
@@ -696,7 +699,7 @@ class ScriptedSupervisor:
         """final -> STARTING, RankRestarted, STARTING -> RUNNING: the Supervisor's order."""
         pid = self._pid(rank)
         self._ranks[rank] = replace(self._ranks[rank], pid=pid)
-        self._move(rank, RankState.STARTING, t=T0 + 61)
+        self._move(rank, RankState.STARTING, t=EPOCH + 61)
         info = self._ranks[rank]
         self._send(
             RankRestarted(
@@ -710,7 +713,7 @@ class ScriptedSupervisor:
                 info.error_file,
             )
         )
-        self._move(rank, RankState.RUNNING, t=T0 + 61)
+        self._move(rank, RankState.RUNNING, t=EPOCH + 61)
         line = f"rank {rank} started again (restart {info.restart_count})"
         self._send(RankOutput(rank, "stdout", (line,)))
 
@@ -726,7 +729,7 @@ class ScriptedSupervisor:
         signal_name: str | None = None,
         failure: ScriptedFailure | None = None,
         caused_by_us: bool = False,
-        t: float = T0 + 60,
+        t: float = EPOCH + 60,
     ) -> None:
         info = self._ranks[rank]
         self._ranks[rank] = replace(info, state=new, exitcode=exitcode, signal_name=signal_name)

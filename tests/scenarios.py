@@ -1,7 +1,7 @@
 """Scenarios for the scripted engine (``engine.testing.ScriptedSupervisor``): fixed runs,
-scripts and tracebacks shared by the UI tests, the screenshots and the benchmarks.
+scripts and tracebacks shared by the UI tests and the screenshots.
 
-Everything here is fixed (pids from ``BASE_PID``, times from ``T0``), so a picture of it is
+Everything here is fixed (pids from ``BASE_PID``, times from ``EPOCH``), so a picture of it is
 the same on every machine. When a scenario is given a directory, what it writes there (an
 error.json) is what the real rank would have written; give the ScriptedSupervisor
 ``write_files=True`` and the output it emits lands in the ranks' log files too, so views that
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 from engine.events import Event, RankOutput, RankStateChanged, RankStats, SupervisorNotice
 from engine.handle import RankInfo, RunInfo
 from engine.states import RankState
-from engine.testing import BASE_PID, T0, ScriptedFailure, ScriptItem, rank_paths
+from engine.testing import BASE_PID, EPOCH, ScriptedFailure, ScriptItem, rank_paths
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
@@ -88,7 +88,7 @@ def _stats(rank: int, cpu: Sequence[float], rss: int, numa: int | None = 0) -> l
             rank,
             numa,
             10.0 + i,
-            T0 + i,
+            EPOCH + i,
         )
         for i, value in enumerate(cpu)
     ]
@@ -100,7 +100,9 @@ def running_script(
     """Every rank starts, runs and logs; rank 0 draws a progress bar; nothing ends."""
     items: list[ScriptItem] = []
     for r in range(nprocs):
-        items.append(RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=T0))
+        items.append(
+            RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=EPOCH)
+        )
     for r in range(nprocs):
         lines = list(training_lines(r, steps - (r % 3)))
         if r == 1:
@@ -147,14 +149,14 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
     data: dict[str, Any] = {
         "message": {
             "message": "FloatingPointError: loss is nan at step 23 [rank2]",
-            "extraInfo": {"py_callstack": TRACEBACK, "timestamp": str(int(T0 + 42))},
+            "extraInfo": {"py_callstack": TRACEBACK, "timestamp": str(int(EPOCH + 42))},
         }
     }
     if run_dir is not None:
         Path(error_file).parent.mkdir(parents=True, exist_ok=True)
         Path(error_file).write_text(json.dumps(data))
     root = ScriptedFailure(
-        2, BASE_PID + 2, 1, error_file, data, data["message"]["message"], int(T0 + 42)
+        2, BASE_PID + 2, 1, error_file, data, data["message"]["message"], int(EPOCH + 42)
     )
     items += [
         RankOutput(2, "stderr", tuple(TRACEBACK.splitlines())),
@@ -165,7 +167,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
             BASE_PID + 2,
             exitcode=1,
             failure=cast("ProcessFailure", root),
-            t=T0 + 42,
+            t=EPOCH + 42,
         ),
     ]
     collective = (
@@ -176,7 +178,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
     )
     for r, delay in ((0, 1), (1, 2)):
         failure = ScriptedFailure(
-            r, BASE_PID + r, 1, info.ranks[r].error_file, {}, "", int(T0 + 42 + delay)
+            r, BASE_PID + r, 1, info.ranks[r].error_file, {}, "", int(EPOCH + 42 + delay)
         )
         items += [
             RankOutput(r, "stderr", collective),
@@ -187,7 +189,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
                 BASE_PID + r,
                 exitcode=1,
                 failure=cast("ProcessFailure", failure),
-                t=T0 + 42 + delay,
+                t=EPOCH + 42 + delay,
             ),
         ]
     items.append(
