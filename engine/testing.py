@@ -1,31 +1,38 @@
 """ScriptedSupervisor: a ``SupervisorHandle`` that replays a script instead of running ranks.
 
-The UI tests, the screenshots and the UI benchmark build the app on it (as httpx tests build a
-client on ``MockTransport``): pids, timestamps and output are fixed by the script, so a snapshot
+The UI tests and the screenshots build the app on it (as httpx tests build a client on
+``MockTransport``): pids, timestamps and output are fixed by the script, so a snapshot
 never shows a real pid, path or clock time. Commands are recorded in ``calls`` and, unless
-``react=False``, answered with the events a real supervisor would publish (a terminated rank
-goes to TERMINATING with an escalation deadline from the injected clock, a killed rank ends
-SIGNALLED, a restarted rank comes back with a new pid and fresh log files).
+``react=False``, answered as the real ``engine.supervisor.Supervisor`` answers them: the same
+``CommandResult`` (refusals word for word) and the same lifecycle events in the same order per
+rank (a terminated rank goes to TERMINATING with an escalation deadline from the injected clock,
+a killed rank ends SIGNALLED, a restarted rank comes back with a new pid and fresh log files,
+a rank that fails on its own (``rank_exits``) brings the teardown and the restart policy).
+tests/test_double_contract.py holds it to the real Supervisor, step by step.
+
+Script events are replayed as given: the script is the truth, so a scripted failure brings no
+teardown and no policy (a scenario shows exactly what it lists). Only commands,
+``rank_exits`` and ``expire_escalations`` make the double act as the Supervisor would.
 
 Threads: events are delivered synchronously on the thread that calls ``start``, ``advance``,
-``emit``, ``execute`` or ``shutdown`` (the UI calls commands from worker threads, as it would
-with the real Supervisor). A lock keeps the bookkeeping consistent.
+``emit``, ``execute``, ``rank_exits``, ``expire_escalations`` or ``shutdown`` (the UI calls
+commands from worker threads, as it would with the real Supervisor). A lock keeps the
+bookkeeping consistent; events are queued under it and delivered in order after it is
+released, as the Supervisor does, so a sink may call back into the double.
 
-Also here: small scenario builders (``scripted_info``, ``running_script``, ...) shared by
-tests, screenshots and benchmarks. When a scenario is given a directory, everything it emits
-is also written to the rank's log files, so views that read the disk (zoomed scrollback,
-filtered logs, error.json) see the same bytes.
+Scenarios (fixed runs, scripts and tracebacks shared by the tests and the screenshots) live
+with the tests, in ``tests/scenarios.py``.
 """
 
 from __future__ import annotations
 
-import json
+import collections
+import itertools
 import os
 import signal
 import threading
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast
 
 from engine.events import (
     AttemptStarted,
@@ -36,7 +43,6 @@ from engine.events import (
     RankOutput,
     RankRestarted,
     RankStateChanged,
-    RankStats,
     RunFinished,
     SupervisorNotice,
 )
@@ -56,27 +62,30 @@ from engine.states import RankState
 if TYPE_CHECKING:
     # ScriptedFailure / ScriptedResult stand in for these in the events (duck-typed).
     from engine.errors import ProcessFailure
-    from engine.pcontext import RunProcsResult
+    from engine.result import RunProcsResult
 
 __all__ = [
+    "BASE_PID",
+    "EPOCH",
     "Checkpoint",
     "ScriptItem",
     "ScriptedFailure",
     "ScriptedResult",
     "ScriptedSupervisor",
-    "failure_script",
-    "running_script",
-    "scripted_info",
-    "training_lines",
+    "rank_paths",
 ]
 
 BASE_PID = 41000
 """Scripted pids are BASE_PID + 100 * incarnation + rank: fixed, and plainly not real."""
 
-T0 = 1_767_225_600.0
+EPOCH = 1_767_225_600.0
 """Scripted wall-clock origin (2026-01-01 00:00:00 UTC)."""
 
-_DEADLY = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGKILL}
+_FATAL = frozenset(
+    {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGKILL}
+)
+"""The signals a scripted rank dies of (SIGTERM only with ``obey_term``): those a training
+program leaves at their default action; it is taken to handle SIGUSR1/SIGUSR2 (stack dumps)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,7 @@ class ScriptedFailure:
     error_file_data: dict[str, Any] = field(default_factory=dict)
     message: str = ""
     timestamp: int = 0
+    caused_by_us: bool = False
 
     def signal_name(self) -> str:
         if self.exitcode < 0:
@@ -117,15 +127,50 @@ class ScriptedFailure:
 
 @dataclass(frozen=True, slots=True)
 class ScriptedResult:
-    """The fields of ``RunProcsResult`` the UI reads."""
+    """The fields of ``RunProcsResult`` the UI reads: ``failures`` holds the ranks that
+    failed on their own, ``stopped`` those our own stop ended (as the Supervisor reports)."""
 
     return_values: dict[int, Any] = field(default_factory=dict)
     failures: dict[int, Any] = field(default_factory=dict)
     stdouts: dict[int, str] = field(default_factory=dict)
     stderrs: dict[int, str] = field(default_factory=dict)
+    stopped: dict[int, Any] = field(default_factory=dict)
 
     def is_failed(self) -> bool:
         return bool(self.failures)
+
+
+def rank_paths(
+    run_dir: str, attempt: int, rank: int, restart: int | None
+) -> tuple[str, str, str]:
+    """stdout.log, stderr.log and error.json of one incarnation, laid out as the Supervisor
+    lays them out (``attempt_<n>/<rank>/``, ``restart_<k>/`` for a rank restarted alone)."""
+    base = f"{run_dir}/attempt_{attempt}/{rank}"
+    if restart:
+        base += f"/restart_{restart}"
+    return f"{base}/stdout.log", f"{base}/stderr.log", f"{base}/error.json"
+
+
+@dataclass(slots=True)
+class _Life:
+    """The Supervisor's bookkeeping of one incarnation (its ``RankSlot`` fields)."""
+
+    stop_reason: str | None = None
+    stop_sent: bool = False
+    signals: set[int] = field(default_factory=set)
+    after_exit: str | None = None
+    failure: ScriptedFailure | None = None
+    exit_seq: int = 0
+
+
+@dataclass(slots=True)
+class _Escalation:
+    ranks: tuple[int, ...]
+    sig_name: str
+    timeout_s: float
+    alive: set[int]
+    killed: list[int] = field(default_factory=list)
+    expired: bool = False
 
 
 class ScriptedSupervisor:
@@ -136,11 +181,17 @@ class ScriptedSupervisor:
         script: Events to deliver, split into steps by ``Checkpoint`` markers.
         clock: The monotonic clock escalation deadlines are computed from (inject a fixed
             one in snapshot tests; the app must be given the same).
-        react: Answer commands with the events a real supervisor would publish.
-        obey_term: Ranks exit as soon as they are terminated; if False (the default) they
-            linger in TERMINATING until ``expire_escalations()`` SIGKILLs them, so a test can
-            see the countdown.
+        react: Answer commands as the Supervisor would; if False every command is
+            recorded and answered ``CommandResult(True)`` with no event.
+        obey_term: Ranks die of SIGTERM. If False (the default) they ignore it, as a rank
+            that traps SIGTERM does: terminate, restart and restart-all leave them in
+            TERMINATING / RESTARTING (a test sees the countdown) until
+            ``expire_escalations()`` SIGKILLs them as the deadline would; ``shutdown``
+            waits that deadline out by itself.
         write_files: Append emitted output to the ranks' log files (paths from ``info``).
+        max_restarts: Whole-group restarts when a rank fails on its own, as the
+            Supervisor's policy (torch's agent) does.
+        teardown_on_failure: Stop the other ranks when one fails on its own.
     """
 
     def __init__(
@@ -152,22 +203,31 @@ class ScriptedSupervisor:
         react: bool = True,
         obey_term: bool = False,
         write_files: bool = False,
+        max_restarts: int = 0,
+        teardown_on_failure: bool = True,
     ) -> None:
         self._info = info
         self._steps = _split(script)
         self._step = 0
         self._clock = clock or (lambda: 1000.0)
         self._react = react
-        self._obey_term = obey_term
+        self._fatal = _FATAL if obey_term else _FATAL - {signal.SIGTERM}
         self._write_files = write_files
+        self._teardown = teardown_on_failure
+        self._restarts_left = max_restarts
         self._lock = threading.RLock()
+        self._dispatch_lock = threading.RLock()
+        self._queue: collections.deque[Event] = collections.deque()
         self._sinks: list[EventSink] = []
         self._ranks: dict[int, RankInfo] = {r.rank: r for r in info.ranks}
+        self._life: dict[int, _Life] = {r: _Life() for r in self._ranks}
+        self._escalations: list[_Escalation] = []
+        self._exits = itertools.count(1)
         self._attempt = info.attempt
         self._finished = info.finished
+        self._attempt_pending = False
+        self._shutting_down = False
         self._incarnations = 0
-        self._escalating: set[int] = set()
-        self._line_counts: dict[tuple[int, str], int] = {}
         self.started = False
         self.calls: list[Command | tuple[str, float | None]] = []
         """Every command given to ``execute``, and ``("shutdown", timeout)``, in order."""
@@ -176,11 +236,11 @@ class ScriptedSupervisor:
     # -- SupervisorHandle ------------------------------------------------------------------
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
-        with self._lock:
+        with self._dispatch_lock:
             self._sinks.append(sink)
 
         def unsubscribe() -> None:
-            with self._lock:
+            with self._dispatch_lock:
                 if sink in self._sinks:
                     self._sinks.remove(sink)
 
@@ -205,15 +265,30 @@ class ScriptedSupervisor:
         return True
 
     def execute(self, command: Command) -> CommandResult:
+        handlers: dict[type, Callable[[Any], CommandResult]] = {
+            SignalRanks: self._cmd_signal,
+            TerminateRanks: self._cmd_terminate,
+            KillRanks: self._cmd_kill,
+            RestartRank: self._cmd_restart_rank,
+            RestartAll: self._cmd_restart_all,
+        }
         with self._lock:
             self.calls.append(command)
             if not self._react:
                 return CommandResult(True)
+            handler = handlers.get(type(command))
             try:
-                events, result = self._react_to(command)
+                if handler is None:
+                    raise _Refused(f"unknown command {command!r}")
+                if not self.started:
+                    raise _Refused("the run has not started")
+                if self._shutting_down:
+                    raise _Refused("the run is shutting down")
+                result = handler(command)
+                self._settle()
             except _Refused as refused:
-                return CommandResult(False, str(refused))
-        self.emit(*events)
+                result = CommandResult(False, str(refused))
+        self._flush()
         return result
 
     def snapshot(self) -> RunInfo:
@@ -222,46 +297,76 @@ class ScriptedSupervisor:
             return replace(self._info, ranks=ranks, attempt=self._attempt, finished=self._finished)
 
     def shutdown(self, timeout_s: float | None = None) -> None:
+        """Stop every live rank as the Supervisor's ``shutdown`` does; the SIGKILL deadline
+        of ranks that ignore SIGTERM passes at once (nothing here waits)."""
+        timeout = self._info.term_timeout_s if timeout_s is None else timeout_s
         with self._lock:
             self.calls.append(("shutdown", timeout_s))
-            alive = [r for r, info in sorted(self._ranks.items()) if info.state.is_alive]
-            events: list[Event] = [
-                self._final(r, -signal.SIGTERM, caused_by_us=True) for r in alive
-            ]
-            if alive and not self._finished:
-                events.append(self._run_finished())
-        self.emit(*events)
+            if self._shutting_down:
+                return
+            self._shutting_down = True
+            if self.started:
+                self._attempt_pending = False
+                self._restarts_left = 0
+                for life in self._life.values():
+                    life.after_exit = None
+                self._stop(self._live(), "shutdown", signal.SIGTERM, timeout)
+                self._expire()
+                self._settle()
+        self._flush()
 
     # -- test helpers ----------------------------------------------------------------------
 
     def emit(self, *events: Event) -> None:
         """Deliver ``events`` now, in order, updating what ``snapshot()`` reports."""
-        for event in events:
-            with self._lock:
+        with self._lock:
+            for event in events:
                 self._track(event)
-                self.emitted.append(event)
-                sinks = list(self._sinks)
-            for sink in sinks:
-                sink(event)
+                self._queue.append(event)
+        self._flush()
+
+    def rank_exits(self, rank: int, exitcode: int) -> None:
+        """Rank ``rank`` exits by itself with ``exitcode`` (negative: a signal from
+        elsewhere ended it); the Supervisor's consequences follow: the teardown of the
+        others after a failure, the restart policy, RunFinished."""
+        with self._lock:
+            if rank not in self._ranks or not self._ranks[rank].state.is_alive:
+                raise ValueError(f"rank {rank} is not running")
+            self._exit(rank, exitcode)
+            self._settle()
+        self._flush()
 
     def expire_escalations(self) -> None:
-        """The escalation deadline passed: SIGKILL every rank still terminating."""
+        """Every escalation deadline passed: SIGKILL the ranks still stopping."""
         with self._lock:
-            ranks = sorted(self._escalating)
-            self._escalating.clear()
-            events: list[Event] = [
-                self._final(r, -signal.SIGKILL, caused_by_us=True)
-                for r in ranks
-                if self._ranks[r].state.is_alive
-            ]
-            if ranks:
-                events.append(EscalationFinished(tuple(ranks), tuple(ranks)))
-            events.extend(self._maybe_finished(events))
-        self.emit(*events)
+            self._expire()
+            self._settle()
+        self._flush()
 
-    # -- internals -------------------------------------------------------------------------
+    # -- events ----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Deliver queued events in order (called with the state lock released)."""
+        with self._dispatch_lock:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        return
+                    event = self._queue.popleft()
+                    self.emitted.append(event)
+                    sinks = list(self._sinks)
+                for sink in sinks:
+                    sink(event)
+
+    def _send(self, event: Event) -> None:
+        """Queue an event this double made (its bookkeeping is already done)."""
+        self._queue.append(event)
+
+    def _notice(self, message: str, severity: str = "information") -> None:
+        self._send(SupervisorNotice(message, severity))  # type: ignore[arg-type]
 
     def _track(self, event: Event) -> None:
+        """Keep the snapshot and the bookkeeping in step with a scripted event."""
         if isinstance(event, RankStateChanged) and event.rank in self._ranks:
             info = self._ranks[event.rank]
             self._ranks[event.rank] = replace(
@@ -273,6 +378,21 @@ class ScriptedSupervisor:
                 exitcode=event.exitcode if event.new.is_final else None,
                 signal_name=event.signal_name if event.new.is_final else None,
             )
+            life = self._life[event.rank]
+            if event.new is RankState.STARTING:
+                self._life[event.rank] = _Life()
+            elif event.new.is_final:
+                life.exit_seq = next(self._exits)
+                life.failure = None
+                if event.new is not RankState.SUCCEEDED:
+                    life.failure = cast(ScriptedFailure, event.failure) or ScriptedFailure(
+                        event.rank,
+                        event.pid or 0,
+                        event.exitcode or 0,
+                        info.error_file,
+                        timestamp=int(event.t),
+                        caused_by_us=event.caused_by_us,
+                    )
         elif isinstance(event, RankRestarted) and event.rank in self._ranks:
             self._ranks[event.rank] = replace(
                 self._ranks[event.rank],
@@ -307,185 +427,342 @@ class ScriptedSupervisor:
         with open(path, "a", encoding="utf-8", errors="surrogateescape") as f:
             f.write("".join(line + "\n" for line in event.lines))
 
-    def _alive(self, ranks: Sequence[int] | None) -> list[int]:
-        chosen = sorted(self._ranks) if ranks is None else list(ranks)
-        for r in chosen:
-            if r not in self._ranks:
-                raise _Refused(f"no rank {r} (this run has ranks 0-{len(self._ranks) - 1})")
-        return [r for r in chosen if self._ranks[r].state.is_alive]
+    # -- commands (the Supervisor's, word for word) ----------------------------------------
 
-    def _react_to(self, command: Command) -> tuple[list[Event], CommandResult]:
-        events: list[Event] = []
-        if isinstance(command, SignalRanks):
-            alive = self._alive(command.ranks)
-            if not alive:
-                raise _Refused(f"rank {_ranks_words(command.ranks)} is not running")
-            if command.sig in _DEADLY:
-                events += [self._final(r, -command.sig, caused_by_us=True) for r in alive]
-                events += self._maybe_finished(events)
-            return events, CommandResult(True, f"sent {signal.Signals(command.sig).name}")
-        if isinstance(command, TerminateRanks):
-            alive = self._alive(command.ranks)
-            if not alive:
-                raise _Refused("no running rank to terminate")
-            timeout = self._info.term_timeout_s if command.timeout_s is None else command.timeout_s
-            name = signal.Signals(command.sig).name
-            if self._obey_term:
-                events += [self._final(r, -command.sig, caused_by_us=True) for r in alive]
-                events.append(EscalationFinished(tuple(alive), ()))
-                events += self._maybe_finished(events)
-            else:
-                events += [self._move(r, RankState.TERMINATING) for r in alive]
-                events.append(
-                    EscalationScheduled(tuple(alive), name, timeout, self._clock() + timeout)
-                )
-                self._escalating.update(alive)
-            return events, CommandResult(True)
-        if isinstance(command, KillRanks):
-            alive = self._alive(command.ranks)
-            if not alive:
-                raise _Refused("no running rank to kill")
-            events += [self._final(r, -signal.SIGKILL, caused_by_us=True) for r in alive]
-            events += self._maybe_finished(events)
-            return events, CommandResult(True)
-        if isinstance(command, RestartRank):
-            self._alive((command.rank,))
-            info = self._ranks[command.rank]
-            if info.state is RankState.RESTARTING:
-                raise _Refused(f"rank {command.rank} is already restarting")
-            message = ""
-            if not info.state.is_alive:
-                # As the Supervisor: nothing to stop, start it again at once and say so.
-                message = (
-                    f"rank {command.rank} had exited ({info.state.value}): starting it again"
-                )
-            events += self._restart(command.rank, whole_attempt=False)
-            self._finished = False  # the run goes on (the Supervisor's snapshot agrees)
-            return events, CommandResult(True, message)
-        if isinstance(command, RestartAll):
-            for r in sorted(self._ranks):
-                if self._ranks[r].state.is_alive:
-                    events.append(self._move(r, RankState.RESTARTING))
-                    events.append(self._final(r, -signal.SIGTERM, caused_by_us=True))
-            self._attempt += 1
-            self._incarnations += 1
-            pids = tuple(self._pid(r) for r in sorted(self._ranks))
-            run_dir = self._info.log_dir
-            events.append(AttemptStarted(self._attempt, f"{run_dir}/attempt_{self._attempt}", pids))
-            for r in sorted(self._ranks):
-                events += self._restart(r, whole_attempt=True, new_incarnation=False)
-            return events, CommandResult(True)
-        raise _Refused(f"unknown command {command!r}")  # pragma: no cover
+    def _resolve(self, ranks: Sequence[int] | None) -> list[int]:
+        if ranks is None:
+            return sorted(self._ranks)
+        unknown = sorted({r for r in ranks if r not in self._ranks})
+        if unknown:
+            raise _Refused(f"no rank {_words(unknown)} (ranks are 0..{len(self._ranks) - 1})")
+        return sorted(set(ranks))
 
-    def _pid(self, rank: int) -> int:
-        return BASE_PID + 100 * self._incarnations + rank
+    def _running(self, ranks: list[int], verb: str) -> tuple[list[int], str]:
+        live = [r for r in ranks if self._ranks[r].state.is_alive]
+        gone = [r for r in ranks if r not in live]
+        if not live:
+            if len(gone) == 1:
+                state = self._ranks[gone[0]].state.value
+                raise _Refused(f"rank {gone[0]} is not running ({state}): nothing to {verb}")
+            raise _Refused(f"no running rank to {verb}")
+        note = f"skipped rank(s) {_words(gone)}: not running" if gone else ""
+        return live, note
 
-    def _move(self, rank: int, new: RankState) -> RankStateChanged:
-        info = self._ranks[rank]
-        event = RankStateChanged(
-            rank,
-            info.state,
-            new,
-            info.pid,
-            restart_count=info.restart_count,
-            attempt=info.attempt,
-            t=T0 + 60,
+    def _cmd_signal(self, cmd: SignalRanks) -> CommandResult:
+        if cmd.sig not in signal.valid_signals():
+            raise _Refused(f"{cmd.sig} is not a signal number")
+        live, note = self._running(self._resolve(cmd.ranks), "signal")
+        for r in live:
+            self._life[r].signals.add(int(cmd.sig))
+        for r in live:
+            if cmd.sig in self._fatal:
+                self._exit(r, -int(cmd.sig))
+        return CommandResult(True, note)
+
+    def _cmd_terminate(self, cmd: TerminateRanks) -> CommandResult:
+        live, note = self._running(self._resolve(cmd.ranks), "terminate")
+        timeout = self._info.term_timeout_s if cmd.timeout_s is None else float(cmd.timeout_s)
+        self._stop(live, "terminate", int(cmd.sig), timeout)
+        return CommandResult(True, note)
+
+    def _cmd_kill(self, cmd: KillRanks) -> CommandResult:
+        live, note = self._running(self._resolve(cmd.ranks), "kill")
+        self._kill(live, "kill")
+        return CommandResult(True, note)
+
+    def _cmd_restart_rank(self, cmd: RestartRank) -> CommandResult:
+        (rank,) = self._resolve((cmd.rank,))
+        info, life = self._ranks[rank], self._life[rank]
+        if self._attempt_pending:
+            raise _Refused("all ranks are being restarted already")
+        if life.after_exit == "restart" or info.state is RankState.RESTARTING:
+            raise _Refused(f"rank {rank} is already restarting")
+        life.after_exit = "restart"
+        if info.state.is_alive:
+            # Started again once this incarnation has exited.
+            self._stop([rank], "restart", signal.SIGTERM, self._info.term_timeout_s)
+            return CommandResult(True)
+        # Already exited: nothing to stop, it starts again at once.
+        return CommandResult(
+            True, f"rank {rank} had exited ({info.state.value}): starting it again"
         )
-        self._track(event)
-        return event
 
-    def _final(self, rank: int, exitcode: int, *, caused_by_us: bool) -> RankStateChanged:
-        info = self._ranks[rank]
-        self._escalating.discard(rank)
-        new = (
-            RankState.SIGNALLED
-            if exitcode < 0
-            else (RankState.SUCCEEDED if exitcode == 0 else RankState.FAILED)
-        )
-        name = signal.Signals(-exitcode).name if exitcode < 0 else None
-        failure = None
-        if new is not RankState.SUCCEEDED:
-            failure = ScriptedFailure(
+    def _cmd_restart_all(self, cmd: RestartAll) -> CommandResult:
+        if self._attempt_pending:
+            raise _Refused("all ranks are being restarted already")
+        self._attempt_pending = True
+        for life in self._life.values():
+            life.after_exit = None  # a single-rank restart is folded into the new attempt
+        self._stop(self._live(), "attempt", signal.SIGTERM, self._info.term_timeout_s)
+        return CommandResult(True)
+
+    # -- the Supervisor's mechanics --------------------------------------------------------
+
+    def _live(self) -> list[int]:
+        return [r for r in sorted(self._ranks) if self._ranks[r].state.is_alive]
+
+    def _stop(self, ranks: list[int], reason: str, sig: int, timeout: float) -> None:
+        """Send ``sig`` now, SIGKILL at the deadline (``expire_escalations``)."""
+        ranks = [r for r in ranks if self._ranks[r].state.is_alive]
+        if not ranks:
+            return
+        target = RankState.RESTARTING if reason in ("restart", "attempt") else RankState.TERMINATING
+        for r in ranks:
+            self._life[r].stop_reason = reason
+            state = self._ranks[r].state
+            if state is not target and state in (RankState.STARTING, RankState.RUNNING):
+                self._move(r, target)
+            elif state is RankState.TERMINATING and target is RankState.RESTARTING:
+                self._move(r, target)
+        for r in ranks:
+            self._life[r].signals.add(sig)
+            self._life[r].stop_sent = True
+        name = _signame(sig)
+        self._escalations.append(_Escalation(tuple(ranks), name, timeout, set(ranks)))
+        self._send(EscalationScheduled(tuple(ranks), name, timeout, self._clock() + timeout))
+        for r in ranks:
+            if sig in self._fatal:
+                self._exit(r, -sig)
+
+    def _kill(self, ranks: list[int], reason: str) -> None:
+        """SIGKILL at once: TERMINATING first, then the exit."""
+        ranks = [r for r in ranks if self._ranks[r].state.is_alive]
+        for r in ranks:
+            life = self._life[r]
+            if life.stop_reason is None:
+                life.stop_reason = reason
+            if self._ranks[r].state in (RankState.STARTING, RankState.RUNNING):
+                self._move(r, RankState.TERMINATING)
+        for r in ranks:
+            self._life[r].signals.add(signal.SIGKILL)
+            self._life[r].stop_sent = True
+        for r in ranks:
+            self._exit(r, -signal.SIGKILL)
+
+    def _expire(self) -> None:
+        due = [esc for esc in self._escalations if not esc.expired]
+        doomed: set[int] = set()
+        for esc in due:
+            esc.expired = True
+            survivors = sorted(esc.alive)
+            esc.killed.extend(survivors)
+            doomed.update(survivors)
+            if survivors:
+                self._notice(
+                    f"rank(s) {_words(survivors)} outlived the {esc.timeout_s:g} s deadline "
+                    f"after {esc.sig_name}: sent SIGKILL",
+                    "warning",
+                )
+        for r in sorted(doomed):
+            self._life[r].signals.add(signal.SIGKILL)
+            self._life[r].stop_sent = True
+        for r in sorted(doomed):
+            if self._ranks[r].state.is_alive:
+                self._exit(r, -signal.SIGKILL)
+
+    def _exit(self, rank: int, exitcode: int) -> None:
+        """The rank's process ended with ``exitcode``: record it as the monitor does."""
+        info, life = self._ranks[rank], self._life[rank]
+        caused = (exitcode < 0 and -exitcode in life.signals) or (
+            exitcode > 128 and exitcode - 128 in life.signals
+        ) or life.stop_sent
+        if caused and life.stop_reason is None:
+            life.stop_reason = "signal"
+        name = _signame(-exitcode) if exitcode < 0 else None
+        life.failure = None
+        if exitcode != 0:
+            life.failure = ScriptedFailure(
                 rank,
                 info.pid or 0,
                 exitcode,
                 info.error_file,
                 message=f"Signal {-exitcode} ({name}) received by PID {info.pid}" if name else "",
-                timestamp=int(T0 + 60),
+                timestamp=int(EPOCH + 60),
+                caused_by_us=caused,
             )
-        event = RankStateChanged(
+        life.exit_seq = next(self._exits)
+        new = (
+            RankState.SUCCEEDED
+            if exitcode == 0
+            else (RankState.SIGNALLED if exitcode < 0 else RankState.FAILED)
+        )
+        self._move(
             rank,
-            info.state,
             new,
-            info.pid,
             exitcode=exitcode,
             signal_name=name,
-            restart_count=info.restart_count,
-            attempt=info.attempt,
-            failure=cast("ProcessFailure | None", failure),
-            caused_by_us=caused_by_us,
-            t=T0 + 60,
+            failure=life.failure,
+            caused_by_us=caused,
         )
-        self._track(event)
-        return event
+        for esc in list(self._escalations):
+            if rank in esc.alive:
+                esc.alive.discard(rank)
+                if not esc.alive:
+                    self._escalations.remove(esc)
+                    self._send(EscalationFinished(esc.ranks, tuple(esc.killed)))
+        if exitcode != 0 and not caused:
+            if self._teardown and not self._shutting_down:
+                # The others would hang in their next collective: stop them.
+                others = [r for r in self._live() if self._life[r].stop_reason is None]
+                if others:
+                    self._notice(
+                        f"rank {rank} failed (exit code {exitcode}): stopping the other ranks",
+                        "warning",
+                    )
+                self._stop(others, "teardown", signal.SIGTERM, self._info.term_timeout_s)
 
-    def _maybe_finished(self, events: list[Event]) -> list[Event]:
-        if self._finished or any(info.state.is_alive for info in self._ranks.values()):
-            return []
-        return [self._run_finished()]
+    def _settle(self) -> None:
+        """What the monitor does after exits: restarts, the new attempt, the end."""
+        if not self._shutting_down:
+            for r in sorted(self._ranks):
+                if self._life[r].after_exit == "restart" and self._ranks[r].state.is_final:
+                    self._respawn(r)
+            if self._attempt_pending and all(i.state.is_final for i in self._ranks.values()):
+                self._start_attempt()
+        if self._finished or not self.started:
+            return
+        if any(
+            not i.state.is_final or self._life[r].after_exit for r, i in self._ranks.items()
+        ):
+            return
+        if self._attempt_pending:
+            return
+        failed = any(
+            life.failure is not None and not life.failure.caused_by_us
+            for life in self._life.values()
+        )
+        if failed and self._restarts_left > 0 and not self._shutting_down:
+            # The policy: a rank that failed on its own restarts the whole group while
+            # restarts last. Only failures still on record count: a failed rank restarted
+            # by hand no longer is one (RunFinished would not list it either).
+            self._restarts_left -= 1
+            self._notice(
+                f"restarting all ranks as attempt {self._attempt + 1} "
+                f"({self._restarts_left} restart(s) left)",
+                "warning",
+            )
+            self._start_attempt()
+            return
+        self._finished = True
+        self._send(self._run_finished())
 
     def _run_finished(self) -> RunFinished:
-        failures = {
-            r: ScriptedFailure(r, info.pid or 0, info.exitcode or 0, info.error_file)
-            for r, info in self._ranks.items()
-            if info.state in (RankState.FAILED, RankState.SIGNALLED)
-        }
-        event = RunFinished(
-            cast("RunProcsResult", ScriptedResult(failures=failures)), self._attempt, None
+        ended = [(r, life.failure) for r, life in sorted(self._life.items()) if life.failure]
+        # A rank our own signal ended did not fail: it is reported apart, as stopped.
+        failures = {r: failure for r, failure in ended if not failure.caused_by_us}
+        stopped = {r: failure for r, failure in ended if failure.caused_by_us}
+        root = min(failures, key=lambda r: self._life[r].exit_seq, default=None)
+        result = ScriptedResult(
+            failures=failures,
+            stopped=stopped,
+            stdouts={r: i.stdout_path for r, i in self._ranks.items()},
+            stderrs={r: i.stderr_path for r, i in self._ranks.items()},
         )
-        self._track(event)
-        return event
+        return RunFinished(cast("RunProcsResult", result), self._attempt, root)
 
-    def _restart(
-        self, rank: int, *, whole_attempt: bool, new_incarnation: bool = True
-    ) -> list[Event]:
-        events: list[Event] = []
-        info = self._ranks[rank]
-        if info.state.is_alive:
-            events.append(self._move(rank, RankState.RESTARTING))
-            events.append(self._final(rank, -signal.SIGTERM, caused_by_us=True))
-        if new_incarnation:
-            self._incarnations += 1
-        count = info.restart_count + 1
-        pid = self._pid(rank)
-        paths = _paths(self._info.log_dir, self._attempt, rank, None if whole_attempt else count)
-        # The Supervisor's order: final -> STARTING, then RankRestarted, then RUNNING.
-        info = self._ranks[rank]
-        starting = RankStateChanged(
-            rank,
-            info.state,
-            RankState.STARTING,
-            pid,
+    def _respawn(self, rank: int) -> None:
+        """Start one rank again, alone, into ``restart_<k>/`` of its attempt."""
+        self._incarnations += 1
+        count = self._ranks[rank].restart_count + 1
+        self._finished = False
+        self._begin(rank, count, rank_paths(self._info.log_dir, self._attempt, rank, count))
+        self._started(rank, whole_attempt=False)
+
+    def _start_attempt(self) -> None:
+        """Every rank into a fresh ``attempt_<n+1>``."""
+        self._attempt += 1
+        self._attempt_pending = False
+        self._finished = False
+        self._incarnations += 1
+        for r in sorted(self._ranks):
+            count = self._ranks[r].restart_count + 1
+            self._begin(r, count, rank_paths(self._info.log_dir, self._attempt, r, None))
+        for r in sorted(self._ranks):
+            self._started(r, whole_attempt=True)
+        pids = tuple(self._pid(r) for r in sorted(self._ranks))
+        attempt_dir = f"{self._info.log_dir}/attempt_{self._attempt}"
+        self._send(AttemptStarted(self._attempt, attempt_dir, pids))
+
+    def _begin(self, rank: int, count: int, paths: tuple[str, str, str]) -> None:
+        self._life[rank] = _Life()
+        out, err, error_file = paths
+        self._ranks[rank] = replace(
+            self._ranks[rank],
             restart_count=count,
             attempt=self._attempt,
-            t=T0 + 61,
+            stdout_path=out,
+            stderr_path=err,
+            error_file=error_file,
         )
-        self._track(starting)
-        events.append(starting)
-        restarted = RankRestarted(rank, pid, count, self._attempt, whole_attempt, *paths)
-        self._track(restarted)
-        events.append(restarted)
-        events.append(self._move(rank, RankState.RUNNING))
-        events.append(RankOutput(rank, "stdout", (f"rank {rank} started again (restart {count})",)))
-        return events
+
+    def _started(self, rank: int, *, whole_attempt: bool) -> None:
+        """final -> STARTING, RankRestarted, STARTING -> RUNNING: the Supervisor's order."""
+        pid = self._pid(rank)
+        self._ranks[rank] = replace(self._ranks[rank], pid=pid)
+        self._move(rank, RankState.STARTING, t=EPOCH + 61)
+        info = self._ranks[rank]
+        self._send(
+            RankRestarted(
+                rank,
+                pid,
+                info.restart_count,
+                info.attempt,
+                whole_attempt,
+                info.stdout_path,
+                info.stderr_path,
+                info.error_file,
+            )
+        )
+        self._move(rank, RankState.RUNNING, t=EPOCH + 61)
+        line = f"rank {rank} started again (restart {info.restart_count})"
+        self._send(RankOutput(rank, "stdout", (line,)))
+
+    def _pid(self, rank: int) -> int:
+        return BASE_PID + 100 * self._incarnations + rank
+
+    def _move(
+        self,
+        rank: int,
+        new: RankState,
+        *,
+        exitcode: int | None = None,
+        signal_name: str | None = None,
+        failure: ScriptedFailure | None = None,
+        caused_by_us: bool = False,
+        t: float = EPOCH + 60,
+    ) -> None:
+        info = self._ranks[rank]
+        self._ranks[rank] = replace(info, state=new, exitcode=exitcode, signal_name=signal_name)
+        self._send(
+            RankStateChanged(
+                rank,
+                info.state,
+                new,
+                info.pid,
+                exitcode=exitcode,
+                signal_name=signal_name,
+                restart_count=info.restart_count,
+                attempt=info.attempt,
+                failure=cast("ProcessFailure | None", failure),
+                caused_by_us=caused_by_us,
+                t=t,
+            )
+        )
 
 
 class _Refused(Exception):
     """A command the scripted supervisor answers with ``CommandResult(False, ...)``."""
 
 
-def _ranks_words(ranks: Sequence[int]) -> str:
+def _words(ranks: Sequence[int]) -> str:
     return ", ".join(str(r) for r in ranks)
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def _split(script: Iterable[ScriptItem]) -> list[list[Event]]:
@@ -496,177 +773,3 @@ def _split(script: Iterable[ScriptItem]) -> list[list[Event]]:
         else:
             steps[-1].append(item)
     return steps
-
-
-def _paths(run_dir: str, attempt: int, rank: int, restart: int | None) -> tuple[str, str, str]:
-    base = f"{run_dir}/attempt_{attempt}/{rank}"
-    if restart:
-        base += f"/restart_{restart}"
-    return f"{base}/stdout.log", f"{base}/stderr.log", f"{base}/error.json"
-
-
-# -- scenarios -------------------------------------------------------------------------------
-
-
-def scripted_info(
-    nprocs: int = 4,
-    *,
-    run_dir: str | os.PathLike[str] = "/nonexistent/rankvisor/run_0",
-    name: str = "trainer",
-    run_id: str = "demo-1",
-    term_timeout_s: float = 30.0,
-    stdout_filters: tuple[str, ...] = ("epoch",),
-    stderr_filters: tuple[str, ...] = ("WARNING",),
-) -> RunInfo:
-    """A run of ``nprocs`` ranks, all STARTING, with their files under ``run_dir``."""
-    run_dir = str(run_dir)
-    ranks = tuple(
-        RankInfo(r, RankState.STARTING, BASE_PID + r, 0, 0, *_paths(run_dir, 0, r, None))
-        for r in range(nprocs)
-    )
-    return RunInfo(
-        name=name,
-        nprocs=nprocs,
-        run_id=run_id,
-        log_dir=run_dir,
-        attempt=0,
-        term_timeout_s=term_timeout_s,
-        command=("python", "train.py", "--epochs", "3"),
-        filtered_stdout_path=f"{run_dir}/attempt_0/filtered_stdout.log" if stdout_filters else "",
-        filtered_stderr_path=f"{run_dir}/attempt_0/filtered_stderr.log" if stderr_filters else "",
-        stdout_filters=stdout_filters,
-        stderr_filters=stderr_filters,
-        log_line_prefixes={r: f"[{name}{r}]:" for r in range(nprocs)},
-        ranks=ranks,
-    )
-
-
-def training_lines(rank: int, steps: int, *, start: int = 0) -> Iterator[str]:
-    """Deterministic training-log lines, with ANSI colour and markup-like text in them."""
-    for step in range(start, start + steps):
-        loss = 2.5 / (1 + 0.05 * step) + 0.01 * rank
-        if step % 10 == 0:
-            yield f"\x1b[36mepoch {step // 10}\x1b[0m starting, lr=3.0e-04"
-        yield f"step {step:5d} | loss {loss:.4f} | \x1b[32m{412 - rank:d} samples/s\x1b[0m"
-
-
-def _stats(rank: int, cpu: Sequence[float], rss: int, numa: int | None = 0) -> list[Event]:
-    return [
-        RankStats(
-            rank,
-            BASE_PID + rank,
-            "running",
-            value,
-            rss,
-            12,
-            2,
-            (rank,),
-            rank,
-            numa,
-            10.0 + i,
-            T0 + i,
-        )
-        for i, value in enumerate(cpu)
-    ]
-
-
-def running_script(
-    nprocs: int = 4, *, steps: int = 40, with_stats: bool = True
-) -> list[ScriptItem]:
-    """Every rank starts, runs and logs; rank 0 draws a progress bar; nothing ends."""
-    items: list[ScriptItem] = []
-    for r in range(nprocs):
-        items.append(RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=T0))
-    for r in range(nprocs):
-        lines = list(training_lines(r, steps - (r % 3)))
-        if r == 1:
-            lines.insert(3, "[rank1]: [bold]x[/bold] [link=http://a]b[/link] is log text")
-        items.append(RankOutput(r, "stdout", tuple(lines)))
-        # The duplicate filters ("epoch" on stdout, "WARNING" on stderr) copy lines, prefixed.
-        epochs = tuple(f"[trainer{r}]:{line}" for line in lines if "epoch" in line)
-        items.append(RankOutput(r, "filtered_stdout", epochs))
-        if r % 2 == 1:
-            warning = f"UserWarning: rank {r}: WARNING grad norm 1e4 clipped (step 17)"
-            items.append(RankOutput(r, "stderr", (warning,)))
-            items.append(RankOutput(r, "filtered_stderr", (f"[trainer{r}]:{warning}",)))
-    items.append(RankOutput(0, "stdout", (), partial=" 62%|██████▏   | 62/100 [00:31<00:19]"))
-    if with_stats:
-        for r in range(nprocs):
-            shape = [40 + ((r * 7 + i * 13) % 60) for i in range(24)]
-            items.extend(
-                _stats(r, shape, (900 + 37 * r) * 1024 * 1024, numa=r * 2 // max(1, nprocs))
-            )
-    return items
-
-
-TRACEBACK = """Traceback (most recent call last):
-  File "/job/train.py", line 88, in <module>
-    main()
-  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/\
-errors/__init__.py", line 357, in wrapper
-    return f(*args, **kwargs)
-  File "/job/train.py", line 81, in main
-    loss = train_step(model, batch, step)
-  File "/job/train.py", line 52, in train_step
-    raise FloatingPointError(f"loss is nan at step {step} [rank{rank}]")
-FloatingPointError: loss is nan at step 23 [rank2]"""
-
-
-def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[ScriptItem]:
-    """4 ranks: rank 2 raises through ``@record`` (error.json), ranks 0 and 1 then fail on a
-    broken collective without error.json, rank 3 keeps running.
-
-    With ``run_dir`` the error.json of rank 2 is written there (as the real rank would)."""
-    items = running_script(4, steps=24)
-    info = scripted_info(4, run_dir=run_dir or "/nonexistent/rankvisor/run_0")
-    error_file = info.ranks[2].error_file
-    data: dict[str, Any] = {
-        "message": {
-            "message": "FloatingPointError: loss is nan at step 23 [rank2]",
-            "extraInfo": {"py_callstack": TRACEBACK, "timestamp": str(int(T0 + 42))},
-        }
-    }
-    if run_dir is not None:
-        Path(error_file).parent.mkdir(parents=True, exist_ok=True)
-        Path(error_file).write_text(json.dumps(data))
-    root = ScriptedFailure(
-        2, BASE_PID + 2, 1, error_file, data, data["message"]["message"], int(T0 + 42)
-    )
-    items += [
-        RankOutput(2, "stderr", tuple(TRACEBACK.splitlines())),
-        RankStateChanged(
-            2,
-            RankState.RUNNING,
-            RankState.FAILED,
-            BASE_PID + 2,
-            exitcode=1,
-            failure=cast("ProcessFailure", root),
-            t=T0 + 42,
-        ),
-    ]
-    collective = (
-        "Traceback (most recent call last):",
-        '  File "/job/train.py", line 49, in train_step',
-        "    dist.all_reduce(grads)",
-        "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:29500",
-    )
-    for r, delay in ((0, 1), (1, 2)):
-        failure = ScriptedFailure(
-            r, BASE_PID + r, 1, info.ranks[r].error_file, {}, "", int(T0 + 42 + delay)
-        )
-        items += [
-            RankOutput(r, "stderr", collective),
-            RankStateChanged(
-                r,
-                RankState.RUNNING,
-                RankState.FAILED,
-                BASE_PID + r,
-                exitcode=1,
-                failure=cast("ProcessFailure", failure),
-                t=T0 + 42 + delay,
-            ),
-        ]
-    items.append(
-        SupervisorNotice("rank 2 failed (exit 1): FloatingPointError: loss is nan", "error")
-    )
-    return items

@@ -2,7 +2,8 @@
 
     python screenshots/make_screenshots.py [--size 120x36] [--out screenshots]
 
-Each scene is the app on the scripted engine (``engine.testing.ScriptedSupervisor``), driven
+Each scene is the app on the scripted engine (``engine.testing.ScriptedSupervisor``) playing a
+scenario of ``tests/scenarios.py`` (the repository root goes on ``sys.path`` for it), driven
 headless through Textual's Pilot, so the pictures show fixed pids and times and come out the
 same on every machine. The snapshot tests (tests/tui/test_snapshots.py) draw the same scenes.
 """
@@ -22,13 +23,8 @@ sys.path.insert(0, str(ROOT))
 from engine.events import RankStateChanged  # noqa: E402
 from engine.handle import TerminateRanks  # noqa: E402
 from engine.states import RankState  # noqa: E402
-from engine.testing import (  # noqa: E402
-    BASE_PID,
-    ScriptedSupervisor,
-    failure_script,
-    running_script,
-    scripted_info,
-)
+from engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
+from tests.scenarios import failure_script, running_script, scripted_info  # noqa: E402
 from tui.app import RankvisorApp, make_app  # noqa: E402
 
 Scene = Callable[[Path], tuple[RankvisorApp, Callable[..., Awaitable[None]] | None]]

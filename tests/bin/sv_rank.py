@@ -14,6 +14,9 @@ Flags (all optional):
   --only-rank R      apply --exit/--raise only on rank R; other ranks sleep
   --wait-file PATH   before --exit/--raise, wait (after --after) until PATH exists
   --print N          print N numbered lines to stdout first
+  --exit-on-file     once ready, poll --pid-dir for <RANK>.<RANKVISOR_RESTART_COUNT>.exit and
+                     exit with the code written in it (negative: die of that signal), so a
+                     test decides when each incarnation ends and how
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def main() -> None:
     p.add_argument("--only-rank", type=int)
     p.add_argument("--print", type=int, default=0)
     p.add_argument("--wait-file")
+    p.add_argument("--exit-on-file", action="store_true")
     a = p.parse_args()
     rank = int(os.environ.get("RANK", "0"))
     if a.ignore_term:
@@ -75,6 +79,16 @@ def main() -> None:
                 _write_error_file(e)
                 raise
         sys.exit(a.exit)
+    if a.exit_on_file and a.pid_dir:
+        n = os.environ.get("RANKVISOR_RESTART_COUNT", "0")
+        order = os.path.join(a.pid_dir, f"{rank}.{n}.exit")
+        while not os.path.exists(order):
+            time.sleep(0.005)  # polling: the test's order may come at any moment
+        code = int(open(order).read())
+        if code < 0:
+            os.kill(os.getpid(), -code)
+            time.sleep(10)  # the signal arrives while we sleep
+        sys.exit(code)
     while True:
         time.sleep(1)
 

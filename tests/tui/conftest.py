@@ -1,11 +1,16 @@
 """UI test fixtures: the scripted engine and a clock the test moves (``make_app`` also turns
-the cursor blink off, so screenshots of one state never differ)."""
+the cursor blink off, so screenshots of one state never differ), and ``wait_for``, the one
+way a UI test waits for something."""
 
 from __future__ import annotations
 
+import time
+from typing import Any, Callable
+
 import pytest
 
-from engine.testing import ScriptedSupervisor, running_script, scripted_info
+from engine.testing import ScriptedSupervisor
+from tests.scenarios import running_script, scripted_info
 
 
 class FakeClock:
@@ -19,6 +24,19 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+async def wait_for(
+    pilot: Any, predicate: Callable[[], object], timeout: float = 10.0, *, step: float = 0.02
+) -> None:
+    """Let the app run in steps of ``step`` seconds until ``predicate()`` holds; fail the
+    test after ``timeout`` (the app works on its own loop and threads: a fixed pause would
+    be too short on a busy machine and wasted on an idle one)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout:g}s: {predicate}")
+        await pilot.pause(step)
 
 
 @pytest.fixture

@@ -19,13 +19,8 @@ from engine.handle import (
     TerminateRanks,
 )
 from engine.states import RankState
-from engine.testing import (
-    BASE_PID,
-    ScriptedSupervisor,
-    failure_script,
-    running_script,
-    scripted_info,
-)
+from engine.testing import BASE_PID, ScriptedSupervisor
+from tests.scenarios import failure_script, running_script, scripted_info
 from tui.app import make_app
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.errors import ErrorsScreen
@@ -35,7 +30,7 @@ from tui.screens.signal_picker import SignalPicker
 from tui.widgets.rank_log import RankLog
 from tui.widgets.rank_pane import RankPane
 
-from .conftest import FakeClock
+from .conftest import FakeClock, wait_for
 
 SIZE = (120, 36)
 
@@ -155,6 +150,10 @@ async def test_restart_rank_keeps_its_earlier_lines(four_ranks: ScriptedSupervis
         await settle(pilot)
         assert four_ranks.calls == [RestartRank(0)]
         view = app.run_view.ranks[0]
+        # These ranks ignore SIGTERM: it stays RESTARTING until the SIGKILL deadline.
+        assert view.state is RankState.RESTARTING
+        four_ranks.expire_escalations()
+        await settle(pilot)
         assert view.state is RankState.RUNNING
         assert view.pid == BASE_PID + 100
         assert view.restart_count == 1
@@ -185,6 +184,9 @@ async def test_all_rank_keys_ask_first(four_ranks: ScriptedSupervisor) -> None:
         await pilot.press("R", "y")
         await settle(pilot)
         assert four_ranks.calls[-1] == RestartAll()
+        assert all(pane(app, r).has_class("-restarting") for r in range(4))
+        four_ranks.expire_escalations()  # the SIGKILL deadline: then the new attempt starts
+        await settle(pilot)
         assert app.run_view.attempt == 1
         assert all(pane(app, r).has_class("-running") for r in range(4))
 
@@ -198,8 +200,7 @@ async def test_quit_while_running_asks_then_shuts_down(four_ranks: ScriptedSuper
         await settle(pilot)
         assert app.is_running and four_ranks.calls == []
         await pilot.press("q", "y")
-        await settle(pilot)
-        await pilot.pause(0.05)
+        await wait_for(pilot, lambda: app.return_value is not None)  # shut down, then exited
     assert four_ranks.calls == [("shutdown", None)]
     assert app.return_value == 1
     assert all(view.state is RankState.SIGNALLED for view in app.run_view.ranks)
@@ -220,8 +221,7 @@ async def test_quit_after_all_ranks_exited_needs_no_confirmation() -> None:
         # The app stays open after every rank exited, so the logs can be read.
         assert app.is_running
         await pilot.press("q")
-        await settle(pilot)
-        await pilot.pause(0.05)
+        await wait_for(pilot, lambda: app.return_value is not None)  # shut down, then exited
     assert engine.calls == [("shutdown", None)]
     assert app.return_value == 0
 
@@ -250,7 +250,7 @@ async def test_refused_command_is_a_notification_not_a_crash() -> None:
         await settle(pilot)
         assert engine.calls == [TerminateRanks((0,))]
         messages = [n.message for n in app._notifications]
-        assert any("no running rank" in m for m in messages)
+        assert "rank 0 is not running (failed): nothing to terminate" in messages
         assert pane(app, 0).has_class("-failed")
         assert "exit 3" in subtitle(pane(app, 0))
 
@@ -366,7 +366,7 @@ def test_run_tui_prints_the_root_cause_and_returns_the_exit_code(
 ) -> None:
     from tui.run import run_tui
 
-    engine = ScriptedSupervisor(scripted_info(4), failure_script())
+    engine = ScriptedSupervisor(scripted_info(4), failure_script(), obey_term=True)
 
     async def quit_at_once(pilot) -> None:  # type: ignore[no-untyped-def]
         await pilot.pause()
@@ -391,7 +391,7 @@ async def test_command_palette_offers_the_rank_actions(four_ranks: ScriptedSuper
         await pilot.press("ctrl+p")
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"SIGKILL selected")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "SIGKILL selected" in _palette_choice(app))
         await pilot.press("enter")
         await settle(pilot)
         assert four_ranks.calls == [KillRanks((0,))]
@@ -409,33 +409,33 @@ async def test_zoom_search_next_previous_and_wrap(tmp_path) -> None:  # type: ig
         await pilot.press("j", "enter")
         assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 2
         log = app.screen.query_one("#stdout-log", FileLog)
-        await _until(pilot, lambda: log.line_count == 130)
+        await wait_for(pilot, lambda: log.line_count == 130)
         lines = [log.get_line(i) for i in range(log.line_count)]
         epochs = [i for i, line in enumerate(lines) if "epoch 1" in line]  # 1, 10, 11
         assert len(epochs) == 3
         await pilot.press("home")  # to the top: follow stops
         await pilot.press("slash", *"epoch 1", "enter")
-        await _until(pilot, lambda: log.current_match == epochs[0])
+        await wait_for(pilot, lambda: log.current_match == epochs[0])
         await pilot.press("n")
-        await _until(pilot, lambda: log.current_match == epochs[1])
+        await wait_for(pilot, lambda: log.current_match == epochs[1])
         await pilot.press("n")
-        await _until(pilot, lambda: log.current_match == epochs[2])
+        await wait_for(pilot, lambda: log.current_match == epochs[2])
         await pilot.press("n")
-        await _until(pilot, lambda: log.current_match == epochs[0])  # wrapped to the top
+        await wait_for(pilot, lambda: log.current_match == epochs[0])  # wrapped to the top
         assert "wrapped" in app.screen.status
         await pilot.press("N")
-        await _until(pilot, lambda: log.current_match == epochs[2])  # and back over the end
+        await wait_for(pilot, lambda: log.current_match == epochs[2])  # and back over the end
         await pilot.press("o")
         assert app.screen.streams == "stderr"
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
 
 
-async def _until(pilot, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    import time
+def _palette_choice(app) -> str:  # type: ignore[no-untyped-def]
+    """The command the palette would run on enter ("" while it has none highlighted)."""
+    from textual.command import CommandList
 
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met"
-        await pilot.app.workers.wait_for_complete()
-        await pilot.pause(0.02)
+    commands = app.screen.query_one(CommandList)
+    if commands.highlighted is None:
+        return ""
+    return str(commands.get_option_at_index(commands.highlighted).prompt)

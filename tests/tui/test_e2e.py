@@ -7,7 +7,6 @@ is kept on disk and in the pane; quitting shuts the run down.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +18,8 @@ from tui.app import RankvisorApp
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.zoom import ZoomScreen
 from tui.widgets.file_log import FileLog
+
+from .conftest import wait_for
 
 
 def _supervisor(tmp_path: Path, nprocs: int, *args: str) -> Supervisor:
@@ -41,19 +42,16 @@ def _pids(tmp_path: Path, rank: int, restart: int = 0) -> list[int]:
 
 
 async def _wait(pilot, predicate: Callable[[], object], timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s: {predicate}")
-        await pilot.pause(0.05)
+    """``wait_for`` with room for real processes (spawns, exits, escalations)."""
+    await wait_for(pilot, predicate, timeout, step=0.05)
 
 
 async def _quit(pilot, app: RankvisorApp) -> None:  # type: ignore[no-untyped-def]
     await pilot.press("q")
     if isinstance(app.screen, ConfirmScreen):
         await pilot.press("y")
-    await _wait(pilot, lambda: app.shut_down, timeout=30)
-    await pilot.pause(0.1)
+    # Shut down, then exited (the last engine events are in the model by then).
+    await _wait(pilot, lambda: app.return_value is not None, timeout=30)
 
 
 async def test_rank_terminated_from_the_keyboard_is_gone(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.testing import ScriptedSupervisor, failure_script, running_script, scripted_info
+from engine.testing import ScriptedSupervisor
+from tests.scenarios import failure_script, running_script, scripted_info
 from tui.app import make_app
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]

@@ -17,14 +17,8 @@ from engine.events import (
 )
 from engine.handle import CommandResult, KillRanks, RestartRank
 from engine.states import RankState
-from engine.testing import (
-    TRACEBACK,
-    ScriptedFailure,
-    ScriptedResult,
-    ScriptedSupervisor,
-    running_script,
-    scripted_info,
-)
+from engine.testing import ScriptedFailure, ScriptedResult, ScriptedSupervisor
+from tests.scenarios import TRACEBACK, failure_script, running_script, scripted_info
 from tui.bridge import EngineBridge
 from tui.messages import EngineEvent
 from tui.model import LineBuffer, RunView, format_bytes
@@ -202,8 +196,6 @@ def test_small_formatters() -> None:
 
 
 def test_printed_summary_names_the_root_cause_with_its_traceback() -> None:
-    from engine.testing import failure_script
-
     run = RunView(scripted_info(4))
     for item in failure_script():
         run.apply(item)  # type: ignore[arg-type]

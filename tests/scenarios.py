@@ -1,0 +1,198 @@
+"""Scenarios for the scripted engine (``engine.testing.ScriptedSupervisor``): fixed runs,
+scripts and tracebacks shared by the UI tests and the screenshots.
+
+Everything here is fixed (pids from ``BASE_PID``, times from ``EPOCH``), so a picture of it is
+the same on every machine. When a scenario is given a directory, what it writes there (an
+error.json) is what the real rank would have written; give the ScriptedSupervisor
+``write_files=True`` and the output it emits lands in the ranks' log files too, so views that
+read the disk (zoomed scrollback, filtered logs) see the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
+
+from engine.events import Event, RankOutput, RankStateChanged, RankStats, SupervisorNotice
+from engine.handle import RankInfo, RunInfo
+from engine.states import RankState
+from engine.testing import BASE_PID, EPOCH, ScriptedFailure, ScriptItem, rank_paths
+
+if TYPE_CHECKING:
+    from engine.errors import ProcessFailure
+
+__all__ = [
+    "TRACEBACK",
+    "failure_script",
+    "running_script",
+    "scripted_info",
+    "training_lines",
+]
+
+
+def scripted_info(
+    nprocs: int = 4,
+    *,
+    run_dir: str | os.PathLike[str] = "/nonexistent/rankvisor/run_0",
+    name: str = "trainer",
+    run_id: str = "demo-1",
+    term_timeout_s: float = 30.0,
+    stdout_filters: tuple[str, ...] = ("epoch",),
+    stderr_filters: tuple[str, ...] = ("WARNING",),
+) -> RunInfo:
+    """A run of ``nprocs`` ranks, all STARTING, with their files under ``run_dir``."""
+    run_dir = str(run_dir)
+    ranks = tuple(
+        RankInfo(r, RankState.STARTING, BASE_PID + r, 0, 0, *rank_paths(run_dir, 0, r, None))
+        for r in range(nprocs)
+    )
+    return RunInfo(
+        name=name,
+        nprocs=nprocs,
+        run_id=run_id,
+        log_dir=run_dir,
+        attempt=0,
+        term_timeout_s=term_timeout_s,
+        command=("python", "train.py", "--epochs", "3"),
+        filtered_stdout_path=f"{run_dir}/attempt_0/filtered_stdout.log" if stdout_filters else "",
+        filtered_stderr_path=f"{run_dir}/attempt_0/filtered_stderr.log" if stderr_filters else "",
+        stdout_filters=stdout_filters,
+        stderr_filters=stderr_filters,
+        log_line_prefixes={r: f"[{name}{r}]:" for r in range(nprocs)},
+        ranks=ranks,
+    )
+
+
+def training_lines(rank: int, steps: int, *, start: int = 0) -> Iterator[str]:
+    """Deterministic training-log lines, with ANSI colour and markup-like text in them."""
+    for step in range(start, start + steps):
+        loss = 2.5 / (1 + 0.05 * step) + 0.01 * rank
+        if step % 10 == 0:
+            yield f"\x1b[36mepoch {step // 10}\x1b[0m starting, lr=3.0e-04"
+        yield f"step {step:5d} | loss {loss:.4f} | \x1b[32m{412 - rank:d} samples/s\x1b[0m"
+
+
+def _stats(rank: int, cpu: Sequence[float], rss: int, numa: int | None = 0) -> list[Event]:
+    return [
+        RankStats(
+            rank,
+            BASE_PID + rank,
+            "running",
+            value,
+            rss,
+            12,
+            2,
+            (rank,),
+            rank,
+            numa,
+            10.0 + i,
+            EPOCH + i,
+        )
+        for i, value in enumerate(cpu)
+    ]
+
+
+def running_script(
+    nprocs: int = 4, *, steps: int = 40, with_stats: bool = True
+) -> list[ScriptItem]:
+    """Every rank starts, runs and logs; rank 0 draws a progress bar; nothing ends."""
+    items: list[ScriptItem] = []
+    for r in range(nprocs):
+        items.append(
+            RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=EPOCH)
+        )
+    for r in range(nprocs):
+        lines = list(training_lines(r, steps - (r % 3)))
+        if r == 1:
+            lines.insert(3, "[rank1]: [bold]x[/bold] [link=http://a]b[/link] is log text")
+        items.append(RankOutput(r, "stdout", tuple(lines)))
+        # The duplicate filters ("epoch" on stdout, "WARNING" on stderr) copy lines, prefixed.
+        epochs = tuple(f"[trainer{r}]:{line}" for line in lines if "epoch" in line)
+        items.append(RankOutput(r, "filtered_stdout", epochs))
+        if r % 2 == 1:
+            warning = f"UserWarning: rank {r}: WARNING grad norm 1e4 clipped (step 17)"
+            items.append(RankOutput(r, "stderr", (warning,)))
+            items.append(RankOutput(r, "filtered_stderr", (f"[trainer{r}]:{warning}",)))
+    items.append(RankOutput(0, "stdout", (), partial=" 62%|██████▏   | 62/100 [00:31<00:19]"))
+    if with_stats:
+        for r in range(nprocs):
+            shape = [40 + ((r * 7 + i * 13) % 60) for i in range(24)]
+            items.extend(
+                _stats(r, shape, (900 + 37 * r) * 1024 * 1024, numa=r * 2 // max(1, nprocs))
+            )
+    return items
+
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/job/train.py", line 88, in <module>
+    main()
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/\
+errors/__init__.py", line 357, in wrapper
+    return f(*args, **kwargs)
+  File "/job/train.py", line 81, in main
+    loss = train_step(model, batch, step)
+  File "/job/train.py", line 52, in train_step
+    raise FloatingPointError(f"loss is nan at step {step} [rank{rank}]")
+FloatingPointError: loss is nan at step 23 [rank2]"""
+
+
+def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[ScriptItem]:
+    """4 ranks: rank 2 raises through ``@record`` (error.json), ranks 0 and 1 then fail on a
+    broken collective without error.json, rank 3 keeps running.
+
+    With ``run_dir`` the error.json of rank 2 is written there (as the real rank would)."""
+    items = running_script(4, steps=24)
+    info = scripted_info(4, run_dir=run_dir or "/nonexistent/rankvisor/run_0")
+    error_file = info.ranks[2].error_file
+    data: dict[str, Any] = {
+        "message": {
+            "message": "FloatingPointError: loss is nan at step 23 [rank2]",
+            "extraInfo": {"py_callstack": TRACEBACK, "timestamp": str(int(EPOCH + 42))},
+        }
+    }
+    if run_dir is not None:
+        Path(error_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(error_file).write_text(json.dumps(data))
+    root = ScriptedFailure(
+        2, BASE_PID + 2, 1, error_file, data, data["message"]["message"], int(EPOCH + 42)
+    )
+    items += [
+        RankOutput(2, "stderr", tuple(TRACEBACK.splitlines())),
+        RankStateChanged(
+            2,
+            RankState.RUNNING,
+            RankState.FAILED,
+            BASE_PID + 2,
+            exitcode=1,
+            failure=cast("ProcessFailure", root),
+            t=EPOCH + 42,
+        ),
+    ]
+    collective = (
+        "Traceback (most recent call last):",
+        '  File "/job/train.py", line 49, in train_step',
+        "    dist.all_reduce(grads)",
+        "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:29500",
+    )
+    for r, delay in ((0, 1), (1, 2)):
+        failure = ScriptedFailure(
+            r, BASE_PID + r, 1, info.ranks[r].error_file, {}, "", int(EPOCH + 42 + delay)
+        )
+        items += [
+            RankOutput(r, "stderr", collective),
+            RankStateChanged(
+                r,
+                RankState.RUNNING,
+                RankState.FAILED,
+                BASE_PID + r,
+                exitcode=1,
+                failure=cast("ProcessFailure", failure),
+                t=EPOCH + 42 + delay,
+            ),
+        ]
+    items.append(
+        SupervisorNotice("rank 2 failed (exit 1): FloatingPointError: loss is nan", "error")
+    )
+    return items
