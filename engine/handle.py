@@ -11,11 +11,13 @@ SIGKILL and returns; progress arrives as events.
 
 from __future__ import annotations
 
+import math
 import signal
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Union
 
 from engine.events import EventSink
+from engine.process.signals import check_signal
 from engine.states import RankState
 
 
@@ -62,6 +64,27 @@ class RestartAll:
 
 
 Command = Union[SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll]
+
+
+def command_problem(command: object) -> str | None:
+    """Why ``command`` cannot be carried out whatever the run's state, or None if it can.
+
+    Every handle checks this before it looks at its ranks, so a bad value (signal 0, -1, 999,
+    "TERM"; a negative, infinite or non-numeric timeout; something that is no command) is
+    refused with the same words by each, and never reaches a thread that would choke on it.
+    """
+    if not isinstance(command, (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll)):
+        return f"unknown command {command!r}"
+    if isinstance(command, (SignalRanks, TerminateRanks)):
+        try:
+            check_signal(command.sig)
+        except ValueError as e:
+            return f"not sent: {e}"
+    if isinstance(command, TerminateRanks) and command.timeout_s is not None:
+        t = command.timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            return f"not sent: the timeout must be a number of seconds >= 0, not {t!r}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

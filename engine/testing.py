@@ -56,6 +56,7 @@ from engine.handle import (
     RunInfo,
     SignalRanks,
     TerminateRanks,
+    command_problem,
 )
 from engine.states import RankState
 
@@ -278,8 +279,9 @@ class ScriptedSupervisor:
                 return CommandResult(True)
             handler = handlers.get(type(command))
             try:
-                if handler is None:
-                    raise _Refused(f"unknown command {command!r}")
+                problem = command_problem(command)
+                if problem is not None or handler is None:
+                    raise _Refused(problem or f"unknown command {command!r}")
                 if not self.started:
                     raise _Refused("the run has not started")
                 if self._shutting_down:
@@ -449,8 +451,6 @@ class ScriptedSupervisor:
         return live, note
 
     def _cmd_signal(self, cmd: SignalRanks) -> CommandResult:
-        if cmd.sig not in signal.valid_signals():
-            raise _Refused(f"{cmd.sig} is not a signal number")
         live, note = self._running(self._resolve(cmd.ranks), "signal")
         for r in live:
             self._life[r].signals.add(int(cmd.sig))

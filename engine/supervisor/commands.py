@@ -12,9 +12,7 @@ back as ``CommandResult(ok=False, message)``.
 
 from __future__ import annotations
 
-import math
 import signal
-from typing import assert_never
 
 from engine.handle import (
     Command,
@@ -24,8 +22,8 @@ from engine.handle import (
     RestartRank,
     SignalRanks,
     TerminateRanks,
+    command_problem,
 )
-from engine.process.signals import check_signal
 from engine.states import RankState
 from engine.supervisor.publisher import Publisher
 from engine.supervisor.rank_slot import RankSlot
@@ -44,27 +42,15 @@ def _words(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
-_COMMANDS = (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll)
-
-
 def check_command(command: Command) -> None:
     """Refuse a command whose values are wrong whatever the run's state.
 
     Raises:
-        Refused: an unknown command, a signal that is not a valid signal number (0, -1,
-            999, "TERM"), or a timeout that is negative, infinite or not a number.
+        Refused: with ``engine.handle.command_problem``'s words.
     """
-    if not isinstance(command, _COMMANDS):
-        raise Refused(f"unknown command {command!r}")
-    if isinstance(command, (SignalRanks, TerminateRanks)):
-        try:
-            check_signal(command.sig)
-        except ValueError as e:
-            raise Refused(f"not sent: {e}") from None
-    if isinstance(command, TerminateRanks) and command.timeout_s is not None:
-        t = command.timeout_s
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise Refused(f"not sent: the timeout must be a number of seconds >= 0, not {t!r}")
+    problem = command_problem(command)
+    if problem is not None:
+        raise Refused(problem)
 
 
 class CommandHandler:
@@ -111,7 +97,8 @@ class CommandHandler:
             return self._restart_rank(command)
         if isinstance(command, RestartAll):
             return self._restart_all()
-        assert_never(command)
+        # Unreachable: check_command refused anything else (assert_never is 3.11+).
+        raise TypeError(f"unknown command {command!r}")
 
     # -- resolving ranks ------------------------------------------------------------------
 
