@@ -369,12 +369,6 @@ def test_without_teardown_a_failure_waits_for_the_others(contract: Any) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Supervisor's restart policy remembers a failure after the failed rank was "
-    "restarted by hand: stopping every rank afterwards starts a new attempt, although "
-    "RunFinished would list no failure",
-)
 def test_a_failed_rank_restarted_by_hand_is_no_failure_any_more(contract: Any) -> None:
     run = contract(2, max_restarts=1, teardown_on_failure=False)
     run.play(

@@ -85,7 +85,6 @@ class Launcher:
         if not first:
             state.attempt += 1
         state.attempt_pending = False
-        state.real_failure = False
         state.not_finished()
         for slot in state.slots.values():
             if not first:
@@ -189,7 +188,6 @@ class Launcher:
         self._events.notice(f"rank {slot.rank} could not start: {error}", "error")
         # STARTING -> FAILED: the spawn itself failed
         self._events.emit(slot.move(RankState.FAILED))
-        self._state.real_failure = True
         if self._config.teardown_on_failure:
             others = [s for s in self._state.live() if s.stop_reason is None]
             self._stopper.stop_ranks(others, "teardown", signal.SIGTERM, self._config.term_timeout)

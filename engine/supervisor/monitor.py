@@ -180,7 +180,6 @@ class Monitor:
         self._stopper.rank_gone(slot.rank)
         self._launcher.retire(slot, proc)
         if code != 0 and not caused:
-            self._state.real_failure = True
             if self._config.teardown_on_failure and not self._state.shutting_down:
                 # torch's rule: one rank failed, so the others would hang in their next
                 # collective; stop them (with escalation) and let the policy decide.

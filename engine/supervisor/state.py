@@ -40,8 +40,6 @@ class RunState:
         self.attempt = 0
         self.attempt_pending = False
         """A restart of every rank was asked: the next attempt starts once all have exited."""
-        self.real_failure = False
-        """A rank of this attempt failed on its own (not by our signal)."""
         self.restarts_left = max_restarts
         self.dest: LogsDest | None = None
         """The current attempt's file paths, once it was started."""
@@ -52,6 +50,17 @@ class RunState:
         self.signals_pending: list[int] = []
         """Handled signals not yet acted on (appended by the signal handler, without the
         lock: a list append is atomic, and a handler must never wait for a lock)."""
+
+    @property
+    def real_failure(self) -> bool:
+        """A rank's current incarnation failed on its own (not by our signal).
+
+        Derived, never stored: a rank that failed and was then restarted by hand holds no
+        failure any more, so stopping the run afterwards must not trigger the restart policy.
+        """
+        return any(
+            s.failure is not None and not s.failure.caused_by_us for s in self.slots.values()
+        )
 
     def live(self) -> list[RankSlot]:
         """The slots whose process is running (or stopping)."""
