@@ -23,6 +23,7 @@ __all__ = [
     "ProcTable",
     "descendants",
     "find_descendants",
+    "is_stopped",
     "needs_scan",
     "read_entry",
     "scan",
@@ -64,6 +65,12 @@ def stat_fields(pid: int) -> Optional[list[bytes]]:
         return data[data.rindex(b")") + 2 :].split()
     except ValueError:
         return None
+
+
+def is_stopped(pid: int) -> bool:
+    """True if ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP) or a tracer: state T or t."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] in (b"T", b"t")
 
 
 def read_entry(pid: int) -> Optional[ProcEntry]:

@@ -15,6 +15,7 @@ import signal
 import time
 
 from engine.events import EscalationFinished, EscalationScheduled
+from engine.process.proc_table import is_stopped
 from engine.process.rank_process import send_signal_all
 from engine.process.signals import signal_name
 from engine.states import RankState
@@ -76,6 +77,8 @@ class Stopper:
         signalled = self.signal_slots(slots, sig)
         if not signalled:
             return  # every one of them had already exited: the monitor will record it
+        if sig not in (signal.SIGKILL, signal.SIGCONT):
+            self._continue_stopped([self._state.slots[r] for r in signalled], sig)
         ranks = tuple(signalled)
         esc = self._escalations.add(ranks, int(sig), timeout, time.monotonic())
         self._events.emit(EscalationScheduled(ranks, signal_name(sig), timeout, esc.deadline))
@@ -93,6 +96,24 @@ class Stopper:
         for slot in got:
             slot.note_signal(sig, stop=True)
         return sorted(s.rank for s in got)
+
+    def _continue_stopped(self, slots: list[RankSlot], sig: int) -> None:
+        """SIGCONT the ranks that are stopped (SIGSTOP, Ctrl-Z, a debugger), and say so.
+
+        A stopped process does not act on SIGTERM until it is continued, so without this a
+        stopped rank always costs the whole term timeout and then dies of SIGKILL, with no
+        chance to run its handler. The stop signal is already pending: SIGCONT lets it act.
+        """
+        stopped = [s for s in slots if s.proc is not None and is_stopped(s.proc.pid)]
+        for slot in stopped:
+            assert slot.proc is not None
+            slot.proc.send_signal(signal.SIGCONT, group=True)
+        if stopped:
+            self._events.notice(
+                f"rank(s) {_words([s.rank for s in stopped])} were stopped: sent SIGCONT so "
+                f"that they can act on {_name_or_number(sig)}",
+                "information",
+            )
 
     def kill_now(self, slots: list[RankSlot], reason: StopReason) -> None:
         """SIGKILL each rank's group at once (no escalation: there is nothing after it)."""

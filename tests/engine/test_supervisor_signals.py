@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from engine.events import (
     SupervisorNotice,
 )
 from engine.handle import Command, KillRanks, SignalRanks, TerminateRanks
+from engine.process.proc_table import is_stopped
 from engine.states import RankState
 from engine.supervisor import Supervisor, SupervisorConfig
 from engine.supervisor.rank_slot import RankSlot
@@ -167,3 +169,18 @@ def test_one_failing_escalation_does_not_keep_the_others_from_sigkill(
     assert run.sup.execute(KillRanks((0,))).ok
     finished = run.sup.wait(timeout=30)
     assert isinstance(finished, RunFinished) and set(finished.result.stopped) == {0, 1}
+
+
+def test_a_stopped_rank_is_continued_so_that_it_can_act_on_sigterm(supervise: Factory) -> None:
+    """A SIGSTOPped rank gets SIGCONT after SIGTERM: it dies of SIGTERM long before the
+    SIGKILL deadline, instead of always costing the whole term timeout."""
+    run = supervise(1, term_timeout=60.0)
+    (pid,) = run.pids(0)[:1]
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: is_stopped(pid))
+    assert run.sup.execute(TerminateRanks((0,))).ok
+    run.rec.wait_state(0, RankState.SIGNALLED, timeout=30)
+    (ev,) = run.rec.of(RankStateChanged, rank=0, new=RankState.SIGNALLED)
+    assert ev.exitcode == -signal.SIGTERM  # not -9: the deadline (60 s) was never reached
+    notices = [n.message for n in run.rec.of(SupervisorNotice)]
+    assert "rank(s) 0 were stopped: sent SIGCONT so that they can act on SIGTERM" in notices
