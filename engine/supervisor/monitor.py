@@ -83,6 +83,7 @@ class Monitor:
 
     def _loop(self) -> None:
         state = self._state
+        failed_steps = 0
         while True:
             with state.lock:
                 if state.closed:
@@ -109,8 +110,16 @@ class Monitor:
             try:
                 with state.lock:
                     self._reconcile()
-            except Exception:  # noqa: BLE001 - the monitor must survive a bug in one step
-                log.exception("monitor step failed")
+                failed_steps = 0
+            except Exception as e:  # noqa: BLE001 - the monitor must survive a bug in one step
+                # The pidfd that woke us is still readable, so a step that fails every time
+                # would spin a core and fill the log: log the first few, then back off.
+                failed_steps += 1
+                if failed_steps <= 3:
+                    log.exception("monitor step failed")
+                elif failed_steps == 4:
+                    log.error("monitor step keeps failing (%s); retrying every 0.5 s", e)
+                time.sleep(min(0.5, 0.01 * failed_steps))
             # Outside the lock: pump calls first (a rank's last lines), then the events.
             self._pump.run_ops()
             self._events.flush()

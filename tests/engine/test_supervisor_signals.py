@@ -184,3 +184,33 @@ def test_a_stopped_rank_is_continued_so_that_it_can_act_on_sigterm(supervise: Fa
     assert ev.exitcode == -signal.SIGTERM  # not -9: the deadline (60 s) was never reached
     notices = [n.message for n in run.rec.of(SupervisorNotice)]
     assert "rank(s) 0 were stopped: sent SIGCONT so that they can act on SIGTERM" in notices
+
+
+def test_a_monitor_step_that_keeps_failing_neither_spins_nor_floods_the_log(
+    supervise: Factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """A rank's exit leaves its pidfd readable: a step that fails on it every time would
+    wake the loop at once for ever. The monitor logs the first failures, then backs off."""
+    from engine.supervisor.monitor import Monitor
+
+    calls: list[int] = []
+    real = Monitor._reconcile
+
+    def broken(self: Monitor) -> None:
+        calls.append(1)
+        raise RuntimeError("a bug in one step")
+
+    go = tmp_path / "go"
+    run = supervise(1, "--exit", "3", "--wait-file", str(go))
+    run.pids(0)
+    with caplog.at_level(logging.ERROR, logger="engine.supervisor.monitor"):
+        monkeypatch.setattr(Monitor, "_reconcile", broken)
+        go.touch()  # the rank exits now, and its pidfd stays readable until a step succeeds
+        wait_until(lambda: len(calls) >= 12, timeout=30)
+        monkeypatch.setattr(Monitor, "_reconcile", real)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("monitor step failed") == 3
+    assert sum(m.startswith("monitor step keeps failing") for m in messages) == 1
+    run.sup._wakeup.wake()
+    assert isinstance(run.sup.wait(timeout=30), RunFinished)  # healthy again: the run ends
