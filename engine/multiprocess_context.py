@@ -12,8 +12,13 @@ What differs from torch 2.13's ``MultiprocessContext``, on purpose (see engine/R
 * A rank that exits 0 without returning (``os._exit(0)``) is a failure with a message that
   says so, instead of a ``wait()`` that never returns. ``sys.exit(0)`` inside the
   function still counts as returning None, as in torch.
-* Every failed rank is reported, not only the first; ranks that die of our own teardown are
-  reported too, with ``caused_by_us=True``, and never chosen as the root cause.
+* Every rank that failed on its own is in ``failures``, not only the first. A rank our own
+  teardown (or ``close()``) signalled while it was still running is in ``stopped`` instead,
+  with ``caused_by_us=True``: it did not fail. A rank whose function had already returned
+  when the signal reached it (its return value is on disk) finished its work; if the signal
+  catches it in the interpreter's shutdown it is a success, neither failed nor stopped, so
+  how soon we notice the first failure does not change what the run reports. A rank that
+  exited before our signal reached it keeps its own outcome.
 * Each rank leads its own session; ``close()`` signals the rank through its pidfd, its
   process group, and the descendants that left the group, so grandchildren die too.
 * ``_poll()`` never blocks, and ``wait()`` wakes on a rank's exit (pidfd watcher)
@@ -47,7 +52,7 @@ from typing import Any, Callable, Final, Optional
 
 from engine.errors import ProcessFailure
 from engine.logs_specs import LogsSpecs
-from engine.pcontext import PContext, RunProcsResult
+from engine.pcontext import PContext, RunProcsResult, ended_result
 from engine.process import numa
 from engine.process import spawner as _spawner
 from engine.process.mp_bootstrap import RankSpec, run_rank
@@ -131,7 +136,8 @@ class MultiprocessContext(PContext):
         self._no_return: dict[int, str] = {}
         """Ranks that exited 0 without a usable return value, and why, in words."""
         self._teardown: set[int] = set()
-        """Ranks we sent a death signal to while they were alive."""
+        """Ranks we sent a death signal to while they were alive (not exited, reaped or not:
+        ``RankProcess.send_signal``)."""
         self._return_dir: Optional[str] = None
         self._closed = False
 
@@ -209,54 +215,78 @@ class MultiprocessContext(PContext):
     def _poll(self) -> Optional[RunProcsResult]:
         if not self._procs:
             raise AssertionError("_poll() before start()")
-        self._collect_returns()
-        failed = [r for r in self._procs if self._is_failure(r)]
+        outcomes = {r: self._outcome(r) for r in self._procs}
+        failed = [r for r, o in outcomes.items() if o == "failed"]
         if failed:
             logger.error("%s: local ranks %s failed; closing the rest", self.name, failed)
-        elif any(p.poll() is None for p in self._procs.values()):
+        elif None in outcomes.values() and "stopped" not in outcomes.values():
             return None
-        # Either way the run is over: tear down the rest (ranks that die of it count as
-        # caused by us); close() also reads return values of ranks that just finished.
+        # Either way the run is over: tear down the rest (ranks that die of it are stopped,
+        # not failed); close() also reads return values of ranks that just finished.
         self.close()
-        failures = self._failures()
-        if failures:
-            return RunProcsResult(failures=failures, stdouts=self.stdouts, stderrs=self.stderrs)
-        return RunProcsResult(
+        return ended_result(
+            self._ended(),
+            self.stdouts,
+            self.stderrs,
             return_values=dict(sorted(self._return_values.items())),
-            stdouts=self.stdouts,
-            stderrs=self.stderrs,
         )
 
-    def _is_failure(self, rank: int) -> bool:
+    def _outcome(self, rank: int) -> Optional[str]:
+        """None while running, else "ok", "failed" (on its own) or "stopped" (by us)."""
         code = self._procs[rank].poll()
-        return code is not None and (code != 0 or rank in self._no_return)
+        if code is None:
+            return None
+        self._collect_return(rank, code)
+        if rank in self._return_values:
+            # The function returned: a success, even if our signal then caught the process
+            # in its shutdown (the value was on disk before the signal).
+            return "ok"
+        if rank in self._teardown:
+            return "stopped"
+        return "failed"
 
     def _collect_returns(self) -> None:
-        """Read the return value of every rank that exited 0 since the last call."""
+        """Read the return value of every rank that ended since the last call."""
         for rank, proc in self._procs.items():
-            if proc.poll() != 0 or rank in self._return_values or rank in self._no_return:
-                continue
-            try:
-                with open(self._return_file(rank), "rb") as f:
-                    self._return_values[rank] = pickle.load(f)
-            except FileNotFoundError:
-                # Exit 0 without a return value is a failure, said in words; torch
-                # counts it as neither, and its wait() never returns.
-                self._no_return[rank] = NO_RETURN_MESSAGE.format(
-                    rank=rank, pid=proc.pid, fn=self._fn_name()
-                )
-            except Exception as e:  # any unpickling error is this rank's failure
-                self._no_return[rank] = (
-                    f"local_rank {rank}: cannot load the return value of {self._fn_name()}: "
-                    f"{type(e).__name__}: {e}"
-                )
-            else:
-                os.unlink(self._return_file(rank))
+            code = proc.poll()
+            if code is not None:
+                self._collect_return(rank, code)
 
-    def _failures(self) -> dict[int, ProcessFailure]:
-        failures = {}
+    def _collect_return(self, rank: int, code: int) -> None:
+        """Read the return value of ``rank``, which exited with ``code``, once.
+
+        Read for a rank that exited 0, and for one our signal ended (its function may have
+        returned before the signal). A rank that exited 0 with nothing on disk failed.
+        """
+        if rank in self._return_values or rank in self._no_return:
+            return
+        if code != 0 and rank not in self._teardown:
+            return  # failed on its own: whatever it left on disk does not matter
+        try:
+            with open(self._return_file(rank), "rb") as f:
+                self._return_values[rank] = pickle.load(f)
+        except FileNotFoundError:
+            if code != 0:
+                return  # stopped by us before its function returned
+            # Exit 0 without a return value is a failure, said in words; torch counts
+            # it as neither, and its wait() never returns.
+            self._no_return[rank] = NO_RETURN_MESSAGE.format(
+                rank=rank, pid=self._procs[rank].pid, fn=self._fn_name()
+            )
+        except Exception as e:  # any unpickling error is this rank's failure
+            self._no_return[rank] = (
+                f"local_rank {rank}: cannot load the return value of {self._fn_name()}: "
+                f"{type(e).__name__}: {e}"
+            )
+        else:
+            os.unlink(self._return_file(rank))
+
+    def _ended(self) -> dict[int, ProcessFailure]:
+        """A record of every rank that ended without success, failed or stopped."""
+        ended = {}
         for rank, proc in self._procs.items():
-            if not self._is_failure(rank):
+            outcome = self._outcome(rank)
+            if outcome not in ("failed", "stopped"):
                 continue
             assert proc.exitcode is not None
             failure = ProcessFailure(
@@ -265,12 +295,12 @@ class MultiprocessContext(PContext):
                 exitcode=proc.exitcode,
                 error_file=self.error_files[rank],
                 exit_time_ns=proc.exit_time_ns,
-                caused_by_us=rank in self._teardown,
+                caused_by_us=outcome == "stopped",
             )
             if rank in self._no_return and failure.error_file_data.get("message") == "<NONE>":
                 failure.message = self._no_return[rank]
-            failures[rank] = failure
-        return failures
+            ended[rank] = failure
+        return ended
 
     # -- wait, pids -------------------------------------------------------------------------
 

@@ -31,10 +31,11 @@ import weakref
 from types import FrameType
 from typing import Any, Callable, Final, Optional, TextIO, Union
 
+from engine.errors import ProcessFailure
 from engine.logs_specs import LogsSpecs
 from engine.result import RunProcsResult
 
-__all__ = ["PContext", "RunProcsResult", "SignalException"]
+__all__ = ["PContext", "RunProcsResult", "SignalException", "ended_result"]
 
 logger = logging.getLogger(__name__)
 
@@ -264,6 +265,29 @@ class PContext(abc.ABC):
         for f in (self.filtered_stdout, self.filtered_stderr):
             if f is not None and not f.closed:
                 f.close()
+
+
+def ended_result(
+    ended: dict[int, ProcessFailure],
+    stdouts: dict[int, str],
+    stderrs: dict[int, str],
+    return_values: Optional[dict[int, Any]] = None,
+) -> RunProcsResult:
+    """The result of a finished run from the ranks that did not succeed (by local rank).
+
+    Those our own signal ended (``caused_by_us``) go to ``stopped``, the rest to
+    ``failures``; ``return_values`` are kept only when neither holds a rank, since a run
+    with a rank we stopped did not succeed either.
+    """
+    failures = {r: f for r, f in sorted(ended.items()) if not f.caused_by_us}
+    stopped = {r: f for r, f in sorted(ended.items()) if f.caused_by_us}
+    return RunProcsResult(
+        return_values={} if ended or return_values is None else return_values,
+        failures=failures,
+        stdouts=stdouts,
+        stderrs=stderrs,
+        stopped=stopped,
+    )
 
 
 def _any_of(needles: list[str]) -> Callable[[str], bool]:

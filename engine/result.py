@@ -34,7 +34,8 @@ class RunProcsResult:
     stdouts: dict[int, str] = field(default_factory=dict)
     stderrs: dict[int, str] = field(default_factory=dict)
     stopped: dict[int, ProcessFailure] = field(default_factory=dict, kw_only=True)
-    """Ranks stopped by our own teardown or stop, by rank (not failures of those ranks)."""
+    """Ranks stopped by our own teardown or stop, by rank (not failures of those ranks).
+    Keyword-only, after torch's four fields, so torch's positional calls still fit."""
 
     def is_failed(self) -> bool:
         """True if any rank failed on its own (ranks we stopped do not count)."""

@@ -7,9 +7,15 @@
   ranks before it are closed, not leaked. All ranks are forked by the one spawner thread
   in one hand-over (see ``engine.process.rank_process``).
 * ``wait()`` blocks on the ranks' pidfds: an exit is seen within milliseconds, not a period.
-* Ranks killed by our own teardown are still reported as failures (torch's keys), but with
-  ``caused_by_us=True`` and never chosen as the root cause. Each failure carries the
-  real exit time in ns.
+* Every rank that failed on its own is in ``failures`` (torch's record). A rank our own
+  teardown (or ``close()``) signalled while it was still running is not a failure: it is in
+  ``stopped``, with ``caused_by_us=True``, whatever code it then exits with. torch lists
+  such ranks among the failures (SIGTERM, -15), and which ranks it catches depends on how
+  soon it polls after the first failure; we notice that failure within a millisecond, so a
+  rank that was about to exit 0 is often still running then. A rank whose exit came before
+  our signal reached it (reaped or not: ``RankProcess.send_signal``) keeps its own outcome:
+  exit 0 is a success, anything else its own failure. Each record carries the exit time in
+  ns.
 * Signals go through pidfds and to the whole group and its descendants; a rank that exited
   meanwhile is skipped, never an error; no file handle stays open (engine/README.md).
 """
@@ -24,7 +30,7 @@ from typing import Any, Optional
 
 from engine.errors import ChildFailedError, ProcessFailure
 from engine.logs_specs import LogsSpecs
-from engine.pcontext import PContext, RunProcsResult
+from engine.pcontext import PContext, RunProcsResult, ended_result
 from engine.process import numa
 from engine.process.rank_process import (
     RankProcess,
@@ -70,10 +76,12 @@ class SubprocessContext(PContext):
         )
         self._running_local_ranks: set[int] = set(range(self.nprocs))
         self._failures: dict[int, ProcessFailure] = {}
+        """Every rank that ended with a non-zero code: failed on its own, or stopped by us."""
         self.subprocess_handlers: dict[int, SubprocessHandler] = {}
         self._numa_options = numa_options
         self._torn_down: set[int] = set()
-        """Ranks that our close() signalled while they were alive."""
+        """Ranks that our close() signalled while they were alive (``send_signal`` returned
+        True: not exited, reaped or not, when the signal went out)."""
 
     # -- start ------------------------------------------------------------------------------
 
@@ -151,11 +159,17 @@ class SubprocessContext(PContext):
         self._running_local_ranks.difference_update(done)
         if self._running_local_ranks and not self._failures:
             return None
-        # All done, or one failed: tear down the rest, then record how they ended too.
+        # All done, or one failed: tear down the rest, then record how they ended too (the
+        # ones our signal ended go to ``stopped``, apart from the failures).
         self.close()
         self._capture_process_failures(done)
         self._running_local_ranks.difference_update(done)
-        result = RunProcsResult(failures=self._failures, stdouts=self.stdouts, stderrs=self.stderrs)
+        result = ended_result(
+            self._failures,
+            self.stdouts,
+            self.stderrs,
+            return_values=dict.fromkeys(range(self.nprocs)),
+        )
         if result.is_failed():
             _, first = ChildFailedError(str(self.entrypoint), result.failures).get_first_failure()
             logger.error(
@@ -165,8 +179,6 @@ class SubprocessContext(PContext):
                 first.pid,
                 self.entrypoint,
             )
-        else:
-            result.return_values = dict.fromkeys(range(self.nprocs))
         return result
 
     def _wait_for_exit(self, timeout: float) -> None:

@@ -145,6 +145,25 @@ def test_failure_exits_1_with_the_root_cause_report(tmp_path: Path) -> None:
     assert "error.json" in report
 
 
+def test_a_rank_the_teardown_stopped_is_named_apart_not_as_a_failure(tmp_path: Path) -> None:
+    res = rankvisor(
+        "run", "--headless", "--nproc-per-node", "2", "--log-dir", str(tmp_path),
+        "--term-timeout", "5", SV_RANK, "--exit", "3", "--only-rank", "1",
+    )
+    assert res.returncode == 1
+    lines = res.stderr.splitlines()
+    (root,) = [
+        i for i, ln in enumerate(lines)
+        if ln.startswith("rankvisor: root cause: rank 1 failed first (exit code 3)")
+    ]
+    # Rank 0 slept until the teardown after rank 1's failure SIGTERMed it: not a failure.
+    stopped = "rankvisor: stopped by rankvisor, not failures: rank 0 (signal SIGTERM)"
+    assert lines[root + 1] == stopped
+    report = res.stderr.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in report
+    assert "rank      : 0" not in res.stderr and "<NO_OTHER_FAILURES>" in res.stderr
+
+
 def test_serve_is_dispatched_to_tui_serve() -> None:
     import tui.serve  # noqa: F401 - our own module: a broken import fails the test
 
@@ -261,6 +280,7 @@ def test_printed_summary_after_terminate_all_blames_no_rank(tmp_path: Path) -> N
     """What the CLI prints after the TUI, from a real run whose ranks rankvisor stopped."""
     from engine.handle import TerminateRanks
     from engine.supervisor import Supervisor
+    from engine.supervisor.headless import exit_status, format_report
     from engine.supervisor.run_config import SupervisorConfig
     from tui.model import RunView
     from tui.report import format_summary
@@ -279,6 +299,16 @@ def test_printed_summary_after_terminate_all_blames_no_rank(tmp_path: Path) -> N
         assert sup.execute(TerminateRanks()).ok
         finished = sup.wait(timeout=30)
     assert finished is not None and finished.root_cause_rank is None
+    # Nobody failed: both ranks are listed as stopped, and the run did not succeed.
+    assert finished.result.failures == {} and not finished.result.is_failed()
+    assert sorted(finished.result.stopped) == [0, 1]
+    assert all(f.caused_by_us for f in finished.result.stopped.values())
+    assert exit_status(finished, None) == 1
+    report = format_report("sv_rank.py", finished)
+    assert report.startswith(
+        "rankvisor: no root cause: the run was stopped by rankvisor (rank(s) 0, 1)\n"
+    )
+    assert "every failed rank was stopped by rankvisor" in report
     for event in list(events):
         view.apply(event)  # type: ignore[arg-type]
     text = format_summary(view)

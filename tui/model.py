@@ -195,7 +195,13 @@ class RankView:
 
     @property
     def failed(self) -> bool:
-        return self.state in (RankState.FAILED, RankState.SIGNALLED)
+        """Ended badly on its own: a failure (a rank rankvisor stopped is not one)."""
+        return self.state in (RankState.FAILED, RankState.SIGNALLED) and not self.caused_by_us
+
+    @property
+    def stopped(self) -> bool:
+        """Ended by rankvisor's own signal (teardown, terminate, kill, quit): not a failure."""
+        return self.state in (RankState.FAILED, RankState.SIGNALLED) and self.caused_by_us
 
     def quiet_for(self, now: float) -> int | None:
         """Whole seconds since the last output of a running rank, once over ``QUIET_S``."""
@@ -302,19 +308,25 @@ class RunView:
         return [view for view in self.ranks if view.state.is_alive]
 
     def failures(self) -> list[RankView]:
-        """Failed ranks, the root cause first, then by time of failure, then by rank."""
+        """Ranks that failed on their own, the root cause first, then by time, then by rank.
+
+        Ranks rankvisor stopped are not among them: see ``stopped``.
+        """
         failed = [view for view in self.ranks if view.failed]
         root = self.root_cause()
 
-        def key(view: RankView) -> tuple[int, int, float, int]:
+        def key(view: RankView) -> tuple[int, float, int]:
             return (
                 0 if view.rank == root else 1,
-                1 if view.caused_by_us else 0,
                 view.failed_at if view.failed_at is not None else math.inf,
                 view.rank,
             )
 
         return sorted(failed, key=key)
+
+    def stopped(self) -> list[RankView]:
+        """Ranks rankvisor's own signal ended (teardown, terminate, kill, quit), by rank."""
+        return [view for view in self.ranks if view.stopped]
 
     def root_cause(self) -> int | None:
         """The rank that failed first: the engine's verdict if given, else the earliest
@@ -323,9 +335,9 @@ class RunView:
         if engine_says is not None and 0 <= engine_says < len(self.ranks):
             view = self.ranks[engine_says]
             # A rank we stopped ourselves is not a cause (terminate-all, quit, teardown).
-            if view.failed and not view.caused_by_us:
+            if view.failed:
                 return engine_says
-        candidates = [view for view in self.ranks if view.failed and not view.caused_by_us]
+        candidates = [view for view in self.ranks if view.failed]
         if not candidates:
             return None
         best = min(

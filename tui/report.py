@@ -1,5 +1,6 @@
 """The summary printed on the normal terminal after the app closes, so the root cause is not
-lost with the alternate screen: the earliest failure first, with its traceback, then the rest.
+lost with the alternate screen: the earliest failure first, with its traceback, then the rest,
+then the ranks rankvisor stopped (listed apart: they did not fail).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         f"rankvisor: {run.name} ({run.nprocs} ranks, attempt {run.attempt}) {verdict}: {counts}"
     )
     failures = run.failures()
+    stopped = run.stopped()
     root = run.root_cause()
-    if failures and root is None and all(view.caused_by_us for view in failures):
+    if not failures and stopped:
         # Terminate-all, quit: nobody failed on their own, so nobody is blamed.
         out.append("  no root cause: the run was stopped by rankvisor")
     for view in failures:
@@ -33,11 +35,8 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         when = ""
         if details.timestamp:
             when = " at " + datetime.fromtimestamp(details.timestamp).strftime("%Y-%m-%d %H:%M:%S")
-        by_us = " (stopped by rankvisor)" if view.caused_by_us else ""
-        if root is None and view.caused_by_us:
-            head, by_us = "stopped by rankvisor", ""
         how = view.exit_label or view.state.value
-        out.append(f"  {head}: rank {view.rank} (pid {view.pid}) {how}{when}{by_us}")
+        out.append(f"  {head}: rank {view.rank} (pid {view.pid}) {how}{when}")
         if view.rank != root:
             continue
         last_line = details.callstack.strip().splitlines()[-1] if details.callstack.strip() else ""
@@ -52,7 +51,11 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
                 out.extend("      " + plain_text(line) for line in tail)
         if details.error_file and details.has_error_file:
             out.append(f"    error file: {details.error_file}")
-    if any(v.state is RankState.SUCCEEDED for v in run.ranks) and failures:
+    for view in stopped:
+        # How it ended (SIGTERM, SIGKILL after the grace, or the code its handler chose).
+        how = view.exit_label or view.state.value
+        out.append(f"  stopped by rankvisor: rank {view.rank} (pid {view.pid}) {how}")
+    if any(v.state is RankState.SUCCEEDED for v in run.ranks) and (failures or stopped):
         ok = [str(v.rank) for v in run.ranks if v.state is RankState.SUCCEEDED]
         out.append(f"  succeeded: rank {', '.join(ok)}")
     if run.log_dir:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -311,12 +312,12 @@ class RankProcess:
 
         Returns:
             True if the rank was alive and got the signal; False (nothing sent) if it had
-            already exited.
+            already exited, reaped or not: the signal cannot be what ends it then.
         """
         with self._lock:
             if self._reap_locked(time.time_ns()):
                 return False
-            if self._closed:
+            if self._closed or self._exited_unreaped_locked():
                 return False
             strays: list[_proctable.ProcEntry] = []
             if group:
@@ -352,6 +353,18 @@ class RankProcess:
                 return False
             self.signals_sent.append((int(sig), time.time_ns()))
             return True
+
+    def _exited_unreaped_locked(self) -> bool:
+        # The kernel makes the pidfd readable when the process exits, before anyone reaps
+        # it. Our Popen may not tell yet: another thread holds its waitpid lock, or (function
+        # ranks under forkserver) the exit status comes later through the fork server. A
+        # signal to the zombie would still "succeed", and the rank's own failure would be
+        # taken for the death we caused; so an exit the kernel already knows of wins.
+        if self.pidfd is None:
+            return False
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(0))
 
     def _signal_leader(self, sig: int) -> bool:
         try:

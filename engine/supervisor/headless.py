@@ -41,7 +41,9 @@ def exit_status(finished: RunFinished | None, received_signal: int | None) -> in
 def format_report(name: str, finished: RunFinished) -> str:
     """The root-cause report torch prints, plus one line naming the root cause first.
 
-    When every failure was ours (the ranks were stopped by rankvisor: terminate-all, quit,
+    Ranks that rankvisor stopped (the teardown after the failure, terminate, kill) did not
+    fail: they get one line of their own after the root cause, and the torch-style report
+    lists the failures only. When every rank that ended badly was ours (terminate-all, quit,
     shutdown) no rank is blamed: the first line says the run was stopped, and the torch-style
     report lists the ranks with no root cause (``ChildFailedError`` agrees).
     """
@@ -60,13 +62,22 @@ def format_report(name: str, finished: RunFinished) -> str:
         rank = root_cause_rank(failures)
     assert rank is not None  # failures holds only ranks that failed on their own
     f = failures[rank]
-    how = f"signal {f.signal_name()}" if f.exitcode < 0 else f"exit code {f.exitcode}"
     text = f.text.strip().splitlines()
     last = text[-1] if text else ""
-    head = f"rankvisor: root cause: rank {rank} failed first ({how})"
+    head = f"rankvisor: root cause: rank {rank} failed first ({_how(f)})"
     if last:
         head += f": {last}"
+    if stopped:
+        ranks = ", ".join(f"rank {r} ({_how(s)})" for r, s in sorted(stopped.items()))
+        head += f"\nrankvisor: stopped by rankvisor, not failures: {ranks}"
     return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
+
+
+def _how(failure: Any) -> str:
+    """``"signal SIGTERM"`` or ``"exit code 1"``: how a rank ended, in words."""
+    if failure.exitcode < 0:
+        return f"signal {failure.signal_name()}"
+    return f"exit code {failure.exitcode}"
 
 
 class _HeadlessPrinter:

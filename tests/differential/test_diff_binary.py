@@ -95,7 +95,8 @@ def test_success_log_tree_and_result(torch_mp: Any, tmp_path: Path) -> None:
 def test_failures_same_codes_messages_and_keys(
     torch_mp: Any, tmp_path: Path, args: list[str], exitcode: int
 ) -> None:
-    """Rank 1 fails; rank 0 would run on and is torn down. Both report both; we mark our kill."""
+    """Rank 1 fails; rank 0 would run on and is torn down. torch lists both as failures;
+    we list the rank our teardown killed apart, as stopped, with the same record."""
     got = {}
     for name, impl in _both(torch_mp):
         _, result = _run(
@@ -105,21 +106,23 @@ def test_failures_same_codes_messages_and_keys(
             redirects=3,
         )
         got[name] = result
-    for result in got.values():
-        assert set(result.failures) == {0, 1} and result.return_values == {}
+    theirs, ours = got["torch"], got["engine"]
+    assert set(theirs.failures) == {0, 1} and theirs.return_values == {}
+    assert set(ours.failures) == {1} and set(ours.stopped) == {0} and ours.return_values == {}
+    for result, killed in ((theirs, theirs.failures[0]), (ours, ours.stopped[0])):
         assert result.failures[1].exitcode == exitcode
-        assert result.failures[0].exitcode == -signal.SIGTERM
-        for f in result.failures.values():
+        assert killed.exitcode == -signal.SIGTERM
+        for f in (result.failures[1], killed):
             assert f.error_file == "<N/A>"
-    t1, e1 = got["torch"].failures[1], got["engine"].failures[1]
+    t1, e1 = theirs.failures[1], ours.failures[1]
     assert e1.message == t1.message.replace(str(t1.pid), str(e1.pid))
     assert e1.signal_name() == t1.signal_name()
     assert e1.error_file_data["message"] == t1.error_file_data["message"] == "<NONE>"
     assert ("errorTraits" in e1.error_file_data) == (exitcode > 0)
     # torch cannot tell its own teardown kill from the real failure; we can.
-    assert not hasattr(got["torch"].failures[0], "caused_by_us")
-    assert got["engine"].failures[0].caused_by_us and not e1.caused_by_us
-    assert ChildFailedError("w", got["engine"].failures).get_first_failure()[0] == 1
+    assert not hasattr(theirs.failures[0], "caused_by_us")
+    assert ours.stopped[0].caused_by_us and not e1.caused_by_us
+    assert ChildFailedError("w", ours.failures).get_first_failure()[0] == 1
 
 
 def test_recorded_exception_same_error_json(torch_mp: Any, tmp_path: Path) -> None:

@@ -127,3 +127,41 @@ def wait_for_file_then(path: str, action: str, arg: int = 0) -> None:
         kill_self(arg)
     if action == "sleep":
         sleep_forever()
+
+
+PEER_LINE = "rank 1 printed this line"
+
+
+def fail_after_peer(marker: str, action: str) -> int:
+    """One body for both ranks of the teardown scenarios.
+
+    ``action`` "say": print ``PEER_LINE``, create ``marker`` and return at once (the rank
+    that succeeds). "linger": print, return, and stay in the interpreter's shutdown until
+    killed, creating ``marker`` there (after the return value is on disk): a rank caught by
+    the teardown after its function returned, every time. Else wait for ``marker``, then
+    fail: "raise", "exit" (``sys.exit(1)``) or "segfault" (a real SIGSEGV at address 0).
+    """
+    if action in ("say", "linger"):
+        print(PEER_LINE, flush=True)
+        if action == "say":
+            Path(marker).touch()
+        else:
+            import atexit
+
+            atexit.register(_linger, marker)
+        return 1
+    while not os.path.exists(marker):
+        time.sleep(0.001)  # polling a file the other rank creates: a barrier, not a wait time
+    if action == "raise":
+        raise RuntimeError("rank 0 failed")
+    if action == "exit":
+        sys.exit(1)
+    if action == "segfault":
+        ctypes.string_at(0)
+    raise ValueError(f"unknown action {action!r}")
+
+
+def _linger(marker: str) -> None:
+    Path(marker).touch()
+    while True:
+        time.sleep(1)

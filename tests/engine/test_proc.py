@@ -381,3 +381,37 @@ def test_a_rank_not_yet_leading_its_group_still_gets_the_signal() -> None:
         if popen.poll() is None:
             popen.kill()
             popen.wait()
+
+
+class _LateStatus:
+    """A Popen whose exit status is not known yet, as a fork server's comes later."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.known = False
+
+    def poll(self) -> int | None:
+        return self.popen.poll() if self.known else None
+
+
+def test_an_exited_rank_whose_status_is_not_known_yet_is_not_signalled() -> None:
+    # The kernel knows of the exit (the pidfd is readable) before our Popen does: another
+    # thread holds its waitpid lock, or the fork server has not passed the status on yet.
+    # Signalling the zombie "succeeds"; the rank's own exit must not become ours.
+    popen = subprocess.Popen([PYTHON, "-c", "import sys; sys.exit(3)"], start_new_session=True)
+    late = _LateStatus(popen)
+    rank = RankProcess(late, ("python",), None, None)  # type: ignore[arg-type]
+    try:
+        assert rank.pidfd is not None
+        wait_until(lambda: (_proctable.stat_fields(popen.pid) or [b""])[0] == b"Z")
+        assert rank.poll() is None  # the status is not known here yet
+        assert rank.send_signal(signal.SIGTERM, group=True) is False
+        assert rank.signals_sent == []
+        late.known = True
+        assert rank.poll() == 3  # its own exit code: nothing we sent ended it
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.wait()
+        rank.close()

@@ -45,16 +45,31 @@ def test_success_result_and_logs(tmp_path: Path) -> None:
     assert set(ctx.pids()) == {0, 1}
 
 
-def test_failure_marks_our_teardown_kills_and_picks_the_real_root_cause(tmp_path: Path) -> None:
+def test_failure_lists_our_teardown_kills_apart_as_stopped(tmp_path: Path) -> None:
     ctx = _start(tmp_path, [_exit_with("--sleep", "600"), _exit_with("--code", "3")])
     result = ctx.wait()
     assert result is not None and result.return_values == {}
-    assert set(result.failures) == {0, 1}  # torch reports both as well
-    real, ours = result.failures[1], result.failures[0]
+    # torch lists both as failures; the rank our teardown killed did not fail.
+    assert set(result.failures) == {1} and set(result.stopped) == {0}
+    real, ours = result.failures[1], result.stopped[0]
     assert (real.exitcode, real.caused_by_us) == (3, False)
     assert (ours.exitcode, ours.caused_by_us) == (-signal.SIGTERM, True)
     assert ours.message == f"Signal 15 (SIGTERM) received by PID {ours.pid}"
     assert ChildFailedError("w", result.failures).get_first_failure()[0] == 1
+
+
+def test_a_rank_that_exited_0_before_the_teardown_is_a_success(tmp_path: Path) -> None:
+    mark = tmp_path / "mark"
+    ctx = _start(
+        tmp_path, [_exit_with("--after", str(mark), "--code", "1"), _exit_with("--mark", str(mark))]
+    )
+    pids = ctx.pids()
+    # Both are gone before wait() looks: the teardown has nobody to signal.
+    wait_until(lambda: not pid_alive(pids[0]) and not pid_alive(pids[1]))
+    result = ctx.wait()
+    assert result is not None
+    assert set(result.failures) == {0} and result.stopped == {}
+    assert Path(result.stdouts[1]).read_text() == "out from rank 1\n"
 
 
 def test_signal_death_message(tmp_path: Path) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import signal
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from rich.console import Console
 from rich.text import Text
 
-from engine.events import RankOutput, RankStateChanged
+from engine.events import RankOutput, RankStateChanged, RunFinished
 from engine.handle import (
     KillRanks,
     RestartAll,
@@ -19,9 +20,17 @@ from engine.handle import (
     TerminateRanks,
 )
 from engine.states import RankState
-from engine.testing import BASE_PID, ScriptedSupervisor
+from engine.testing import (
+    BASE_PID,
+    EPOCH,
+    ScriptedFailure,
+    ScriptedResult,
+    ScriptedSupervisor,
+    ScriptItem,
+)
 from tests.scenarios import failure_script, running_script, scripted_info
 from tui.app import make_app
+from tui.report import format_summary
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.errors import ErrorsScreen
 from tui.screens.help import HelpScreen
@@ -31,6 +40,10 @@ from tui.widgets.rank_log import RankLog
 from tui.widgets.rank_pane import RankPane
 
 from .conftest import FakeClock, wait_for
+
+if TYPE_CHECKING:
+    from engine.errors import ProcessFailure
+    from engine.pcontext import RunProcsResult
 
 SIZE = (120, 36)
 
@@ -310,6 +323,91 @@ async def test_error_view_lists_root_cause_first() -> None:
         assert isinstance(app.screen, MainScreen)
 
 
+def _teardown_script() -> list[ScriptItem]:
+    """2 ranks: rank 0 fails on its own; the teardown that follows SIGTERMs rank 1."""
+    failure = ScriptedFailure(0, BASE_PID, 1, "", {}, "", int(EPOCH + 42))
+    stopped = ScriptedFailure(
+        1, BASE_PID + 1, -signal.SIGTERM, "", {}, f"Signal 15 (SIGTERM) received by PID "
+        f"{BASE_PID + 1}", int(EPOCH + 42)
+    )
+    return [
+        *running_script(2, steps=5, with_stats=False),
+        RankOutput(0, "stderr", ("RuntimeError: rank 0 broke",)),
+        RankStateChanged(
+            0, RankState.RUNNING, RankState.FAILED, BASE_PID, exitcode=1,
+            failure=cast("ProcessFailure", failure), t=EPOCH + 42,
+        ),
+        RankStateChanged(
+            1, RankState.RUNNING, RankState.SIGNALLED, BASE_PID + 1, exitcode=-signal.SIGTERM,
+            signal_name="SIGTERM", failure=cast("ProcessFailure", stopped), caused_by_us=True,
+            t=EPOCH + 42,
+        ),
+        RunFinished(
+            cast("RunProcsResult", ScriptedResult(failures={0: failure})), 0, 0
+        ),
+    ]
+
+
+async def test_a_rank_stopped_by_the_teardown_is_listed_apart_not_failed() -> None:
+    engine = ScriptedSupervisor(scripted_info(2), _teardown_script())
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.run_view.root_cause() == 0
+        assert [v.rank for v in app.run_view.failures()] == [0]
+        assert [v.rank for v in app.run_view.stopped()] == [1]
+        assert pane(app, 0).has_class("-root-cause") and not pane(app, 1).has_class("-root-cause")
+        await pilot.press("e")
+        await settle(pilot)
+        assert isinstance(app.screen, ErrorsScreen)
+        (block,) = app.screen.query(".failure")
+        assert block.has_class("-root-cause") and "rank 0" in as_text(block.content)
+        (stopped,) = app.screen.query(".stopped")
+        text = as_text(stopped.content)
+        assert "Stopped by rankvisor (not failures)" in text
+        assert f"rank 1  SIGTERM  pid {BASE_PID + 1}" in text
+        box = app.screen.query_one("#failures")
+        assert "1 failed rank(s) · 1 stopped by rankvisor" in str(box.border_title)
+        summary = format_summary(app.run_view)
+    assert f"root cause: rank 0 (pid {BASE_PID}) exit 1" in summary
+    assert f"stopped by rankvisor: rank 1 (pid {BASE_PID + 1}) SIGTERM" in summary
+    assert "also failed" not in summary and "no root cause" not in summary
+    # After the root cause and what it printed.
+    assert summary.index("stopped by rankvisor") > summary.index("root cause: rank 0")
+
+
+async def test_every_rank_stopped_by_a_person_blames_nobody() -> None:
+    engine = ScriptedSupervisor(
+        scripted_info(2), running_script(2, steps=5, with_stats=False), obey_term=True
+    )
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("T")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        assert engine.calls == [TerminateRanks(None)]
+        assert app.run_view.finished and app.run_view.root_cause() is None
+        assert app.run_view.failures() == []
+        assert [v.rank for v in app.run_view.stopped()] == [0, 1]
+        await pilot.press("e")
+        await settle(pilot)
+        assert isinstance(app.screen, ErrorsScreen)
+        assert not list(app.screen.query(".failure"))
+        (words,) = app.screen.query(".no-failures")
+        assert "No rank has failed: the run was stopped by rankvisor." in as_text(words.content)
+        (stopped,) = app.screen.query(".stopped")
+        text = as_text(stopped.content)
+        assert "rank 0  SIGTERM" in text and "rank 1  SIGTERM" in text
+        assert "ROOT CAUSE" not in text
+        summary = format_summary(app.run_view)
+    assert "no root cause: the run was stopped by rankvisor" in summary
+    assert "root cause: rank" not in summary and "also failed" not in summary
+    for r in (0, 1):
+        assert f"stopped by rankvisor: rank {r} (pid {BASE_PID + r}) SIGTERM" in summary
+
+
 async def test_many_ranks_use_tiles_and_a_focused_pane() -> None:
     engine = ScriptedSupervisor(scripted_info(32), running_script(32, steps=5))
     app = make_app(engine)
@@ -380,7 +478,9 @@ def test_run_tui_prints_the_root_cause_and_returns_the_exit_code(
     out = capsys.readouterr().out
     assert "root cause: rank 2 (pid 41002) exit 1" in out
     assert "FloatingPointError: loss is nan at step 23 [rank2]" in out
-    assert "rank 3 (pid 41003) SIGTERM" in out and "(stopped by rankvisor)" in out
+    # Quitting stopped rank 3: listed apart, after the failures, not as one of them.
+    assert "stopped by rankvisor: rank 3 (pid 41003) SIGTERM" in out
+    assert "also failed: rank 3" not in out
 
 
 async def test_command_palette_offers_the_rank_actions(four_ranks: ScriptedSupervisor) -> None:

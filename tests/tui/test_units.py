@@ -124,7 +124,9 @@ def test_root_cause_is_the_earliest_failure_we_did_not_cause() -> None:
     run.apply(_failure(1, 40.0))
     run.apply(_failure(0, 10.0, by_us=True))
     assert run.root_cause() == 1
-    assert [v.rank for v in run.failures()] == [1, 3, 0]
+    # The rank we stopped is not a failure: it is listed apart.
+    assert [v.rank for v in run.failures()] == [1, 3]
+    assert [v.rank for v in run.stopped()] == [0]
     # The engine's verdict wins, unless it names a rank we stopped ourselves.
     run.apply(RunFinished(ScriptedResult(), 0, 3))
     assert run.root_cause() == 3

@@ -2,7 +2,9 @@
 
 Ranks with an error.json (torch's ``@record``) show its traceback in Rich's traceback style;
 the others show their exit code or signal and the last lines of their stderr (from the pane's
-buffer, or the end of stderr.log when the buffer holds none).
+buffer, or the end of stderr.log when the buffer holds none). Ranks rankvisor stopped (the
+teardown after a failure, terminate, kill, quit) are listed after them, apart, with how they
+ended: they did not fail, and are never the root cause.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tui.model import RankView, RunView
-from tui.widgets.failure_report import render_failure
+from tui.widgets.failure_report import render_failure, render_stopped
 from tui.widgets.run_summary import RunSummary
 
 __all__ = ["ErrorsScreen", "stderr_tail"]
@@ -79,24 +81,32 @@ class ErrorsScreen(Screen[None]):
         self.query_one("#failures").scroll_relative(y=lines, animate=False)
 
     def refresh_report(self) -> None:
-        """Rebuild the report if the set of failures changed."""
+        """Rebuild the report if the set of failures or of stopped ranks changed."""
         failures = self.run.failures()
+        stopped = self.run.stopped()
         root = self.run.root_cause()
         key = (
             root,
             tuple((v.rank, v.state, v.exitcode, v.restart_count, id(v.failure)) for v in failures),
+            tuple((v.rank, v.state, v.exitcode, v.restart_count) for v in stopped),
         )
         if key == self._shown:
             return
         self._shown = key
         box = self.query_one("#failures", VerticalScroll)
         box.remove_children()
-        box.border_title = Text(f"errors · {len(failures)} failed rank(s)")
+        title = f"errors · {len(failures)} failed rank(s)"
+        if stopped:
+            title += f" · {len(stopped)} stopped by rankvisor"
+        box.border_title = Text(title)
         if not failures:
             alive = len(self.run.alive)
-            words = "No rank has failed." + (f" {alive} still running." if alive else "")
+            words = "No rank has failed."
+            if stopped:
+                words = "No rank has failed: the run was stopped by rankvisor."
+            if alive:
+                words += f" {alive} still running."
             box.mount(Static(Text(words, "italic"), classes="no-failures"))
-            return
         width = max(40, self.size.width - 6)
         for view in failures:
             block = Static(
@@ -112,3 +122,5 @@ class ErrorsScreen(Screen[None]):
             )
             block.set_class(view.rank == root, "-root-cause")
             box.mount(block)
+        if stopped:
+            box.mount(Static(render_stopped(stopped), classes="stopped"))

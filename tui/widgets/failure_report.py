@@ -1,5 +1,6 @@
 """A failed rank as a readable report: error.json traceback in Rich's traceback style, or the
-exit code / signal and the last stderr lines when the rank left no error.json.
+exit code / signal and the last stderr lines when the rank left no error.json; and the ranks
+rankvisor stopped, as a short list apart (they did not fail).
 
 Everything a rank wrote (messages, tracebacks, stderr lines) is put into ``Text`` objects,
 never parsed as markup. ``failure_details`` and ``parse_callstack`` are plain functions, also
@@ -27,6 +28,7 @@ __all__ = [
     "failure_details",
     "parse_callstack",
     "render_failure",
+    "render_stopped",
 ]
 
 _FRAME: Final = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+), in (?P<name>.*)$')
@@ -183,6 +185,23 @@ def _render_stack(stack: Stack, width: int) -> RenderableType:
     return Group(panel, exception)
 
 
+def render_stopped(views: Sequence[RankView]) -> RenderableType:
+    """The ranks rankvisor stopped, one line each with how they ended: not failures, so no
+    traceback and no stderr (their last lines say nothing about why the run ended)."""
+    text = Text()
+    text.append("Stopped by rankvisor", "bold")
+    text.append(" (not failures)", "dim")
+    for view in views:
+        text.append("\n")
+        text.append(f"rank {view.rank}", "bold")
+        text.append(f"  {view.exit_label or view.state.value}", "yellow")
+        if view.pid is not None:
+            text.append(f"  pid {view.pid}")
+        if view.restart_count:
+            text.append(f"  restart {view.restart_count}")
+    return text
+
+
 def render_failure(
     view: RankView,
     *,
@@ -207,8 +226,6 @@ def render_failure(
     when = _when(details.timestamp, tz)
     if when:
         title.append(f"  at {when}", "dim")
-    if view.caused_by_us:
-        title.append("  (stopped by rankvisor)", "dim")
     parts: list[RenderableType] = [title]
     stacks = parse_callstack(details.callstack) if details.callstack else []
     # The message usually repeats the traceback's last line; show it only when it adds.
