@@ -192,8 +192,8 @@ class DoorServer(Server):
         if self.viewers >= self.max_viewers:
             raise self._refuse_full()
         token = self._token.decode("utf-8")
-        ws_url = f"{self.public_url}/ws/{token}"
-        ws_url = ("wss:" if ws_url.startswith("https:") else "ws:") + ws_url.split(":", 1)[1]
+        scheme = "wss" if self.allowed_origin[0] == "https" else "ws"
+        ws_url = f"{scheme}:{self.public_url.split(':', 1)[1]}/ws/{token}"
         context: dict[str, Any] = {
             "font_size": to_int(request.query.get("fontsize", "16"), 16),
             "app_websocket_url": ws_url,
