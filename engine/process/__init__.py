@@ -2,7 +2,8 @@
 
 ``RankProcess`` (one rank: own session, pidfd signals, exit time stamped within a
 millisecond), the long-lived spawner thread that forks every rank (so PR_SET_PDEATHSIG holds),
-the exit watcher, the /proc tables used to find a rank's descendants, the guard process that
+the death signal a process asks for itself (a function rank, a browser session's app), the
+exit watcher, the /proc tables used to find a rank's descendants, the guard process that
 kills every rank's tree if rankvisor itself is killed, NUMA placement, the bootstrap of a
 function rank, and ``signals``: signal names and numbers (standard library only, so
 ``engine.errors``, the CLI and the UI use it too). Imports the standard library, psutil and
@@ -18,6 +19,7 @@ __all__ = [
     "Guard",
     "NumaOptions",
     "RankProcess",
+    "die_with_parent",
     "on_spawner_thread",
     "send_signal_all",
     "wait_any",
@@ -29,6 +31,7 @@ __getattr__, __dir__ = face(
         "Guard": "guard",
         "NumaOptions": "numa",
         "RankProcess": "rank_process",
+        "die_with_parent": "parent_death",
         "on_spawner_thread": "rank_process",
         "send_signal_all": "rank_process",
         "wait_any": "rank_process",

@@ -40,18 +40,11 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Final
+from typing import Any, Callable
+
+from engine.process.parent_death import die_with_parent
 
 __all__ = ["RankSpec", "run_rank"]
-
-_PR_SET_PDEATHSIG: Final = 1
-"""From <linux/prctl.h>."""
-
-PDEATHSIG: Final = signal.SIGKILL
-"""Sent by the kernel to a rank when the supervisor thread that started it dies.
-
-SIGKILL rather than torch's SIGINT: a rank must not outlive its supervisor, whatever
-handlers the user's code installs (torch's SIGINT becomes a swallowed KeyboardInterrupt)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +79,7 @@ def run_rank(spec: RankSpec) -> None:
     Raises:
         SystemExit: With the exit code the rank must have (1 after an exception).
     """
-    _die_with_parent(spec.parent_pid)
+    die_with_parent(spec.parent_pid)
     _lead_own_session()
     if spec.payload is None:
         _forget_parent_state()
@@ -164,20 +157,6 @@ def _store_return(path: str, value: object) -> None:
     with open(tmp, "wb") as f:
         pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)
-
-
-def _die_with_parent(parent_pid: int | None) -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    from engine.redirects import get_libc
-
-    libc = get_libc()
-    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(PDEATHSIG), 0, 0, 0) != 0:
-        return
-    # The parent may have died between the fork and the prctl; the kernel would then never
-    # send the signal. Reparenting shows it.
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(128 + int(PDEATHSIG))
 
 
 def _forget_parent_state() -> None:
