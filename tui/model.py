@@ -30,6 +30,7 @@ from engine.events import (
     TimerExpired,
 )
 from engine.handle import RankInfo, RunInfo
+from engine.output.sanitize import sanitize
 from engine.process.signals import exit_signal_name
 from engine.states import RankState
 
@@ -237,7 +238,9 @@ class RunView:
     """The run and all its ranks, folded from engine events."""
 
     def __init__(self, info: RunInfo, *, buffer_lines: int = 5_000) -> None:
-        self.name = info.name
+        # The role name and prefixes come from a command line and show on the terminal:
+        # they go through the same sanitiser as everything a rank writes.
+        self.name = sanitize(info.name)
         self.nprocs = info.nprocs
         self.run_id = info.run_id
         self.log_dir = info.log_dir
@@ -248,7 +251,7 @@ class RunView:
         self.filtered_stderr_path = info.filtered_stderr_path
         self.stdout_filters = info.stdout_filters
         self.stderr_filters = info.stderr_filters
-        self.prefixes = dict(info.log_line_prefixes)
+        self.prefixes = {r: sanitize(p) for r, p in info.log_line_prefixes.items()}
         self.finished = info.finished
         self.root_cause_rank: int | None = None
         self.result: Any = None

@@ -5,12 +5,10 @@ then the ranks rankvisor stopped (listed apart: they did not fail).
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from engine.states import RankState
 from tui.model import RunView
 from tui.widgets.ansi import plain_text
-from tui.widgets.failure_report import failure_details
+from tui.widgets.failure_report import failure_details, when_text
 
 __all__ = ["format_summary"]
 
@@ -33,8 +31,9 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         details = failure_details(view)
         head = "root cause" if view.rank == root else "also failed"
         when = ""
-        if details.timestamp:
-            when = " at " + datetime.fromtimestamp(details.timestamp).strftime("%Y-%m-%d %H:%M:%S")
+        stamp = when_text(details.timestamp)
+        if stamp:
+            when = " at " + stamp
         how = view.exit_label or view.state.value
         out.append(f"  {head}: rank {view.rank} (pid {view.pid}) {how}{when}")
         if view.rank != root:

@@ -95,7 +95,8 @@ class ConsoleSink:
         """The header written before each line of ``rank``."""
         p = self._cache.get(rank)
         if p is None:
-            p = self._cache[rank] = prefix_for(self._prefixes, self._name, rank)
+            # A prefix template or role name could carry escapes too: never raw to a terminal.
+            p = self._cache[rank] = sanitize(prefix_for(self._prefixes, self._name, rank))
         return p
 
     def __call__(self, batch: Iterable[Union[RankOutput, TextBatch]], /) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
+from engine.output.sanitize import sanitize
 from engine.supervisor.core import Supervisor
 from engine.supervisor.run_config import SupervisorConfig
 
@@ -47,6 +48,12 @@ def format_report(name: str, finished: RunFinished) -> str:
     shutdown) no rank is blamed: the first line says the run was stopped, and the torch-style
     report lists the ranks with no root cause (``ChildFailedError`` agrees).
     """
+    # Messages and tracebacks come from the ranks' error.json files, the name from the
+    # command line: the report goes through the sanitiser before it reaches a terminal.
+    return sanitize(_report(name, finished))
+
+
+def _report(name: str, finished: RunFinished) -> str:
     from engine.errors import ChildFailedError, root_cause_rank
 
     failures = finished.result.failures

@@ -19,6 +19,8 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from engine.errors.error_file import usable_timestamp
+from engine.output.sanitize import sanitize
 from tui.model import RankView
 from tui.widgets.ansi import display_text
 
@@ -66,7 +68,13 @@ class FailureDetails:
 
 
 def failure_details(view: RankView) -> FailureDetails:
-    """What the failure (torch's ``ProcessFailure`` or alike) says, tolerant of odd shapes."""
+    """What the failure (torch's ``ProcessFailure`` or alike) says, tolerant of odd shapes.
+
+    Everything here came from a rank's error.json, which a rank can fill with anything: the
+    text is sanitised (colours kept, every other escape that could act on the terminal
+    removed, line breaks kept for tracebacks) and a timestamp is used only when it is a
+    usable time, so neither the error view nor the quit summary can be driven or crashed.
+    """
     failure: Any = view.failure
     data = getattr(failure, "error_file_data", None) or {}
     message = ""
@@ -76,13 +84,11 @@ def failure_details(view: RankView) -> FailureDetails:
         inner = data.get("message")
         if isinstance(inner, dict):
             message = str(inner.get("message", "") or "")
-            extra = inner.get("extraInfo") or {}
+            extra = inner.get("extraInfo")
             if isinstance(extra, dict):
                 callstack = str(extra.get("py_callstack", "") or "")
-                try:
-                    timestamp = float(extra.get("timestamp"))  # type: ignore[arg-type]
-                except (TypeError, ValueError):
-                    timestamp = None
+                seconds = usable_timestamp(extra.get("timestamp"))
+                timestamp = None if seconds is None else float(seconds)
         elif isinstance(inner, str):
             message = inner
     if not message:
@@ -95,7 +101,9 @@ def failure_details(view: RankView) -> FailureDetails:
     if error_file == "<N/A>":
         error_file = ""
     has_file = bool(callstack) or (bool(error_file) and bool(data) and bool(message))
-    return FailureDetails(message, callstack, timestamp, error_file, has_file)
+    return FailureDetails(
+        sanitize(message), sanitize(callstack), timestamp, sanitize(error_file), has_file
+    )
 
 
 def parse_callstack(callstack: str) -> list[Stack]:
@@ -140,10 +148,13 @@ def parse_callstack(callstack: str) -> list[Stack]:
     return stacks
 
 
-def _when(timestamp: float | None, tz: tzinfo | None = None) -> str:
+def when_text(timestamp: float | None, tz: tzinfo | None = None) -> str:
     if not timestamp:
         return ""
-    return datetime.fromtimestamp(timestamp, tz).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(timestamp, tz).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return ""  # no time a calendar can show: say nothing rather than fail
 
 
 def _render_stack(stack: Stack, width: int) -> RenderableType:
@@ -223,7 +234,7 @@ def render_failure(
         title.append(f"  pid {view.pid}")
     if view.restart_count:
         title.append(f"  restart {view.restart_count}")
-    when = _when(details.timestamp, tz)
+    when = when_text(details.timestamp, tz)
     if when:
         title.append(f"  at {when}", "dim")
     parts: list[RenderableType] = [title]
