@@ -37,6 +37,11 @@ def test_sample_covers_the_rank_and_its_descendants(tmp_path: Path) -> None:
     try:
         child = int((tmp_path / "0.0.pids").read_text().split()[1])
         assert descendants(p.pid) == [child]
+        import psutil
+
+        # Read before the sample: the rank may still be growing (imports), never shrinking
+        # by a child's worth, so the tree's sample must exceed the rank alone as it was.
+        rank_alone = psutil.Process(p.pid).memory_info().rss
         got: list[RankStats] = []
         s = StatsSampler(got.append)
         s.track(3, p.pid)
@@ -51,9 +56,7 @@ def test_sample_covers_the_rank_and_its_descendants(tmp_path: Path) -> None:
         assert st.numa_node == numa.get(st.cpu_num)
         assert st.uptime_s >= 0
         # The tree's memory is the rank's plus the child's: more than the rank alone.
-        import psutil
-
-        assert st.rss_bytes > psutil.Process(p.pid).memory_info().rss
+        assert st.rss_bytes > rank_alone
     finally:
         _kill_rank(p)
 
