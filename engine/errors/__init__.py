@@ -94,7 +94,8 @@ class ProcessFailure:
         self.error_file_data = _empty_error_data()
         self.message = ""
         self.timestamp = self.exit_time_ns // _NS
-        log_dir = os.path.dirname(self.error_file) if self.error_file else ""
+        # The rank's log directory (no such thing with log_dir=os.devnull).
+        log_dir = "" if self.error_file in ("", os.devnull) else os.path.dirname(self.error_file)
         # lexists, not isfile: a symbolic link is there (and refused by the reader, which
         # never follows one), not absent. Whatever the file holds, nothing here may raise:
         # the monitor records this failure, and a rank's bytes must not be able to stop it.
