@@ -470,7 +470,11 @@ class OutputPump:
                 # taking it back behind a busy UI thread costs up to a switch interval.
                 data = os.read(fd, max(chunk, budget - read))
                 # Once per pass, not per line or per read: has the file been cut under us?
-                truncated = first and tail.offset > 0 and self._truncated(tail, fd, data)
+                truncated = (
+                    first
+                    and (tail.offset > 0 or data[:1] == b"\0")
+                    and self._truncated(tail, fd, data)
+                )
             except OSError as e:
                 logger.warning("reading %s failed: %s", tail.path, e)
                 break
@@ -524,8 +528,15 @@ class OutputPump:
         second catches a writer that wrote again before we looked: without O_APPEND (how a
         rank's stdout is opened) it writes at its old offset, so the file is as long as ever
         but starts with a hole of NUL bytes; with O_APPEND it starts with other text.
+
+        A file we have read nothing of yet, that starts with a NUL byte, was cut before we
+        looked (no writer of text starts a log with NUL; a hole does). Cut before we looked
+        under an O_APPEND writer, it is just a file with that text: nothing to tell.
         """
-        if not data:
+        if not tail.offset:
+            if tail.head or tail.skip_nul or data[:1] != b"\0":
+                return False
+        elif not data:
             if os.fstat(fd).st_size >= tail.offset:
                 return False
         elif not tail.head or os.pread(fd, len(tail.head), tail.head_at) == tail.head:
