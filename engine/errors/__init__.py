@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from engine.errors.error_file import ErrorFileContent, read_error_file
 from engine.errors.error_handler import ErrorHandler
+from engine.errors.full_disk import full_disk_note
 from engine.errors.handlers import get_error_handler
 from engine.process.signals import exit_signal_name
 
@@ -93,6 +94,8 @@ class ProcessFailure:
         self.error_file_data = _empty_error_data()
         self.message = ""
         self.timestamp = self.exit_time_ns // _NS
+        # The rank's log directory (no such thing with log_dir=os.devnull).
+        log_dir = "" if self.error_file in ("", os.devnull) else os.path.dirname(self.error_file)
         # lexists, not isfile: a symbolic link is there (and refused by the reader, which
         # never follows one), not absent. Whatever the file holds, nothing here may raise:
         # the monitor records this failure, and a rank's bytes must not be able to stop it.
@@ -123,6 +126,10 @@ class ProcessFailure:
                     "retryability": "False",
                 }
                 self.message = _NO_TRACEBACK_HINT
+                # A full disk leaves a rank no way to say what went wrong (see full_disk).
+                full = full_disk_note(log_dir)
+                if full is not None:
+                    self.message = full
             if self.error_file_problem:
                 self.message += f" (error file {self.error_file} {self.error_file_problem})"
 

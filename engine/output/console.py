@@ -16,12 +16,24 @@ and flushes once per batch. This is what ``rankvisor run --headless`` and ``Tail
 - ``line_filter(line) -> bool`` keeps only the lines it accepts; for torch compatibility it is
   called with the line *including* its ``\\n``, like torch's ``log_line_filter``.
 - ``streams`` limits the sink to some streams (e.g. ``{"stdout"}``); None takes all.
+- A console is a view; the log files are the record. So a destination that fails (a closed
+  pipe: ``rankvisor ... | head``; any other write error) is written no more, quietly, and
+  ``stopped`` says why. Writes to a pipe, a socket or a terminal never block in the kernel:
+  they wait for room in slices (back-pressure, as a blocking write would), and after
+  ``shutting_down()`` a destination that takes nothing for ``grace_s`` is given up, so a
+  console nobody reads cannot hold up the end of a run.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
+import os
+import select
+import socket
+import stat
 import threading
+import time
 import weakref
 from typing import Any, Callable, Collection, Iterable, TextIO, Union
 
@@ -31,8 +43,135 @@ from engine.output.text_batch import Prefixes, TextBatch, prefix_for
 
 __all__ = ["ConsoleSink"]
 
-_locks: weakref.WeakKeyDictionary[object, threading.Lock] = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
+_WAIT_SLICE_MS = 100
+"""A write waiting for room looks this often whether it should give up."""
+
+
+class _Channel:
+    """One destination as every sink of this process writes to it: its lock, whether it is
+    still written, and (for pipes, sockets, terminals) a way to write without blocking."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stopped: str | None = None
+        """Why the destination is written no more; None while it is."""
+        self.grace_s: float | None = None
+        """Set by ``shutting_down``: give up after this long without progress."""
+        self.grace_from = 0.0
+        self._probed = False
+        self._fd: int | None = None
+        """Our own non-blocking open file description of the same pipe or terminal."""
+        self._sock: socket.socket | None = None
+
+    def nonblocking(self, dst: object) -> bool:
+        """Whether writes to ``dst`` can go through ``send`` (found out once)."""
+        if not self._probed:
+            self._probed = True
+            try:
+                fd = dst.fileno()  # type: ignore[attr-defined]
+                self._fd, self._sock = _open_nonblocking(fd)
+            except BrokenPipeError:
+                raise
+            except (AttributeError, OSError, ValueError):
+                pass  # no descriptor, or one we cannot reopen: plain blocking writes
+        return self._fd is not None or self._sock is not None
+
+    def send(self, data: bytes) -> bool:
+        """Write all of ``data``; False if we gave up waiting for room (see ``grace_s``).
+
+        Raises OSError (BrokenPipeError: the reader is gone) as ``os.write`` does.
+        """
+        view = memoryview(data)
+        fd = self._fd if self._fd is not None else self._sock.fileno()  # type: ignore[union-attr]
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        progress = time.monotonic()
+        while view:
+            try:
+                if self._sock is not None:
+                    n = self._sock.send(view, socket.MSG_DONTWAIT)
+                else:
+                    n = os.write(fd, view)
+            except BlockingIOError:
+                n = 0
+            if n:
+                view = view[n:]
+                progress = time.monotonic()
+                continue
+            # Full: nobody reads at the moment. Wait for room like a blocking write would
+            # (back-pressure), but in slices, so that once shutdown started we stop waiting.
+            grace = self.grace_s
+            if grace is not None and time.monotonic() - max(progress, self.grace_from) >= grace:
+                return False
+            poller.poll(_WAIT_SLICE_MS)
+        return True
+
+    def stop(self, why: str, dst: object) -> None:
+        """Write no more to ``dst``; a dead pipe's descriptor is pointed at /dev/null."""
+        self.stopped = why
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if why == "closed":
+            # Its reader is gone for good: nothing written to it can ever be read. On
+            # /dev/null, later writes (a print, the interpreter's flush at exit) are quiet
+            # instead of raising BrokenPipeError where nobody catches it.
+            try:
+                fd = dst.fileno()  # type: ignore[attr-defined]
+                null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.dup2(null, fd, inheritable=os.get_inheritable(fd))
+                finally:
+                    os.close(null)
+            except (AttributeError, OSError, ValueError):
+                pass
+
+
+def _open_nonblocking(fd: int) -> tuple[int | None, socket.socket | None]:
+    """A non-blocking way to write to what ``fd`` is, without changing ``fd`` itself.
+
+    O_NONBLOCK belongs to the open file description, which ``fd`` shares with the shell and
+    whoever else holds it: setting it there would break them. A pipe or a terminal opened
+    again through /proc is a description of our own; a socket takes MSG_DONTWAIT per call.
+    Regular files and /dev/null need neither (a write to them does not wait for a reader).
+    """
+    st = os.fstat(fd)
+    mode = st.st_mode
+    if stat.S_ISSOCK(mode):
+        return None, socket.socket(fileno=os.dup(fd))
+    if not (stat.S_ISFIFO(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))):
+        return None, None
+    try:
+        own = os.open(
+            f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+        )
+    except OSError as e:
+        if e.errno == errno.ENXIO and stat.S_ISFIFO(mode):
+            raise BrokenPipeError(errno.EPIPE, "no reader") from e  # its reader is gone
+        return None, None
+    check = os.fstat(own)
+    if (check.st_dev, check.st_ino) != (st.st_dev, st.st_ino):
+        os.close(own)
+        return None, None
+    return own, None
+
+
+_channels: weakref.WeakKeyDictionary[object, _Channel] = weakref.WeakKeyDictionary()
+_channels_guard = threading.Lock()
+
+
+def _channel_for(dst: object) -> _Channel:
+    with _channels_guard:
+        try:
+            channel = _channels.get(dst)
+        except TypeError:  # not weak-referenceable: a channel of our own
+            return _Channel()
+        if channel is None:
+            channel = _channels[dst] = _Channel()
+        return channel
 
 
 class ConsoleSink:
@@ -74,22 +213,39 @@ class ConsoleSink:
         self._filter = line_filter
         self._streams = None if streams is None else frozenset(streams)
         self._flush = flush
-        self.lock = self.lock_for(dst)
+        self._channel = _channel_for(dst)
+        self.lock = self._channel.lock
         """The lock every ``ConsoleSink`` writing to this ``dst`` shares."""
         self.lines_written = 0
 
     @staticmethod
     def lock_for(dst: object) -> threading.Lock:
         """The one lock for writes to ``dst`` (shared by every sink of this process)."""
-        with _locks_guard:
-            try:
-                lock = _locks.get(dst)
-            except TypeError:  # not weak-referenceable: fall back to a lock of our own
-                return threading.Lock()
-            if lock is None:
-                lock = threading.Lock()
-                _locks[dst] = lock
-            return lock
+        return _channel_for(dst).lock
+
+    @property
+    def stopped(self) -> str | None:
+        """Why ``dst`` is written no more: "closed" (its reader is gone), "not read"
+        (given up after ``shutting_down``), or the error; None while it is written."""
+        return self._channel.stopped
+
+    def shutting_down(self, grace_s: float = 1.0) -> None:
+        """From now on, give ``dst`` up when it takes nothing for ``grace_s`` seconds.
+
+        For every sink of this ``dst``, and for a write already waiting; idempotent. Until this is
+        called, a destination that is not read holds the writer back (as a blocking write
+        would); the end of a run must not wait on it.
+        """
+        channel = self._channel
+        if channel.grace_s is None:  # the first call counts: the grace does not restart
+            channel.grace_from = time.monotonic()
+            channel.grace_s = grace_s
+
+    def write_text(self, text: str) -> bool:
+        """Write ``text`` as it is (a notice, a report), with the same care as lines;
+        False if ``dst`` is written no more."""
+        with self.lock:
+            return self._write(text.encode("utf-8", "surrogatepass"))
 
     def prefix(self, rank: int) -> str:
         """The header written before each line of ``rank``."""
@@ -135,8 +291,8 @@ class ConsoleSink:
             return
         data = b"".join(out)
         with self.lock:
-            self._write(data)
-            self.lines_written += count
+            if self._write(data):
+                self.lines_written += count
 
     def _encoded_prefix(self, rank: int) -> bytes:
         p = self._bcache.get(rank)
@@ -144,27 +300,48 @@ class ConsoleSink:
             p = self._bcache[rank] = self.prefix(rank).encode("utf-8", "surrogatepass")
         return p
 
-    def _write(self, data: bytes) -> None:
-        """Write UTF-8 ``data``: to the binary buffer under a UTF-8 text stream (after
-        flushing the text layer, so the order is kept), else decoded through ``write``."""
+    def _write(self, data: bytes) -> bool:
+        """Write UTF-8 ``data`` (caller holds the lock); False if ``dst`` is written no more.
+
+        To the binary buffer under a UTF-8 text stream (after flushing the text layer, so the
+        order is kept), through our non-blocking description when ``dst`` is a pipe, socket
+        or terminal; else decoded through ``write``. A failing ``dst`` is given up quietly:
+        the files are the record, and a traceback per batch helps nobody.
+        """
+        channel = self._channel
+        if channel.stopped is not None:
+            return False
         dst = self._dst
-        raw = self._raw_out
-        if raw is None:
-            raw = self._raw_out = _binary_buffer(dst) or False
-        if raw:
-            dst.flush()
-            raw.write(data)
-            if self._flush:
-                raw.flush()
-            return
-        text = data.decode("utf-8", "surrogatepass")
         try:
-            dst.write(text)
-        except UnicodeEncodeError:  # a console that cannot show every character
-            enc = getattr(dst, "encoding", None) or "ascii"
-            dst.write(text.encode(enc, "replace").decode(enc))
-        if self._flush:
-            dst.flush()
+            raw = self._raw_out
+            if raw is None:
+                raw = self._raw_out = _binary_buffer(dst) or False
+            if raw:
+                dst.flush()
+                if channel.nonblocking(dst):
+                    if not channel.send(data):
+                        channel.stop("not read", dst)
+                        return False
+                    return True
+                raw.write(data)
+                if self._flush:
+                    raw.flush()
+                return True
+            text = data.decode("utf-8", "surrogatepass")
+            try:
+                dst.write(text)
+            except UnicodeEncodeError:  # a console that cannot show every character
+                enc = getattr(dst, "encoding", None) or "ascii"
+                dst.write(text.encode(enc, "replace").decode(enc))
+            if self._flush:
+                dst.flush()
+        except BrokenPipeError:
+            channel.stop("closed", dst)
+            return False
+        except (OSError, ValueError) as e:  # ValueError: written to after being closed
+            channel.stop(str(e) or type(e).__name__, dst)
+            return False
+        return True
 
 
 def _binary_buffer(dst: object) -> Any:

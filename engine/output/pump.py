@@ -37,6 +37,11 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
   rank's own file keeps every raw byte). ``prefixes`` is a dict or a callable
   ``rank -> prefix``; missing ranks get ``f"[{name}{rank}]:"``. Calling it again for a
   stream replaces that stream's filter.
+- A file truncated in place while its rank writes on (logrotate's ``copytruncate``): the
+  lines not yet read are gone; its last partial line is delivered as a final line, then one
+  line ``TRUNCATED_NOTICE`` (it is not in the file; ``first_line`` numbering starts again
+  at 0 after it), then the new content. The NUL bytes a writer without O_APPEND leaves
+  before its next write (it goes on at its old offset) are never delivered as text.
 - ``flush()`` / ``sync()``: read every file to its current end and deliver, on the caller's
   thread. ``stop()``: idempotent; drains every file, turns partial lines into final lines,
   closes files.
@@ -57,7 +62,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Collection, Literal, Sequence
+from typing import Any, Callable, Collection, Final, Literal, Sequence
 
 from engine.events import RankOutput, Stream
 from engine.output.dup_filter import DuplicateFilter
@@ -65,9 +70,19 @@ from engine.output.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
 from engine.output.text_batch import Batch, Prefixes, TextBatch
 from engine.output.wakeups import Wake, Waker, make_waker
 
-__all__ = ["OutputPump", "Prefixes", "TextBatch"]  # the last two re-exported for callers
+# Prefixes and TextBatch are re-exported for callers.
+__all__ = ["TRUNCATED_NOTICE", "OutputPump", "Prefixes", "TextBatch"]
 
 logger = logging.getLogger(__name__)
+
+TRUNCATED_NOTICE: Final = (
+    "[rankvisor] log truncated by another process (copytruncate?): "
+    "lines not shown before this point are lost"
+)
+"""The line delivered in a stream where its file was truncated under a running rank."""
+
+_HEAD: Final = 64
+"""Bytes of a file's content remembered to recognise it (see ``OutputPump._truncated``)."""
 
 StdStream = Literal["stdout", "stderr"]
 
@@ -79,11 +94,15 @@ class _Tail:
         "counted",
         "fd",
         "first_line",
+        "head",
+        "head_at",
+        "hole_from",
         "ino",
         "offset",
         "path",
         "rank",
         "sent_partial",
+        "skip_nul",
         "stream",
     )
 
@@ -100,6 +119,15 @@ class _Tail:
         self.counted = 0
         """``asm.lines_done`` when the last batch was collected."""
         self.sent_partial = ""
+        self.head = b""
+        """The first bytes (up to ``_HEAD``) of the content read, as read: if the file no
+        longer holds them at ``head_at``, it was truncated (or rewritten) since."""
+        self.head_at = 0
+        self.skip_nul = False
+        """After a truncation: NUL bytes are the writer's hole, not text; skip them."""
+        self.hole_from = 0
+        """After a truncation: the old read offset. A writer without O_APPEND goes on at
+        its own offset, at or past ours, so the hole reaches at least this far."""
 
 
 class OutputPump:
@@ -343,6 +371,9 @@ class OutputPump:
         tail.fd = fd
         tail.ino = os.fstat(fd).st_ino
         tail.offset = 0
+        tail.head = b""
+        tail.head_at = 0
+        tail.skip_nul = False
         return True
 
     def _close_fd(self, tail: _Tail) -> None:
@@ -438,23 +469,41 @@ class OutputPump:
                 # One read per file per pass when it fits: every read lets the GIL go, and
                 # taking it back behind a busy UI thread costs up to a switch interval.
                 data = os.read(fd, max(chunk, budget - read))
+                # Once per pass, not per line or per read: has the file been cut under us?
+                truncated = (
+                    first
+                    and (tail.offset > 0 or data[:1] == b"\0")
+                    and self._truncated(tail, fd, data)
+                )
             except OSError as e:
                 logger.warning("reading %s failed: %s", tail.path, e)
                 break
+            if truncated:
+                # The old content is gone (logrotate's copytruncate, ``truncate -s 0``): its
+                # last partial line becomes a final line, a notice marks the cut, and reading
+                # starts over where the new content is.
+                self._collect(batch, tail, parts + self._close_lines(tail))
+                parts = []
+                self._truncation_notice(batch, tail)
+                first = False
+                continue
             if not data:
-                if first and os.fstat(fd).st_size < tail.offset:
-                    # Truncated in place: the old content is gone, start over.
-                    self._collect(batch, tail, parts + self._close_lines(tail))
-                    parts = []
-                    os.lseek(fd, 0, os.SEEK_SET)
-                    tail.offset = 0
-                    tail.first_line = 0
-                    first = False
-                    continue
                 break
             first = False
+            n = len(data)
+            read += n
+            if tail.skip_nul:
+                data = self._skip_hole(tail, fd, data)
+                if not data:
+                    if read >= budget:
+                        full = True
+                        break
+                    continue
+            at = tail.offset
             tail.offset += len(data)
-            read += len(data)
+            head = tail.head
+            if len(head) < _HEAD and at == tail.head_at + len(head):
+                tail.head = head + data[: _HEAD - len(head)]
             got = feed(data)
             if got:
                 if text_mode:
@@ -464,12 +513,82 @@ class OutputPump:
             if read >= budget:
                 full = True  # more may wait: another pass, after the other files
                 break
-            if len(data) < chunk:
+            if n < chunk:
                 break
         if final and not full:
             parts += self._close_lines(tail)
         self._collect(batch, tail, parts)
         return read, full
+
+    def _truncated(self, tail: _Tail, fd: int, data: bytes) -> bool:
+        """Whether the file was truncated since the last read; if so, rewind to its start.
+
+        Two signs, both cheap (at most one syscall a pass): the file is now shorter than what
+        we read, or it no longer holds, where they were, the first bytes we read of it. The
+        second catches a writer that wrote again before we looked: without O_APPEND (how a
+        rank's stdout is opened) it writes at its old offset, so the file is as long as ever
+        but starts with a hole of NUL bytes; with O_APPEND it starts with other text.
+
+        A file we have read nothing of yet, that starts with a NUL byte, was cut before we
+        looked (no writer of text starts a log with NUL; a hole does). Cut before we looked
+        under an O_APPEND writer, it is just a file with that text: nothing to tell.
+        """
+        if not tail.offset:
+            if tail.head or tail.skip_nul or data[:1] != b"\0":
+                return False
+        elif not data:
+            if os.fstat(fd).st_size >= tail.offset:
+                return False
+        elif not tail.head or os.pread(fd, len(tail.head), tail.head_at) == tail.head:
+            return False
+        # Where does the new content start? At 0 if the file starts with text (an O_APPEND
+        # writer); otherwise after the hole, which ends at or past our old offset: skip NULs.
+        start = os.pread(fd, 1, 0)
+        tail.skip_nul = start in (b"", b"\0")
+        tail.hole_from = tail.offset
+        os.lseek(fd, 0, os.SEEK_SET)
+        tail.offset = 0
+        tail.head = b""
+        tail.head_at = 0
+        return True
+
+    def _skip_hole(self, tail: _Tail, fd: int, data: bytes) -> bytes:
+        """Drop the NUL bytes a writer's hole put before its new content (after a truncation).
+
+        Returns what follows them, or b"" when ``data`` was all hole; then the file offset is
+        moved past the rest of the hole (``SEEK_DATA``), so a hole of gigabytes is not read.
+        """
+        text = data.lstrip(b"\0")
+        at = tail.offset + len(data) - len(text)
+        if text:
+            tail.skip_nul = False
+            tail.offset = tail.head_at = at
+            return text
+        size = os.fstat(fd).st_size
+        # The hole reaches at least our old offset (see _Tail.hole_from); never past the end.
+        target = min(max(at, tail.hole_from), size)
+        try:
+            target = os.lseek(fd, target, os.SEEK_DATA)
+        except OSError:
+            target = size  # ENXIO: nothing but hole up to the end; the writer goes on there
+        os.lseek(fd, target, os.SEEK_SET)
+        tail.offset = target
+        return b""
+
+    def _truncation_notice(self, batch: list[Batch], tail: _Tail) -> None:
+        """One line, in the stream where the cut happened, that says so; numbered as if it
+        ended the old content (line numbers start again at 0 with the new content)."""
+        out: Batch
+        if self._text:
+            data = (TRUNCATED_NOTICE + "\n").encode()
+            out = TextBatch(tail.rank, tail.stream, data, 1, "", tail.attempt, tail.first_line)
+        else:
+            out = RankOutput(
+                tail.rank, tail.stream, (TRUNCATED_NOTICE,), "", tail.attempt, tail.first_line
+            )
+        batch.append(out)
+        tail.first_line = 0
+        tail.sent_partial = ""
 
     def _close_lines(self, tail: _Tail) -> list[Any]:
         last = tail.asm.close()

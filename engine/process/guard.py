@@ -20,9 +20,11 @@ On EOF the guard SIGKILLs every rank's process group, every pinned process, and 
 sweeps /proc for processes carrying the token, until a sweep finds nothing new. A clean
 ``Supervisor.shutdown`` closes the pipe too, so the same sweep removes stragglers.
 
-This file is also the guard program itself (``python -I -S engine/guard.py FD TOKEN``): it
-imports only the stdlib, so the guard starts in a few milliseconds and never imports the
-engine.
+This file is also the guard program itself (``python -I -S engine/process/guard.py FD``):
+it imports only the stdlib, so the guard starts in a few milliseconds and never imports the
+engine. The token reaches it as the first line on the pipe (``T token``), never on its
+command line: any user can read a command line (``ps``), and a process that knew the token
+could set it in its own environment and have the guard kill it.
 """
 
 from __future__ import annotations
@@ -98,9 +100,12 @@ class Guard:
             if self._proc is not None:
                 return
             rfd, wfd = os.pipe()  # both non-inheritable (PEP 446): ranks never hold them
+            # The token first, through the pipe (not argv: see the module docstring). The
+            # pipe is empty and the line far below PIPE_BUF, so this write cannot block.
+            os.write(wfd, f"T {self.token}\n".encode())
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", os.path.abspath(__file__), str(rfd), self.token],
+                    [sys.executable, "-I", "-S", os.path.abspath(__file__), str(rfd)],
                     pass_fds=(rfd,),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
@@ -109,6 +114,9 @@ class Guard:
                     start_new_session=True,
                     close_fds=True,
                 )
+            except BaseException:
+                os.close(wfd)
+                raise
             finally:
                 os.close(rfd)
             self._wfd = wfd
@@ -227,12 +235,13 @@ def _sweep_token(token: bytes, killed: set[tuple[int, int]]) -> int:
     return found
 
 
-def _guard_main(rfd: int, token: str) -> None:
+def _guard_main(rfd: int) -> None:
     # Terminal-generated signals are for the supervisor, never for us.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
         signal.signal(sig, signal.SIG_IGN)
     pinned: dict[int, tuple[int, int]] = {}  # pid -> (pidfd, starttime)
     groups: dict[int, int] = {}  # rank pid -> its process group
+    token = b""  # from the first line, "T <token>"; without one there is nothing to sweep
     buf = b""
     while True:
         chunk = os.read(rfd, 65536)  # blocks until a line or EOF (the supervisor is gone)
@@ -243,7 +252,9 @@ def _guard_main(rfd: int, token: str) -> None:
         for line in lines:
             parts = line.split()
             try:
-                if parts[0] == b"R":
+                if parts[0] == b"T":
+                    token = parts[1]
+                elif parts[0] == b"R":
                     pid, pgid, st = int(parts[1]), int(parts[2]), int(parts[3])
                     fd = _pin(pid, st)
                     if fd is not None:
@@ -284,10 +295,10 @@ def _guard_main(rfd: int, token: str) -> None:
     # Then sweep for the token until a pass finds nothing new. A process that forked
     # during a pass has a child carrying the token, which the next pass catches.
     for _ in range(50):
-        if _sweep_token(token.encode(), killed) == 0:
+        if not token or _sweep_token(token, killed) == 0:
             break
         time.sleep(0.01)
 
 
 if __name__ == "__main__":
-    _guard_main(int(sys.argv[1]), sys.argv[2])
+    _guard_main(int(sys.argv[1]))

@@ -88,7 +88,13 @@ def _how(failure: Any) -> str:
 
 
 class _HeadlessPrinter:
-    """The event sink of a headless run: rank output and notices to the console."""
+    """The event sink of a headless run: rank output and notices to the console.
+
+    A console that goes away (``rankvisor ... | head``) or fails is written no more and the
+    run goes on, as under torchrun (whose tailer thread dies on the broken pipe while the
+    ranks train on): the console is a view, the log files are the record, and a job of hours
+    must not die because a pager was closed. It is said once on stderr, if stderr still works.
+    """
 
     def __init__(self, config: SupervisorConfig, prefixes: dict[int, str],
                  out: TextIO, err: TextIO) -> None:
@@ -97,19 +103,37 @@ class _HeadlessPrinter:
         self._shown = {r: config.console(r) for r in range(config.nprocs)}
         self._out = ConsoleSink(out, prefixes=prefixes, presanitized=True)
         self._err = ConsoleSink(err, prefixes=prefixes, presanitized=True)
-        self._errstream = err
+        self._told = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RankOutput):
             shown = self._shown.get(event.rank, (False, False))
             if event.stream == "stdout" and shown[0]:
                 self._out((event,))
+                if self._out.stopped is not None and not self._told:
+                    self._told = True
+                    self._say_stdout_stopped(self._out.stopped)
             elif event.stream == "stderr" and shown[1]:
                 self._err((event,))
         elif isinstance(event, SupervisorNotice) and event.severity != "information":
-            with self._err.lock:
-                self._errstream.write(f"[rankvisor] {event.message}\n")
-                self._errstream.flush()
+            self._err.write_text(f"[rankvisor] {event.message}\n")
+
+    def write_err(self, text: str) -> None:
+        """Write ``text`` to stderr, quietly giving up a stderr that is gone."""
+        self._err.write_text(text)
+
+    def shutting_down(self) -> None:
+        """We were told to stop: a console that takes nothing for a second is given up,
+        so that nobody reading it cannot keep the ranks' teardown (and us) waiting."""
+        self._out.shutting_down()
+        self._err.shutting_down()
+
+    def _say_stdout_stopped(self, why: str) -> None:
+        how = {"closed": "was closed", "not read": "is not being read"}.get(why, f"failed ({why})")
+        self._err.write_text(
+            f"[rankvisor] stdout {how}: rank output is no longer printed there; "
+            "the ranks' log files keep every line\n"
+        )
 
 
 def run_headless(
@@ -119,22 +143,27 @@ def run_headless(
     out = out or sys.stdout
     err = err or sys.stderr
     sup = Supervisor(config)
-    sup.subscribe(_HeadlessPrinter(config, sup.snapshot().log_line_prefixes, out, err))
+    printer = _HeadlessPrinter(config, sup.snapshot().log_line_prefixes, out, err)
+    sup.subscribe(printer)
     restore = sup.install_signal_handlers()
     try:
         sup.start()
         # Wait in slices: the main thread must come back to Python now and then so our
         # signal handlers run promptly.
         while sup.wait(0.5) is None:
-            pass
+            if sup.received_signal is not None:
+                # Stopping on a signal: the teardown must not wait for a console nobody
+                # reads (a full pipe would stall the output pump, and the monitor behind it).
+                printer.shutting_down()
     finally:
+        if sup.received_signal is not None:
+            printer.shutting_down()
         sup.shutdown()
         restore()
     finished = sup.finished
     status = exit_status(finished, sup.received_signal)
     if finished is not None and finished.result.failures and sup.received_signal is None:
-        err.write(format_report(_entry_name(config), finished))
-        err.flush()
+        printer.write_err(format_report(_entry_name(config), finished))
     return status
 
 
