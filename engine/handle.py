@@ -114,8 +114,8 @@ class RankInfo:
     """Processes of this incarnation the OOM killer killed (the rank's memory cgroup
     counts them, children included); None where there is no memory cgroup."""
     oom_killed: bool = False
-    """The rank itself ended by SIGKILL we did not send while its cgroup recorded an OOM
-    kill: it was OOM-killed."""
+    """The rank itself died of a SIGKILL that rankvisor did not send, and its cgroup
+    recorded an OOM kill: it was OOM-killed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,7 @@ def _signal_listed(dirs: list[str], sig: int, skip_pgid: Optional[int] = None) -
                 except ProcessLookupError:
                     continue
                 except OSError:
-                    pinned[pid] = -1  # no pidfds: the cgroup is frozen or the pid listed
+                    pinned[pid] = -1  # no pidfds (old kernel): the re-read below must do
         still = {pid for d in dirs for pid in _pids(d)}
         sent = 0
         for pid, fd in pinned.items():
@@ -183,28 +183,37 @@ def kill_tree(kind: str, cgdir: str, freeze_wait_s: float = 1.0) -> None:
     if kind != "v1":
         return
     state = os.path.join(cgdir, "freezer.state")
+    frozen = False
     try:
         _write(state, "FROZEN")
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass  # cannot freeze: kill what is listed, in passes, below
-    try:
         # Frozen tasks cannot fork, so once the state reads FROZEN the lists are complete.
         deadline = time.monotonic() + freeze_wait_s
         pause = 0.0005
-        while (_read(state) or "").strip() not in ("FROZEN", "") and time.monotonic() < deadline:
+        while True:
+            frozen = (_read(state) or "").strip() == "FROZEN"
+            if frozen or time.monotonic() >= deadline:
+                break
             time.sleep(pause)  # FREEZING: tasks are still on their way into the freezer
             pause = min(pause * 2, 0.02)
-        for _ in range(3):
-            if not _signal_listed(_subdirs(cgdir), signal.SIGKILL):
-                break
+    except FileNotFoundError:
+        return  # removed already
+    except OSError:
+        pass  # cannot freeze: kill what is listed, in passes, below
+    try:
+        _signal_listed(_subdirs(cgdir), signal.SIGKILL)
     finally:
         # Killed tasks die only once thawed.
         try:
             _write(state, "THAWED")
         except OSError:
             pass
+    if not frozen:
+        # Some task did not freeze (uninterruptible sleep) and could fork meanwhile: kill
+        # whatever is still listed a few more times.
+        for _ in range(3):
+            time.sleep(0.01)
+            if not _signal_listed(_subdirs(cgdir), signal.SIGKILL):
+                break
 
 
 def remove_tree(cgdir: str, timeout_s: float = 5.0) -> bool:
@@ -219,10 +228,8 @@ def remove_tree(cgdir: str, timeout_s: float = 5.0) -> bool:
         for d in _subdirs(cgdir):
             try:
                 os.rmdir(d)
-            except FileNotFoundError:
-                pass
             except OSError:
-                break  # EBUSY: still populated; its parent cannot go either
+                pass  # gone already, or EBUSY: still populated (and so are its parents)
         if not os.path.exists(cgdir):
             return True
         if time.monotonic() >= deadline:
@@ -366,8 +373,12 @@ class RankCgroup:
         return _signal_listed([self.path], sig, skip_pgid)
 
     def kill(self) -> None:
-        """SIGKILL every process in the cgroup, including any forked meanwhile."""
-        kill_tree(self.kind, self.path)
+        """SIGKILL every process in the cgroup, including any forked meanwhile.
+
+        v1: waits at most a quarter second for the freeze (this runs under the
+        supervisor's lock), then kills what is listed either way.
+        """
+        kill_tree(self.kind, self.path, freeze_wait_s=0.25)
 
     def memory(self) -> Optional[MemoryReading]:
         """The memory reading now (the last one once released); None without one."""
@@ -382,7 +393,10 @@ class RankCgroup:
         if self._released:
             return
         self._final = self.memory()
-        self.kill()
+        # Kill only if something is left: nothing can join an empty cgroup (only its
+        # members fork into it), so an empty one stays empty.
+        if self.pids():
+            self.kill()
         self._released = True
         self._tree._release(self)
 

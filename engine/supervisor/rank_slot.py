@@ -189,7 +189,7 @@ class RankSlot:
             oom_kills=oom_kills,
             oom_killed=bool(
                 final and oom_kills and self.exitcode == -signal.SIGKILL
-                and not self.caused_by_us
+                and signal.SIGKILL not in self.signals_ns
             ),
         )
 

@@ -22,6 +22,8 @@ import pytest
 
 from engine.events import RankStateChanged, RankStats
 from engine.process import cgroups
+from engine.process.guard import Guard
+from engine.process.rank_process import RankProcess
 from engine.states import RankState
 from engine.supervisor import Supervisor
 from engine.supervisor.run_config import SupervisorConfig
@@ -289,6 +291,40 @@ def test_tracking_is_cgroup_here_and_process_tree_when_cgroups_are_disabled(
     assert not any("rankvisor-" in d for d in cgroups.cgroup_dirs_of(rank).values())
     assert snap.ranks[0].oom_kills is None
     assert not _run_dirs(os.getpid())
+
+
+@needs_cgroups
+def test_a_killed_guard_is_replaced_by_one_that_knows_every_rank_and_cgroup(
+    tmp_path: Path, leftovers: Leftovers
+) -> None:
+    tree, _ = cgroups.open_run("guard")
+    assert tree is not None
+    guard = Guard()
+    guard.start()
+    try:
+        for kind, path in tree.guard_dirs:
+            guard.add_cgroup(kind, path)
+        rank = RankProcess.spawn(
+            [PYTHON, ESCAPER, str(tmp_path), "--daemon"], {"RANK": "0", **guard.env},
+            None, None, cgroup=tree.new_rank(0),
+        )
+        guard.add_rank(rank.pid, rank.pgid)
+        assert len(leftovers.read(tmp_path / "0.pids")) == 2  # the rank and its daemon
+        first = guard.pid
+        assert first is not None and guard.restart_if_dead() is None  # alive: kept
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: guard.restart_if_dead() is not None, timeout=10)
+        assert guard.pid != first and guard.alive
+        # Our end closes as if we had died: the new guard kills through the cgroups (the
+        # daemon carries no token) and removes them.
+        guard.close()
+        wait_until(lambda: not leftovers.alive(), timeout=10)
+        wait_until(lambda: not os.path.exists(tree.path), timeout=10)
+        rank.wait(timeout=10)
+        rank.close()
+    finally:
+        guard.close()
+        tree.close()
 
 
 @needs_cgroups
