@@ -289,7 +289,14 @@ def _base(mount: _Mount, own: Optional[str], writable: bool = True) -> Optional[
     if root and not (own == root or own.startswith(root + "/")):
         return None  # the cgroup is outside what this mount shows
     path = os.path.join(mount.point, own[len(root):].lstrip("/"))
-    if not os.path.isdir(path) or (writable and not os.access(path, os.W_OK | os.X_OK)):
+    if not os.path.isdir(path):
+        return None
+    if writable and not (
+        os.access(path, os.W_OK | os.X_OK)
+        # Moving a rank from here into a cgroup below needs write access to this one's
+        # cgroup.procs too (the common ancestor of the source and the destination).
+        and os.access(os.path.join(path, "cgroup.procs"), os.W_OK)
+    ):
         return None
     return path
 
