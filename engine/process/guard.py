@@ -168,6 +168,9 @@ class Guard:
                 proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 pass  # the guard lives on and finishes its sweep on its own
+        if self._watch is not None:
+            os.close(self._watch[1])
+            self._watch = None
 
     def add_cgroup(self, kind: str, path: str) -> None:
         """A cgroup directory of the run: on our death the guard kills everything in it
