@@ -84,6 +84,12 @@ class RankStats:
     numa_node: int | None
     uptime_s: float
     t: float
+    cgroup_memory_bytes: int | None = None
+    """Memory the rank's cgroup is charged (its whole tree, page cache included, every
+    process however it detached); None where the rank has no memory cgroup."""
+    oom_kills: int | None = None
+    """Processes of this incarnation of the rank the OOM killer has killed so far (the
+    rank's cgroup counts them); None where the rank has no memory cgroup."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,12 @@ class RankInfo:
     error_file: str
     exitcode: int | None = None
     signal_name: str | None = None
+    oom_kills: int | None = None
+    """Processes of this incarnation the OOM killer killed (the rank's memory cgroup
+    counts them, children included); None where there is no memory cgroup."""
+    oom_killed: bool = False
+    """The rank itself died of a SIGKILL that rankvisor did not send, and its cgroup
+    recorded an OOM kill: it was OOM-killed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +139,12 @@ class RunInfo:
     log_line_prefixes: dict[int, str] = field(default_factory=dict)
     ranks: tuple[RankInfo, ...] = ()
     finished: bool = False
+    tracking: str = "process-tree"
+    """How a rank's processes are found and ended: "cgroup" (a cgroup per rank, nothing
+    escapes it) or "process-tree" (process groups, /proc descendants and the guard's
+    token)."""
+    tracking_detail: str = ""
+    """The same in words: which cgroup hierarchy, or why none could be used."""
 
 
 class SupervisorHandle(Protocol):

@@ -20,6 +20,12 @@ On EOF the guard SIGKILLs every rank's process group, every pinned process, and 
 sweeps /proc for processes carrying the token, until a sweep finds nothing new. A clean
 ``Supervisor.shutdown`` closes the pipe too, so the same sweep removes stragglers.
 
+Where the run uses cgroups (``engine.process.cgroups``) we also tell it the run's cgroup
+directories (``C kind path``): on EOF it kills everything in them first (nothing in a
+cgroup can escape, token or not) and removes them last. If the guard itself is killed, the
+supervisor starts a new one with the same token and tells it everything again
+(``restart_if_dead``), so killing the guard and then us still leaves nothing behind.
+
 This file is also the guard program itself (``python -I -S engine/process/guard.py FD``):
 it imports only the stdlib, so the guard starts in a few milliseconds and never imports the
 engine. The token reaches it as the first line on the pipe (``T token``), never on its
@@ -37,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 __all__ = ["GUARD_ENV", "Guard", "starttime"]
 
@@ -78,6 +85,10 @@ class Guard:
         self._proc: subprocess.Popen[bytes] | None = None
         self._wfd: int | None = None
         self._sent: set[int] = set()
+        self._replay: dict[str, str] = {}
+        """What a replacement guard must be told again: rank and cgroup lines by key."""
+        self._closing = False
+        self._watch: tuple[int, int] | None = None  # (guard pid, its pidfd)
 
     @property
     def env(self) -> dict[str, str]:
@@ -125,7 +136,9 @@ class Guard:
         """Pin a rank process; on our death its process group is killed too."""
         st = starttime(pid)
         if st is not None:
-            self._send(f"R {pid} {pgid if pgid is not None else pid} {st}\n")
+            line = f"R {pid} {pgid if pgid is not None else pid} {st}\n"
+            self._replay[f"R{pid}"] = line
+            self._send(line)
 
     def add_descendants(self, pids: list[int]) -> None:
         """Pin descendants the first time they are seen (others are already pinned)."""
@@ -143,6 +156,7 @@ class Guard:
     def forget(self, pid: int) -> None:
         """A rank was reaped: the guard can drop its pidfd."""
         self._sent.discard(pid)
+        self._replay.pop(f"R{pid}", None)
         self._send(f"X {pid}\n")
 
     def close(self, wait_s: float = 5.0) -> None:
@@ -152,6 +166,7 @@ class Guard:
         sees them gone.
         """
         with self._lock:
+            self._closing = True
             wfd, self._wfd = self._wfd, None
             proc = self._proc
         if wfd is not None:
@@ -161,6 +176,51 @@ class Guard:
                 proc.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 pass  # the guard lives on and finishes its sweep on its own
+        if self._watch is not None:
+            os.close(self._watch[1])
+            self._watch = None
+
+    def add_cgroup(self, kind: str, path: str) -> None:
+        """A cgroup directory of the run: on our death the guard kills everything in it
+        and removes it (``kind``: "v2", "v1" freezer, or "memory": removed only)."""
+        line = f"C {kind} {path}\n"
+        self._replay[f"C{path}"] = line
+        self._send(line)
+
+    def watch_fd(self) -> int | None:
+        """A pidfd of the guard process, readable once it has died (None before start)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if self._watch is None or self._watch[0] != proc.pid:
+            if self._watch is not None:
+                os.close(self._watch[1])
+            try:
+                self._watch = (proc.pid, os.pidfd_open(proc.pid))
+            except OSError:
+                return None
+        return self._watch[1]
+
+    def restart_if_dead(self) -> int | None:
+        """If the guard process died (someone killed it), start a new one with the same
+        token and tell it every rank and cgroup again; the new pid, else None.
+
+        The descendants it had pinned are not replayed: the sampler reports them again.
+        """
+        with self._lock:
+            proc = self._proc
+            if proc is None or self._closing or proc.poll() is None:
+                return None
+            if self._wfd is not None:
+                os.close(self._wfd)
+                self._wfd = None
+            self._proc = None
+            self._sent.clear()
+            lines = "".join(self._replay.values())
+        self.start()
+        if lines:
+            self._send(lines)
+        return self.pid
 
     def _send(self, text: str) -> None:
         with self._lock:
@@ -242,6 +302,8 @@ def _guard_main(rfd: int) -> None:
     pinned: dict[int, tuple[int, int]] = {}  # pid -> (pidfd, starttime)
     groups: dict[int, int] = {}  # rank pid -> its process group
     token = b""  # from the first line, "T <token>"; without one there is nothing to sweep
+    cgroup_dirs: dict[str, str] = {}  # the run's cgroup directories -> kind
+    cgroups: types.ModuleType | None = None
     buf = b""
     while True:
         chunk = os.read(rfd, 65536)  # blocks until a line or EOF (the supervisor is gone)
@@ -266,6 +328,11 @@ def _guard_main(rfd: int) -> None:
                         fd = _pin(pid, st)
                         if fd is not None:
                             pinned[pid] = (fd, st)
+                elif parts[0] == b"C":
+                    kind, path = line.decode().split(" ", 2)[1:]
+                    cgroup_dirs[path] = kind
+                    if cgroups is None:
+                        cgroups = _cgroups_module()
                 elif parts[0] == b"X":
                     pid = int(parts[1])
                     groups.pop(pid, None)
@@ -280,7 +347,11 @@ def _guard_main(rfd: int) -> None:
                     os.close(fd)
                     del pinned[pid]
 
-    # EOF: the supervisor has gone (or shut down). Kill groups first so nothing forks on.
+    # EOF: the supervisor has gone (or shut down). Kill the cgroups first (nothing escapes
+    # them), then the groups, so nothing forks on.
+    if cgroups is not None:
+        for path, kind in cgroup_dirs.items():
+            cgroups.kill_tree(kind, path)
     killed: set[tuple[int, int]] = set()
     for pgid in groups.values():
         # A group id is not reused while any member lives, so this reaches the rank's
@@ -298,6 +369,21 @@ def _guard_main(rfd: int) -> None:
         if not token or _sweep_token(token, killed) == 0:
             break
         time.sleep(0.01)
+    if cgroups is not None:
+        for path in cgroup_dirs:
+            cgroups.remove_tree(path, timeout_s=5.0)
+
+
+def _cgroups_module() -> types.ModuleType | None:
+    # engine/process/cgroups.py imports only the stdlib; load it from beside this file
+    # (this program runs isolated, without the engine on its path), once, while we know
+    # the files are there.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import cgroups  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return cgroups
 
 
 if __name__ == "__main__":

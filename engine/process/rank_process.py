@@ -38,6 +38,7 @@ from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 
 import psutil
 
+from engine.process import cgroups as _cgroups
 from engine.process import exit_watch as _exitwatch
 from engine.process import proc_table as _proctable
 from engine.process import spawner as _spawner
@@ -74,6 +75,10 @@ class RankProcess:
         stderr_path: the file stderr goes to, or None when inherited.
         signals_sent: ``(signal number, time.time_ns())`` of every signal delivered by
             ``send_signal``, in order: lets callers tell exits they caused from others.
+        cgroup: the rank's own cgroup when it was spawned into one (see
+            ``engine.process.cgroups``), else None. With one, a group signal also reaches
+            every member of the cgroup, SIGKILL kills the whole cgroup, and ``close()``
+            kills what the rank left behind and removes the cgroup.
     """
 
     def __init__(
@@ -90,6 +95,7 @@ class RankProcess:
         self.stdout_path = stdout_path
         self.stderr_path = stderr_path
         self.signals_sent: list[tuple[int, int]] = []
+        self.cgroup: Optional[_cgroups.RankCgroup] = None
         self._lock = threading.Lock()
         """Held while reaping and while signalling: a pid is never signalled once reaped."""
         self._exitcode: Optional[int] = None
@@ -120,6 +126,7 @@ class RankProcess:
         cpu_affinity: Optional[Collection[int]] = None,
         stdin: Optional[int] = None,
         pdeathsig: bool = True,
+        cgroup: Optional[_cgroups.RankCgroup] = None,
     ) -> RankProcess:
         """Start ``argv`` as a new rank (no shell), in its own session and process group.
 
@@ -138,6 +145,8 @@ class RankProcess:
             stdin: as Popen's ``stdin`` (e.g. ``subprocess.DEVNULL`` under a TUI); None
                 inherits ours, as torch does.
             pdeathsig: give the rank PR_SET_PDEATHSIG=SIGKILL (see ``engine.process.spawner``).
+            cgroup: a fresh cgroup the rank joins before it execs its program, so that
+                nothing it forks can leave it (``RunCgroups.new_rank``).
 
         Returns:
             The running rank.
@@ -145,7 +154,8 @@ class RankProcess:
         Raises:
             FileNotFoundError: the program does not exist (or is not on PATH).
             PermissionError: the program is not executable.
-            OSError: the log files cannot be opened, or the exec failed.
+            OSError: the log files cannot be opened, the exec failed, or the rank could not
+                join ``cgroup``.
         """
         if log_mode not in ("w", "a"):
             raise ValueError(f"log_mode must be 'w' or 'a', not {log_mode!r}")
@@ -159,7 +169,8 @@ class RankProcess:
 
         return _spawner.call(
             lambda: cls._spawn_here(
-                argv, full_env, stdout_path, stderr_path, cwd, log_mode, affinity, stdin, pdeathsig
+                argv, full_env, stdout_path, stderr_path, cwd, log_mode, affinity, stdin,
+                pdeathsig, cgroup,
             )
         )
 
@@ -175,12 +186,19 @@ class RankProcess:
         affinity: Optional[frozenset[int]],
         stdin: Optional[int],
         pdeathsig: bool,
+        cgroup: Optional[_cgroups.RankCgroup],
     ) -> RankProcess:
         # Runs on the spawner thread: the thread the rank's death signal is tied to.
         program = _spawner.resolve_program_in_job(argv[0], env.get("PATH"), cwd)
         prefix: tuple[str, ...] = ()
         preexec = None
-        if pdeathsig:
+        join_fds: tuple[int, ...] = ()
+        if cgroup is not None:
+            # The child writes itself into these between fork and exec (one preexec_fn that
+            # also sets the death signal): open them here so that the child only writes.
+            join_fds = _open_for_join(cgroup.join_files)
+            preexec = _spawner.preexec_join(os.getpid(), join_fds, pdeathsig)
+        elif pdeathsig:
             prefix = _spawner.pdeathsig_prefix()
             preexec = _spawner.preexec_pdeathsig(os.getpid())
         # With a trampoline the program is exec'd by it, so pass the resolved path.
@@ -194,23 +212,31 @@ class RankProcess:
                 # rank runs unbound, and nothing to do in the child.
                 old_affinity = os.sched_getaffinity(0)
                 os.sched_setaffinity(0, affinity)
-            popen = subprocess.Popen(
-                cmd,
-                executable=None if prefix else program,
-                env=env,
-                cwd=cwd,
-                stdin=stdin,
-                stdout=files[0],
-                stderr=files[1],
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
+            try:
+                popen = subprocess.Popen(
+                    cmd,
+                    executable=None if prefix else program,
+                    env=env,
+                    cwd=cwd,
+                    stdin=stdin,
+                    stdout=files[0],
+                    stderr=files[1],
+                    start_new_session=True,
+                    preexec_fn=preexec,
+                )
+            except subprocess.SubprocessError as e:
+                # Only our preexec_fn raises this: the write into cgroup.procs failed.
+                where = cgroup.path if cgroup is not None else "its cgroup"
+                raise OSError(errno.EIO, f"the rank could not join its cgroup {where}") from e
         finally:
             if old_affinity is not None:
                 os.sched_setaffinity(0, old_affinity)
             for f in {id(f): f for f in files if f is not None}.values():
                 f.close()  # the child holds its own copies
+            for fd in join_fds:
+                os.close(fd)
         proc = cls(popen, argv, stdout_path, stderr_path)
+        proc.cgroup = cgroup
         # Watched (and discarded if the caller gave up) when the spawner job ends.
         _spawner.current_job_note(proc)
         return proc
@@ -308,7 +334,8 @@ class RankProcess:
         Args:
             sig: the signal number.
             group: also signal the process group and every descendant found in /proc before
-                the signal (including ones that left the group with ``setsid``).
+                the signal (including ones that left the group with ``setsid``); with a
+                ``cgroup``, every member of it instead of the descendants.
 
         Returns:
             True if the rank was alive and got the signal; False (nothing sent) if it had
@@ -320,7 +347,7 @@ class RankProcess:
             if self._closed or self._exited_unreaped_locked():
                 return False
             strays: list[_proctable.ProcEntry] = []
-            if group:
+            if group and self.cgroup is None:
                 # Find descendants first: once the rank dies they are re-parented and can no
                 # longer be told apart from anyone else's processes.
                 if _table is not None:
@@ -348,7 +375,15 @@ class RankProcess:
                 except PermissionError:  # a member changed uid; the leader is still ours
                     if not self._signal_leader(sig):
                         return False
-                _proctable.signal_checked(strays, sig)
+                if self.cgroup is None:
+                    _proctable.signal_checked(strays, sig)
+                elif sig == signal.SIGKILL:
+                    # The kernel kills every member, including any forked since.
+                    self.cgroup.kill()
+                else:
+                    # Every member outside the group, however it detached (setsid, a
+                    # double fork whose parent is gone): membership survives all of it.
+                    self.cgroup.signal(sig, skip_pgid=self.pgid)
             elif not self._signal_leader(sig):
                 return False
             self.signals_sent.append((int(sig), time.time_ns()))
@@ -378,6 +413,11 @@ class RankProcess:
             return False
         return True
 
+    def memory(self) -> Optional[_cgroups.MemoryReading]:
+        """The rank's memory and OOM kills as its cgroup counts them (its last reading once
+        closed); None without a cgroup with memory accounting."""
+        return self.cgroup.memory() if self.cgroup is not None else None
+
     def descendants(self) -> list[psutil.Process]:
         """The rank's live descendants (children first), checked against recycled pids."""
         found = []
@@ -396,6 +436,9 @@ class RankProcess:
     def close(self) -> None:
         """Release the pidfd. Only once the rank has exited; idempotent.
 
+        With a cgroup, whatever the rank left running in it is killed now (children of a
+        rank that exited 0 do not run on until the end of the run) and the cgroup removed.
+
         Raises:
             RuntimeError: the rank is still running (its pidfd is what keeps signals safe).
         """
@@ -408,6 +451,8 @@ class RankProcess:
             self._closed = True
             if self.pidfd is not None:
                 os.close(self.pidfd)
+        if self.cgroup is not None:
+            self.cgroup.release()
 
     def discard(self) -> None:
         """SIGKILL the rank and its group (used when the caller of a spawn gave up)."""
@@ -425,6 +470,18 @@ class RankProcess:
     def __repr__(self) -> str:
         state = "running" if self._exitcode is None else f"exitcode={self._exitcode}"
         return f"<RankProcess pid={self.pid} {state} argv={list(self.argv)!r}>"
+
+
+def _open_for_join(paths: tuple[str, ...]) -> tuple[int, ...]:
+    fds: list[int] = []
+    try:
+        for path in paths:
+            fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return tuple(fds)
 
 
 def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> list[RankProcess]:

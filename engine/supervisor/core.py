@@ -8,6 +8,8 @@ It composes the engine's parts (everything here is per Supervisor, nothing modul
   record, the console and the UI are views of them);
 * ``StatsSampler`` (engine.supervisor.stats): psutil samples as ``RankStats``;
 * ``Guard`` (engine.process.guard): a separate process that kills every rank's tree if we die;
+* ``RunCgroups`` (engine.process.cgroups): a cgroup per rank where cgroups are writable, so
+  that nothing a rank forks escapes its end (``snapshot().tracking`` says which is used);
 * torch's file-timer watchdog and health check (timer_watchdog), only when enabled.
 
 and its own parts, each a typed object that sees only what it needs:
@@ -65,6 +67,7 @@ from typing import Union
 from engine.events import EventSink, RunFinished, TimerExpired
 from engine.handle import Command, CommandResult, RunInfo
 from engine.logs_specs import DefaultLogsSpecs
+from engine.process import cgroups as _cgroups
 from engine.process.guard import Guard
 from engine.std import Std
 from engine.supervisor.agent_env import EnvOptions, free_port, log_line_prefixes
@@ -118,6 +121,8 @@ class Supervisor:
         self._pump = PumpLink(config, self._prefixes, self._events.publish_now)
 
         self._guard = Guard()
+        self._cgroups: _cgroups.RunCgroups | None = None
+        self._tracking_detail = ""
         self._sampler = StatsSampler(
             self._events.publish_now, interval=config.sample_interval or 1.0
         )
@@ -153,7 +158,7 @@ class Supervisor:
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,
-            self._wakeup,
+            self._wakeup, self._guard,
         )
 
     # -- events and commands --------------------------------------------------------------
@@ -184,7 +189,14 @@ class Supervisor:
             if state.started:
                 return
             state.started = True
+            # Before the guard starts: a run left by an owner killed with its guard is
+            # swept here (see engine.process.cgroups).
+            self._cgroups, self._tracking_detail = _cgroups.open_run(str(self.config.run_id))
             self._guard.start()
+            if self._cgroups is not None:
+                for kind, path in self._cgroups.guard_dirs:
+                    self._guard.add_cgroup(kind, path)
+                self._launcher.use_cgroups(self._cgroups)
             if self._watchdog is not None:
                 self._watchdog.start()
             if self._health is not None:
@@ -246,6 +258,13 @@ class Supervisor:
             self._watchdog.stop()
         if self._health is not None:
             self._health.stop()
+        if self._cgroups is not None:
+            left = self._cgroups.close()
+            if left:
+                self._events.notice(
+                    f"cgroup(s) {', '.join(left)} still hold processes stuck in the kernel; "
+                    "the guard removes them once they exit", "error",
+                )
         self._guard.close()  # the guard sweeps anything that still carries our token
         self._events.flush()
         self._wakeup.close()
@@ -316,6 +335,11 @@ class Supervisor:
                 log_line_prefixes=dict(self._prefixes),
                 ranks=tuple(s.info() for s in state.slots.values()),
                 finished=state.finished is not None,
+                tracking=(
+                    _cgroups.TRACKING_CGROUP if self._cgroups is not None
+                    else _cgroups.TRACKING_TREE
+                ),
+                tracking_detail=self._tracking_detail,
             )
 
     @property

@@ -4,7 +4,9 @@
 ``[role<rank>]:`` prefixes, the way ``torchrun --tee 3`` prints it (``-r``/``-t`` and
 ``--local-ranks-filter`` decide what reaches the console, as under torchrun; the files
 always get everything), rankvisor's own notices on stderr as ``[rankvisor] ...`` lines, and
-the torch-style root-cause report on stderr when a rank failed.
+the torch-style root-cause report on stderr when a rank failed. Its first line of its own
+says how the ranks' processes are tracked: ``[rankvisor] process tracking: cgroup (...)``
+or ``process-tree (why no cgroup)``.
 
 Exit status, as torchrun's: 0 when every rank succeeded, 1 when not; 128 + N when we were
 stopped by signal N (SIGTERM, SIGINT, SIGHUP), after the ranks were terminated with
@@ -116,7 +118,11 @@ class _HeadlessPrinter:
             elif event.stream == "stderr" and shown[1]:
                 self._err((event,))
         elif isinstance(event, SupervisorNotice) and event.severity != "information":
-            self._err.write_text(f"[rankvisor] {event.message}\n")
+            self.line(event.message)
+
+    def line(self, text: str) -> None:
+        """One line of rankvisor's own on stderr, never inside a rank's line."""
+        self._err.write_text(f"[rankvisor] {text}\n")
 
     def write_err(self, text: str) -> None:
         """Write ``text`` to stderr, quietly giving up a stderr that is gone."""
@@ -148,6 +154,7 @@ def run_headless(
     restore = sup.install_signal_handlers()
     try:
         sup.start()
+        printer.line(f"process tracking: {sup.snapshot().tracking_detail}")
         # Wait in slices: the main thread must come back to Python now and then so our
         # signal handlers run promptly.
         while sup.wait(0.5) is None:

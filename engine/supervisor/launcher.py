@@ -2,9 +2,12 @@
 
 Every spawn is recorded the same way: the guard learns the rank's process group (so it
 dies with us), the stats sampler tracks it, the pump tails its files, and its state events
-are queued. A spawn that fails (no such program, a bad cwd) is a failure of that rank, not
-an exception: it becomes FAILED with exit code 127, the shell's "command could not be
-run". All of it runs with the state lock held (on the monitor thread, or in ``start``).
+are queued. Where the run has cgroups, each spawn gets a fresh cgroup that the rank joins
+before it execs; when the rank is reaped, whatever it left in there is killed and the
+cgroup removed (``RankProcess.close``). A spawn that fails (no such program, a bad cwd,
+a cgroup that cannot be made or joined) is a failure of that rank, not an exception: it
+becomes FAILED with exit code 127, the shell's "command could not be run". All of it runs
+with the state lock held (on the monitor thread, or in ``start``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from engine.errors import ProcessFailure
 from engine.events import AttemptStarted, RankRestarted
 from engine.logs_specs import DefaultLogsSpecs
+from engine.process.cgroups import RunCgroups
 from engine.process.guard import Guard
 from engine.process.rank_process import RankProcess, on_spawner_thread
 from engine.states import RankState
@@ -64,6 +68,11 @@ class Launcher:
         self._wakeup = wakeup
         self._stdin = stdin
         self._cpu_sets = config.cpu_sets()  # NUMA placement, the same for every incarnation
+        self._cgroups: RunCgroups | None = None
+
+    def use_cgroups(self, cgroups: RunCgroups | None) -> None:
+        """Spawn every later rank into a cgroup of its own under ``cgroups``."""
+        self._cgroups = cgroups
 
     def _rank_env(self, slot: RankSlot) -> dict[str, str]:
         env = build_rank_env(
@@ -133,7 +142,10 @@ class Launcher:
         self._started(slot, self._spawn_or_error(slot), restart=True, whole_attempt=False)
 
     def retire(self, slot: RankSlot, proc: RankProcess) -> None:
-        """The slot's process exited: stop tracking it (its last lines still come)."""
+        """The slot's process exited: stop tracking it (its last lines still come).
+
+        Closing it kills what it left in its cgroup, if it has one.
+        """
         self._sampler.untrack(slot.rank)
         self._guard.forget(proc.pid)
         self._pump.remove(slot)
@@ -143,13 +155,18 @@ class Launcher:
             pass
 
     def _spawn_or_error(self, slot: RankSlot) -> RankProcess | Exception:
+        cgroup = None
         try:
+            if self._cgroups is not None:
+                cgroup = self._cgroups.new_rank(slot.rank)
             return RankProcess.spawn(
                 slot.argv, slot.env, slot.stdout_path, slot.stderr_path,
                 cwd=self._config.cwd, stdin=self._stdin,
-                cpu_affinity=self._cpu_sets.get(slot.rank),
+                cpu_affinity=self._cpu_sets.get(slot.rank), cgroup=cgroup,
             )
         except (OSError, ValueError) as e:
+            if cgroup is not None:
+                cgroup.release()  # nothing started in it: removed at once
             return e
 
     def _started(
@@ -161,7 +178,9 @@ class Launcher:
             return
         slot.proc = proc
         self._guard.add_rank(proc.pid, proc.pgid)
-        self._sampler.track(slot.rank, proc.pid)
+        self._sampler.track(
+            slot.rank, proc.pid, proc.memory if proc.cgroup is not None else None
+        )
         self._pump.add(slot)
         if restart:
             # SUCCEEDED/FAILED/SIGNALLED -> STARTING: restarted (alone or with its attempt)

@@ -9,7 +9,9 @@ one place and in one order. It sleeps in ``poll()`` on:
 * the wake-up pipe (``Wakeup``), written by commands, spawns, signal handlers and
   ``shutdown``;
 * a timeout equal to the nearest escalation deadline (SIGKILL time, or the end of the
-  bounded wait after a SIGKILL).
+  bounded wait after a SIGKILL);
+* the guard process's pidfd: if someone kills the guard, a new one is started at once (a
+  SIGKILL of rankvisor after that must still leave nothing behind).
 
 Each pass brings the run up to date under the state lock, then, with the lock released,
 runs the queued pump calls and delivers the queued events (in that order, so a rank's last
@@ -29,6 +31,7 @@ import time
 
 from engine.errors import ProcessFailure, root_cause_rank
 from engine.events import RunFinished
+from engine.process.guard import Guard
 from engine.process.rank_process import RankProcess
 from engine.process.signals import signal_name
 from engine.result import RunProcsResult
@@ -58,6 +61,7 @@ class Monitor:
         launcher: Launcher,
         pump: PumpLink,
         wakeup: Wakeup,
+        guard: Guard | None = None,
     ) -> None:
         self._config = config
         self._state = state
@@ -66,6 +70,7 @@ class Monitor:
         self._launcher = launcher
         self._pump = pump
         self._wakeup = wakeup
+        self._guard = guard
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -92,6 +97,7 @@ class Monitor:
                 fds = [p.pidfd for p in _procs(live) if p.pidfd is not None]
                 polling_needed = any(p.pidfd is None for p in _procs(live))
                 deadline = self._stopper.next_deadline()
+                guard_fd = self._guard.watch_fd() if self._guard is not None else None
             timeout_ms: float | None = None
             if deadline is not None:
                 timeout_ms = max(0.0, (deadline - time.monotonic()) * 1000.0)
@@ -102,6 +108,8 @@ class Monitor:
             poller.register(self._wakeup.fd, select.POLLIN)
             for fd in fds:
                 poller.register(fd, select.POLLIN)
+            if guard_fd is not None:
+                poller.register(guard_fd, select.POLLIN)
             try:
                 poller.poll(None if timeout_ms is None else int(timeout_ms) + 1)
                 self._wakeup.drain()
@@ -127,6 +135,7 @@ class Monitor:
     def _reconcile(self) -> None:
         """Bring everything up to date; caller holds the lock. Order matters."""
         state = self._state
+        self._check_guard()
         self._handle_our_signals()
         for slot in state.slots.values():
             proc = slot.proc
@@ -143,6 +152,17 @@ class Monitor:
                 self._launcher.start_attempt(first=False)
         self._maybe_finish()
         state.changed.notify_all()
+
+    def _check_guard(self) -> None:
+        guard = self._guard
+        if guard is None or self._state.closed:
+            return
+        old = guard.pid
+        new = guard.restart_if_dead()
+        if new is not None:
+            self._events.notice(
+                f"the guard process (pid {old}) died; started a new one (pid {new})", "warning"
+            )
 
     def _handle_our_signals(self) -> None:
         state = self._state

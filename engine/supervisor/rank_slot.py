@@ -11,6 +11,7 @@ Not thread-safe on its own: the run's state lock (``RunState.lock``) guards ever
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -172,6 +173,8 @@ class RankSlot:
     def info(self) -> RankInfo:
         """The plain-data view a UI gets from ``snapshot()``."""
         final = self.state.is_final
+        memory = self.proc.memory() if self.proc is not None else None
+        oom_kills = memory.oom_kills if memory is not None else None
         return RankInfo(
             rank=self.rank,
             state=self.state,
@@ -183,6 +186,11 @@ class RankSlot:
             error_file=self.error_file,
             exitcode=self.exitcode if final else None,
             signal_name=exit_signal_name(self.exitcode) if final else None,
+            oom_kills=oom_kills,
+            oom_killed=bool(
+                final and oom_kills and self.exitcode == -signal.SIGKILL
+                and signal.SIGKILL not in self.signals_ns
+            ),
         )
 
 

@@ -21,6 +21,10 @@ CPU % is our own delta of user+system time over wall time between two samples, p
 (pid, start time), so a descendant that appears between samples is counted from its first
 sighting and one that vanished simply stops counting. A recycled pid is recognised by its
 start time. A dead or zombie rank is a *state* ("zombie", "gone"), never an exception.
+
+Where the rank has a memory cgroup (``engine.process.cgroups``), each sample also carries
+what the cgroup is charged and how many of its processes the OOM killer has killed: two
+small file reads, and the only count that includes processes no walk can find.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import NamedTuple
 import psutil
 
 from engine.events import RankStats
+from engine.process.cgroups import MemoryReading
 from engine.process.numa import parse_cpulist
 from engine.process.proc_table import stat_fields
 
@@ -166,6 +171,8 @@ class _Tracked:
     cpu_seen: dict[tuple[int, int], float] = field(default_factory=dict)
     """(pid, starttime) -> cpu seconds at the last sample, the rank itself included."""
     last_t: float = 0.0
+    memory: Callable[[], MemoryReading | None] | None = None
+    """Reads the rank's cgroup memory (``RankProcess.memory``), when it has one."""
 
 
 class StatsSampler:
@@ -196,13 +203,18 @@ class StatsSampler:
         """Also report each rank's descendant pids after every sample (the guard wants them)."""
         self._on_descendants = callback
 
-    def track(self, rank: int, pid: int) -> None:
-        """Start sampling ``rank`` (pid is our own unreaped child, so it can't be recycled)."""
+    def track(
+        self, rank: int, pid: int, memory: Callable[[], MemoryReading | None] | None = None
+    ) -> None:
+        """Start sampling ``rank`` (pid is our own unreaped child, so it can't be recycled).
+
+        ``memory``: reads the rank's cgroup memory for each sample, when it has a cgroup.
+        """
         st = _read_stat(pid)
         if st is None:
             return  # already gone and reaped: nothing to sample
         with self._lock:
-            self._tracked[rank] = _Tracked(rank, pid, st.starttime)
+            self._tracked[rank] = _Tracked(rank, pid, st.starttime, memory=memory)
 
     def untrack(self, rank: int) -> None:
         """Stop sampling ``rank`` (call before or when its pid is reaped)."""
@@ -287,6 +299,7 @@ class StatsSampler:
             cpu_percent = 100.0 * spent / dt if dt > 0 else 0.0
         tr.cpu_seen = seen
         tr.last_t = now
+        mem = tr.memory() if tr.memory is not None else None
         return RankStats(
             rank=tr.rank,
             pid=pid,
@@ -300,11 +313,15 @@ class StatsSampler:
             numa_node=self._numa.get(st.cpu_num),
             uptime_s=max(0.0, now_wall - (_boot_time() + tr.starttime / _CLK_TCK)),
             t=now_wall,
+            cgroup_memory_bytes=mem.current_bytes if mem is not None else None,
+            oom_kills=mem.oom_kills if mem is not None else None,
         )
 
     def _empty(self, tr: _Tracked, status: str, now_wall: float) -> RankStats:
         tr.cpu_seen = {}
         tr.last_t = 0.0
+        # A rank that is a zombie may have been OOM-killed: the count still matters.
+        mem = tr.memory() if tr.memory is not None else None
         return RankStats(
             rank=tr.rank,
             pid=tr.pid,
@@ -318,6 +335,8 @@ class StatsSampler:
             numa_node=None,
             uptime_s=max(0.0, now_wall - (_boot_time() + tr.starttime / _CLK_TCK)),
             t=now_wall,
+            cgroup_memory_bytes=mem.current_bytes if mem is not None else None,
+            oom_kills=mem.oom_kills if mem is not None else None,
         )
 
 

@@ -148,6 +148,40 @@ def child_term32(seconds: float) -> dict[str, Any]:
     return {"ms": statistics.median(results)}
 
 
+def child_start_close32(seconds: float) -> dict[str, Any]:
+    """Supervisor.start() and shutdown() of 32 ``sleep`` ranks, with a cgroup per rank and
+    with the process-tree tracking (``RANKVISOR_CGROUPS=0``), taking turns round by round."""
+    from engine.process.cgroups import CGROUPS_ENV
+
+    modes = {"cgroup": "auto", "tree": "0"}
+    starts: dict[str, list[float]] = {m: [] for m in modes}
+    closes: dict[str, list[float]] = {m: [] for m in modes}
+    names = list(modes)
+    tracking = {}
+    for i in range(8):
+        for name in names if i % 2 == 0 else names[::-1]:
+            os.environ[CGROUPS_ENV] = modes[name]
+            sup = _supervisor(32, ("600",), entry="/bin/sleep", sample_interval=0)
+            t0 = time.perf_counter()
+            sup.start()
+            t1 = time.perf_counter()
+            tracking[name] = sup.snapshot().tracking
+            sup.shutdown(timeout_s=5)
+            t2 = time.perf_counter()
+            if i >= 2:  # two warm-up rounds
+                starts[name].append((t1 - t0) * 1000)
+                closes[name].append((t2 - t1) * 1000)
+    os.environ.pop(CGROUPS_ENV, None)
+    out: dict[str, Any] = {}
+    for name in names:
+        out[f"{name}_tracking"] = tracking[name]
+        out[f"{name}_start"] = statistics.median(starts[name])
+        out[f"{name}_close"] = statistics.median(closes[name])
+        out[f"{name}_start_min"] = min(starts[name])
+        out[f"{name}_close_min"] = min(closes[name])
+    return out
+
+
 def child_exit_latency(seconds: float) -> dict[str, Any]:
     from engine.events import RankStateChanged
     from engine.states import RankState
@@ -290,7 +324,10 @@ NOTES = """Notes:
   figure is the time until a subscriber receives RankStateChanged. torch's PContext.wait()
   polls (period 1 s by default; LocalElasticAgent calls wait(0) every 0.1 s).
 - terminate-all: SIGTERM to 32 `sleep` ranks until every exit is recorded (rankvisor: the
-  last RankStateChanged; torch: PContext.close() returning)."""
+  last RankStateChanged; torch: PContext.close() returning).
+- start / close of 32 ranks: `Supervisor.start()` (returns once every rank is spawned) and
+  `shutdown()` (SIGTERM, every exit recorded, cgroups removed, guard gone); median of 6
+  rounds, the two trackings taking turns."""
 
 CHILDREN = {name[6:]: fn for name, fn in globals().items() if name.startswith("child_")}
 
@@ -310,6 +347,12 @@ def _table(r: dict[str, dict[str, Any]]) -> str:
         f"| {g('torch_log', 'cpu_percent')} % | <= half of torch |",
         f"| stats sample of 64 ranks | {g('stats64', 'ms_per_sample')} ms "
         f"({g('stats64', 'cpu_percent_at_1hz')} % of a core at 1 Hz) | - | cheap |",
+        "| start / close of 32 `sleep` ranks, a cgroup per rank | "
+        f"{g('start_close32', 'cgroup_start', '{:.0f}')} / "
+        f"{g('start_close32', 'cgroup_close', '{:.0f}')} ms | - | - |",
+        "| start / close of 32 `sleep` ranks, process-tree tracking (`RANKVISOR_CGROUPS=0`) | "
+        f"{g('start_close32', 'tree_start', '{:.0f}')} / "
+        f"{g('start_close32', 'tree_close', '{:.0f}')} ms | - | - |",
         "| terminate-all to all reaped, 32 SIGTERM-obeying ranks | "
         f"{g('term32', 'ms', '{:.0f}')} ms "
         f"| {g('torch_term32', 'ms', '{:.0f}')} ms (PContext.close) | - |",
