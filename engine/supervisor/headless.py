@@ -16,6 +16,7 @@ escalation.
 from __future__ import annotations
 
 import _thread
+import os
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from typing import Any, TextIO
 
 from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
 from engine.output.sanitize import sanitize
+from engine.process.signals import signal_name
 from engine.supervisor.core import Supervisor
 from engine.supervisor.run_config import SupervisorConfig
 
@@ -174,6 +176,13 @@ def run_headless(
     return status
 
 
+APP_EXIT_GRACE_S = 5.0
+"""How long the app may take to end after a signal stopped the run, before we end it."""
+
+SUMMARY_FILE = "summary.txt"
+"""Written in the run's directory when the terminal went away: nobody could read it there."""
+
+
 def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> int:
     """Run under the TUI (which starts and shuts down the handle itself).
 
@@ -183,17 +192,31 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     the app's main task, so we leave SIGINT to it and send ourselves that interrupt. A SIGINT
     from outside (the TUI reads Ctrl-C as a key) takes the same path; the app's exit then
     shuts the Supervisor down, with escalation.
+
+    A terminal that went away (a dropped SSH session, ``tmux kill-session``: SIGHUP) can leave
+    the app unable to end: its last writes to the terminal have nowhere to go and Textual's
+    writer waits on them for good. Nobody can see the app then, so if it has not ended
+    ``APP_EXIT_GRACE_S`` after the ranks are gone, the report goes to ``summary.txt`` in the
+    run's directory and the process ends (the guard, on our pipe's EOF, sweeps whatever is
+    left): losing the terminal never leaves a process of ours behind.
     """
     sup = Supervisor(config, stdin=subprocess.DEVNULL)
     restore = sup.install_signal_handlers(
         tuple(s for s in config.signals_to_handle if s != signal.SIGINT)
     )
+    app_ended = threading.Event()
 
     def close_app_after_signal() -> None:
         sup.wait()
-        if sup.received_signal is not None:
-            # Runs asyncio's SIGINT handler in the main thread: the app's task is cancelled.
-            _thread.interrupt_main(signal.SIGINT)
+        if sup.received_signal is None:
+            return
+        # Runs asyncio's SIGINT handler in the main thread: the app's task is cancelled.
+        _thread.interrupt_main(signal.SIGINT)
+        if app_ended.wait(APP_EXIT_GRACE_S):
+            return
+        _write_summary_file(sup, config)
+        sup.shutdown()
+        os._exit(128 + int(sup.received_signal))
 
     threading.Thread(target=close_app_after_signal, name="rankvisor-tui-exit", daemon=True).start()
     status: Any = None
@@ -203,6 +226,7 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        app_ended.set()
         sup.shutdown()
         restore()
     if sup.received_signal is not None:
@@ -210,6 +234,21 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     if interrupted:
         return 128 + signal.SIGINT
     return int(status) if isinstance(status, int) else exit_status(sup.finished, None)
+
+
+def _write_summary_file(sup: Supervisor, config: SupervisorConfig) -> None:
+    """The report, where a person who lost the terminal will look: the run's directory."""
+    finished = sup.finished
+    run_dir = sup.snapshot().log_dir
+    if finished is None or not run_dir:
+        return
+    received = sup.received_signal
+    head = f"rankvisor: the run was stopped by {signal_name(received)}" if received else ""
+    try:
+        with open(os.path.join(run_dir, SUMMARY_FILE), "w") as f:
+            f.write(head + "\n" + format_report(_entry_name(config), finished))
+    except OSError:
+        pass  # nowhere to say it: the logs in the run directory remain the record
 
 
 def _entry_name(config: SupervisorConfig) -> str:
