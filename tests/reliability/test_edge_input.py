@@ -1,0 +1,188 @@
+"""Edge input that used to hang or crash ``rankvisor run``: each is refused in one line.
+
+Every case runs ``python -m tui run ...`` as a process (with a timeout of its own, so a
+hang fails the test instead of stalling the suite) and must give one line on stderr
+(``rankvisor: error: ...``, saying what to do) and exit status 2, before anything starts:
+no log directory made and no rank process left. Then the two ways a start can fail after
+the checks (the run directory cannot be made, a rank cannot be spawned): neither may wait
+out the term timeout when no rank is running.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.conftest import pid_alive
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rankvisor(*args: str, env: dict[str, str] | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tui", "run", *args], cwd=ROOT, capture_output=True, text=True,
+        timeout=timeout, env=env,
+    )
+
+
+def processes_running(marker: str) -> list[int]:
+    """Pids whose command line mentions ``marker`` (other than ours)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+Refuse = Callable[..., str]
+"""``refused(*flags, words=..., env=None, log_dir=None)``: the refusal's line."""
+
+
+@pytest.fixture(name="refused")
+def refused_fixture(tmp_path: Path) -> Refuse:
+    """Run ``rankvisor run`` with some flags and check that it was refused, as it must be."""
+    rank = tmp_path / "rank.sh"
+    rank.write_text("#!/bin/sh\nexec sleep 30\n")
+    rank.chmod(0o755)
+    logs = tmp_path / "logs"
+
+    def check(*flags: str, words: tuple[str, ...], env: dict[str, str] | None = None,
+              log_dir: str | None = None) -> str:
+        argv = ["--headless", "--log-dir", log_dir or str(logs), *flags, "--no-python", str(rank)]
+        before = set(tmp_path.iterdir())
+        res = rankvisor(*argv, env=env)
+        assert res.returncode == 2, res
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1, res.stderr
+        assert lines[0].startswith("rankvisor: error: "), lines
+        for w in words:
+            assert w in lines[0], (w, lines[0])
+        assert res.stdout == ""
+        assert not logs.exists(), "a refused run made its log directory"
+        assert set(tmp_path.iterdir()) == before, "a refused run left something behind"
+        assert processes_running(str(rank)) == []
+        return lines[0]
+
+    return check
+
+
+# -- run ids ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", ["a/b", "../../x", ".hidden", "", "sp ace", "r" * 300])
+def test_a_run_id_that_cannot_name_a_directory_is_refused(refused: Refuse, run_id: str) -> None:
+    refused("--run-id", run_id, words=("--run-id",))
+
+
+def test_a_run_id_as_torch_has_them_is_accepted(tmp_path: Path) -> None:
+    res = rankvisor("--headless", "--log-dir", str(tmp_path), "--run-id", "job-42.a_B",
+                    "--no-python", "true")
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = tmp_path.iterdir()
+    assert run_dir.name.startswith("job-42.a_B_")
+
+
+# -- log directories -------------------------------------------------------------------
+
+
+def test_a_log_dir_that_cannot_hold_a_run_is_refused(refused: Refuse) -> None:
+    refused(log_dir="/proc", words=("--log-dir /proc",))
+    refused(log_dir="/proc/rankvisor-logs", words=("--log-dir",))
+
+
+def test_a_dangling_symlink_log_dir_is_refused(refused: Refuse, tmp_path: Path) -> None:
+    link = tmp_path / "logs"
+    link.symlink_to(tmp_path / "nowhere")
+    try:
+        for log_dir in (link, link / "sub"):
+            line = refused(log_dir=str(log_dir), words=("symbolic link", "nowhere"))
+            assert "does not exist" in line
+    finally:
+        link.unlink()
+
+
+def test_an_over_long_path_component_is_refused(refused: Refuse, tmp_path: Path) -> None:
+    long_dir = tmp_path / ("x" * 300) / "logs"
+    refused(log_dir=str(long_dir), words=("--log-dir", "longer than"))
+
+
+def test_checking_a_log_dir_leaves_nothing_behind(refused: Refuse, tmp_path: Path) -> None:
+    # The log dir is checked by making a directory where it would be made (tmp_path); a
+    # later check refuses the run, and the fixture finds tmp_path as it was.
+    refused("--master-addr", "not a host!", words=("--master-addr",))
+
+
+# -- rank counts -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", ["100000", "1025", "99999999999999999999999", "9" * 5000])
+def test_more_than_1024_ranks_need_a_flag(refused: Refuse, count: str) -> None:
+    refused("--nproc-per-node", count, words=("--nproc-per-node", "--allow-many-ranks"))
+
+
+def test_a_huge_rank_count_is_refused_even_with_the_flag(refused: Refuse) -> None:
+    refused("--allow-many-ranks", "--nproc-per-node", "99999999999999999999999",
+            words=("--nproc-per-node", "at most"))
+
+
+def test_a_rank_count_in_other_digits_is_refused(refused: Refuse) -> None:
+    refused("--nproc-per-node", "\u00b2", words=("--nproc-per-node",))
+    refused("--local-ranks-filter", "\u00b2", words=("--local-ranks-filter",))
+
+
+# -- timeouts --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e309", "-1", "1e12"])
+def test_a_term_timeout_that_never_kills_is_refused(refused: Refuse, value: str) -> None:
+    refused("--term-timeout", value, words=("--term-timeout",))
+
+
+def test_a_term_timeout_from_the_environment_is_checked(refused: Refuse) -> None:
+    for text, word in (("abc", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"), ("nan", "--term-timeout")):
+        env = dict(os.environ, TORCH_ELASTIC_SHUTDOWN_TIMEOUT=text)
+        refused(env=env, words=(word,))
+
+
+# -- master address --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("addr", "word"),
+    [
+        ("not a host!", "not a host name"),
+        ("bad-.example", "not a host name"),
+        ("x" * 300, "not a host name"),
+        ("192.0.2.1", "not an address of this machine"),  # TEST-NET-1: never ours
+    ],
+)
+def test_a_master_addr_the_ranks_cannot_use_is_refused(
+    refused: Refuse, addr: str, word: str
+) -> None:
+    refused("--master-addr", addr, words=("--master-addr", word))
+
+
+# -- signals to handle -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sig", ["SIGCHLD", "CHLD", "SIGKILL", "SIGSTOP", "SIGCONT", "SIGWINCH", "SIGURG", "SIGTSTP",
+            "SIGSEGV", "SIGTERM,17"],
+)
+def test_a_signal_that_cannot_mean_stop_is_refused(refused: Refuse, sig: str) -> None:
+    line = refused("--signals-to-handle", sig, words=("--signals-to-handle", "accepted:"))
+    for ok in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1"):
+        assert ok in line.split("accepted:")[1]
