@@ -11,6 +11,7 @@ out the term timeout when no rank is running.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import pid_alive
+from tests.conftest import BIN, pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,3 +187,38 @@ def test_a_signal_that_cannot_mean_stop_is_refused(refused: Refuse, sig: str) ->
     line = refused("--signals-to-handle", sig, words=("--signals-to-handle", "accepted:"))
     for ok in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1"):
         assert ok in line.split("accepted:")[1]
+
+
+# -- a start that fails ----------------------------------------------------------------
+
+
+def _mark() -> str:
+    # A unique argument for ``sleep`` (it adds up its arguments): finds our ranks in /proc.
+    return f"0.{random.randrange(10**8, 10**9)}"
+
+
+def test_a_run_dir_that_cannot_be_made_does_not_wait_the_term_timeout(tmp_path: Path) -> None:
+    # Before: the shutdown after the failed start waited term timeout + kill wait (1006 s
+    # here) for slots that never had a process; the subprocess timeout would fire.
+    mark = _mark()
+    res = subprocess.run(
+        [sys.executable, str(BIN / "failed_start.py"), "rundir", str(tmp_path / "logs"), mark],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert res.returncode == 3, res
+    assert "start failed" in res.stdout
+    assert processes_running(mark) == []
+
+
+def test_a_rank_that_cannot_be_spawned_tears_the_others_down_at_once(tmp_path: Path) -> None:
+    # Before: the teardown ran while the ranks after the failed one were not yet recorded,
+    # so they ran on (sleep 300) as if nothing had failed.
+    mark = _mark()
+    res = subprocess.run(
+        [sys.executable, str(BIN / "failed_start.py"), "spawn", str(tmp_path / "logs"), mark],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert res.returncode == 1, res
+    assert "rank 0 could not start" in res.stderr
+    assert "rank 0 failed first" in res.stderr
+    wait_until(lambda: processes_running(mark) == [], timeout=10)
