@@ -233,6 +233,7 @@ def _guard_main(rfd: int, token: str) -> None:
         signal.signal(sig, signal.SIG_IGN)
     pinned: dict[int, tuple[int, int]] = {}  # pid -> (pidfd, starttime)
     groups: dict[int, int] = {}  # rank pid -> its process group
+    prune_at = _PRUNE_ABOVE
     buf = b""
     while True:
         chunk = os.read(rfd, 65536)  # blocks until a line or EOF (the supervisor is gone)
@@ -263,11 +264,14 @@ def _guard_main(rfd: int, token: str) -> None:
                         os.close(entry[0])
             except (IndexError, ValueError):
                 continue
-        if len(pinned) > _PRUNE_ABOVE:
+        if len(pinned) > prune_at:
             for pid, (fd, _) in list(pinned.items()):
                 if pid not in groups and _dead(fd):
                     os.close(fd)
                     del pinned[pid]
+            # Next time at twice what is left: a pass over every pinned process after each
+            # read made a start of N ranks (N reads, sometimes) cost N^2 here.
+            prune_at = max(_PRUNE_ABOVE, 2 * len(pinned))
 
     # EOF: the supervisor has gone (or shut down). Kill groups first so nothing forks on.
     killed: set[tuple[int, int]] = set()

@@ -105,7 +105,10 @@ class Launcher:
             lambda: [self._spawn_or_error(s) for s in slots]
         )
         for slot, proc in zip(slots, procs, strict=True):
-            self._started(slot, proc, restart=not first, whole_attempt=True, teardown=False)
+            self._started(
+                slot, proc, restart=not first, whole_attempt=True, teardown=False, wake=False
+            )
+        self._wakeup.wake()  # once for the group: the monitor adds every new pidfd
         if any(isinstance(p, Exception) for p in procs):
             # Only now are all the others recorded: a teardown from inside the loop missed
             # the ranks after the failed one, which then ran on as if nothing had failed.
@@ -158,7 +161,7 @@ class Launcher:
 
     def _started(
         self, slot: RankSlot, proc: RankProcess | Exception, *, restart: bool,
-        whole_attempt: bool, teardown: bool = True,
+        whole_attempt: bool, teardown: bool = True, wake: bool = True,
     ) -> None:
         """Record a spawn (or its failure) and publish it."""
         if isinstance(proc, Exception):
@@ -181,7 +184,8 @@ class Launcher:
             )
         # STARTING -> RUNNING: the exec succeeded
         self._events.emit(slot.move(RankState.RUNNING))
-        self._wakeup.wake()  # the monitor must add this pidfd to its poll set
+        if wake:
+            self._wakeup.wake()  # the monitor must add this pidfd to its poll set
 
     def _spawn_failed(self, slot: RankSlot, error: Exception, restart: bool) -> None:
         if restart:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from engine.process.signals import check_stop_signal
-from engine.std import Std, to_map
+from engine.std import Std
 from engine.supervisor.agent_env import check_master_addr, port_in_use
 
 __all__ = [
@@ -158,8 +158,10 @@ class SupervisorConfig:
         """
         if self.local_ranks_filter and rank not in self.local_ranks_filter:
             return False, False
-        redirs = to_map(self.redirects, self.nprocs)[rank]
-        tees = to_map(self.tee, self.nprocs)[rank]
+        # Looked up for this rank alone: expanding both maps for every rank asked made a
+        # console of N ranks cost N^2 (half a second for 2000 ranks before the first spawn).
+        redirs = _std_of(self.redirects, rank)
+        tees = _std_of(self.tee, rank)
         shown = (~redirs & Std.ALL) | tees
         return bool(shown & Std.OUT), bool(shown & Std.ERR)
 
@@ -293,6 +295,11 @@ class SupervisorConfig:
                 " give a writable directory"
             ) from None
         os.rmdir(probe)
+
+
+def _std_of(spec: StdSpec, rank: int) -> Std:
+    """``to_map(spec, n)[rank]`` without building the map."""
+    return spec if isinstance(spec, Std) else spec.get(rank, Std.NONE)
 
 
 def check_rank_count(nprocs: int, *, allow_many: bool, given: str | None = None) -> None:

@@ -5,7 +5,10 @@ hang fails the test instead of stalling the suite) and must give one line on std
 (``rankvisor: error: ...``, saying what to do) and exit status 2, before anything starts:
 no log directory made and no rank process left. Then the two ways a start can fail after
 the checks (the run directory cannot be made, a rank cannot be spawned): neither may wait
-out the term timeout when no rank is running.
+out the term timeout when no rank is running. Last, the parts of a start that grew with the
+square of the rank count, checked by counts and by a ratio within one run on pure CPU work;
+the whole start of thousands of ranks is measured by tests/bench/bench_start.py instead
+(spawning them here would weigh on everything else the machine runs).
 """
 
 from __future__ import annotations
@@ -14,11 +17,17 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
+from engine.output.pump import OutputPump
+from engine.std import Std, to_map
+from engine.supervisor.pump_link import PumpLink
+from engine.supervisor.rank_slot import RankSlot
+from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,3 +231,105 @@ def test_a_rank_that_cannot_be_spawned_tears_the_others_down_at_once(tmp_path: P
     assert "rank 0 could not start" in res.stderr
     assert "rank 0 failed first" in res.stderr
     wait_until(lambda: processes_running(mark) == [], timeout=10)
+
+
+# -- the console table of many ranks ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("redirects", "tee", "filt"),
+    [
+        (Std.NONE, Std.NONE, frozenset()),
+        (Std.ALL, {1: Std.OUT, 7: Std.ERR}, frozenset()),
+        ({0: Std.OUT, 2: Std.ALL, 99: Std.ERR}, Std.ERR, frozenset({0, 2})),
+    ],
+)
+def test_console_per_rank_agrees_with_the_expanded_maps(
+    redirects: Std | dict[int, Std], tee: Std | dict[int, Std], filt: frozenset[int]
+) -> None:
+    # console(rank) looks its rank up alone (it expanded both maps for every call, N^2 for
+    # a console of N ranks); the answer must be what the expanded maps say.
+    n = 8
+    config = SupervisorConfig(entrypoint="true", nprocs=n, redirects=redirects, tee=tee,
+                              local_ranks_filter=filt)
+    rmap, tmap = to_map(redirects, n), to_map(tee, n)
+    for rank in range(n):
+        shown = (~rmap[rank] & Std.ALL) | tmap[rank]
+        want = (bool(shown & Std.OUT), bool(shown & Std.ERR))
+        if filt and rank not in filt:
+            want = (False, False)
+        assert config.console(rank) == want, rank
+
+
+def _best_of(fn: Callable[[], object], times: int = 5) -> float:
+    best = float("inf")
+    for _ in range(times):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def test_the_console_table_of_many_ranks_grows_linearly() -> None:
+    # The headless printer asks console(rank) of every rank before the first spawn: that
+    # cost 0.5 s for 2000 ranks and 2.6 s for 4000 when each call expanded both maps.
+    def table(n: int) -> Callable[[], object]:
+        config = SupervisorConfig(entrypoint="true", nprocs=n, redirects={1: Std.OUT},
+                                  tee=Std.ERR)
+        return lambda: [config.console(r) for r in range(n)]
+
+    small, big = _best_of(table(1000)), _best_of(table(4000))
+    assert big / small < 10, (small, big)  # 4 when linear, 16 when quadratic
+
+
+def test_a_group_of_ranks_is_one_pump_call_with_one_wake_up(tmp_path: Path) -> None:
+    # Each wake-up makes the pump read every file it tails: a poke per file added made a
+    # start of N ranks up to N passes over 2N files.
+    pump = OutputPump(lambda batch: None, name="test-pump").start()
+    pokes = 0
+    waker: Any = pump._waker  # noqa: SLF001 - the wake-ups are what is counted
+    real_poke = waker.poke
+
+    def counting_poke() -> None:
+        nonlocal pokes
+        pokes += 1
+        real_poke()
+
+    waker.poke = counting_poke
+    try:
+        n = 50
+        paths = {r: tmp_path / str(r) / "stdout.log" for r in range(n)}
+        for path in paths.values():
+            path.parent.mkdir()
+            path.write_text(f"hello from {path.parent.name}\n")
+        pump.add_many([(r, "stdout", str(p), 0) for r, p in paths.items()])
+        assert pokes == 1
+        pump.add_many([(r, "stdout", str(p), 0) for r, p in paths.items()])  # nothing new
+        assert pokes == 1
+    finally:
+        pump.stop()
+
+
+def test_the_supervisor_queues_a_group_of_ranks_as_one_pump_call(tmp_path: Path) -> None:
+    calls: list[list[tuple[int, str, str, int]]] = []
+
+    class FakePump:
+        def add_many(self, entries: list[tuple[int, str, str, int]]) -> None:
+            calls.append(list(entries))
+
+        def remove(self, rank: int, stream: str, drain: bool = True) -> None:
+            calls.append([(rank, stream, "removed", -1)])
+
+    link = PumpLink(SupervisorConfig(entrypoint="true", nprocs=4), {}, lambda event: None)
+    link._pump = FakePump()  # type: ignore[assignment]  # noqa: SLF001 - no thread needed
+    slots = [RankSlot(rank=r, argv=("true",), env={}) for r in range(4)]
+    for slot in slots:
+        slot.begin_incarnation(0, 0, (f"/l/{slot.rank}/o", f"/l/{slot.rank}/e", "/l/x"))
+    for slot in slots[:3]:
+        link.add(slot)
+    link.remove(slots[0])
+    link.add(slots[3])  # after a remove: a new call, so that the order holds
+    link.run_ops()
+    assert [len(c) for c in calls] == [6, 1, 1, 2]
+    assert calls[0][0] == (0, "stdout", "/l/0/o", 0) and calls[0][1] == (0, "stderr", "/l/0/e", 0)
+    assert calls[3] == [(3, "stdout", "/l/3/o", 0), (3, "stderr", "/l/3/e", 0)]
