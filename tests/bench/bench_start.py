@@ -10,6 +10,8 @@ printer subscribed, as ``run --headless`` does. Figures, in seconds:
 * ``built``: from the command line to a Supervisor with its headless printer, before
   ``start()`` (argument checks, the run's slots, the console's per-rank table);
 * ``running``: from the command line to the last rank's RUNNING event delivered;
+* ``CPU to all RUNNING``: user + system time of the supervising process (all its threads,
+  not the ranks) over ``running``: less moved by other load on the machine than wall time;
 * ``settled``: until the monitor's first pass over every rank is over too (its wake-up
   pipe drained and its lock free);
 * ``spawning``: the spawner's share, from the first rank's fork to the last one's (the
@@ -21,7 +23,8 @@ printer subscribed, as ``run --headless`` does. Figures, in seconds:
 ``per rank`` is settled / N in milliseconds: flat when the start is linear. ``2nd half /
 1st`` compares the spawner's time for the last N/2 ranks with the first N/2 (from the log
 files' change times): 1.0 when a spawn costs the same however many ranks already run.
-``--profile N`` prints the 25 costliest functions of one start of N ranks instead.
+``--profile N`` prints the 25 costliest functions of one start of N ranks instead. Figures
+and their reading: tests/bench/RESULTS_start.md.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -48,6 +52,7 @@ def _child(n: int, profile: bool) -> dict[str, float]:
     from tui.run_args import parse_job
 
     log_dir = tempfile.mkdtemp(prefix="bench_start_")
+    cpu0 = _self_cpu()
     t0 = time.perf_counter()
     config, _headless = parse_job("run", [
         "--headless", "--allow-many-ranks", "--nproc-per-node", str(n), "--term-timeout", "2",
@@ -78,6 +83,7 @@ def _child(n: int, profile: bool) -> dict[str, float]:
         sup.start()
         all_running.wait(600)
         t_running = time.perf_counter() - t0
+        cpu_running = _self_cpu() - cpu0
         _settle(sup)
         t_settled = time.perf_counter() - t0
         spawning, halves = _spawn_halves(sup.snapshot().log_dir, n)
@@ -90,7 +96,8 @@ def _child(n: int, profile: bool) -> dict[str, float]:
         sup.shutdown()
         t_shutdown = time.perf_counter() - t1
     return {
-        "ranks": n, "built": t_built, "running": t_running, "settled": t_settled,
+        "ranks": n, "built": t_built, "running": t_running, "cpu": cpu_running,
+        "settled": t_settled,
         "shutdown": t_shutdown, "guard_cpu": guard_cpu, "pump_wakeups": pump_wakeups,
         "spawning": spawning, "halves": halves,
     }
@@ -108,6 +115,11 @@ def _spawn_halves(run_dir: str, n: int) -> tuple[float, float]:
     half = n // 2
     first, second = times[half] - times[0], times[-1] - times[half]
     return (times[-1] - times[0]) / 1e9, second / first if first else float("nan")
+
+
+def _self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _cpu(pid: int | None) -> float:
@@ -169,13 +181,13 @@ def main() -> None:
             ).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
-    print("\n| ranks | built | all RUNNING | monitor settled | per rank | spawning | rest "
-          "| 2nd half / 1st | shutdown | guard CPU | pump wake-ups |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| ranks | built | all RUNNING | CPU to all RUNNING | monitor settled | per rank "
+          "| spawning | rest | 2nd half / 1st | shutdown | guard CPU | pump wake-ups |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rest = r["running"] - r["built"] - r["spawning"]
         print(f"| {r['ranks']} | {r['built']:.2f} s | {r['running']:.2f} s | "
-              f"{r['settled']:.2f} s | "
+              f"{r['cpu']:.2f} s | {r['settled']:.2f} s | "
               f"{1000 * r['settled'] / r['ranks']:.2f} ms | {r['spawning']:.2f} s "
               f"| {rest:.2f} s | {r['halves']:.2f} "
               f"| {r['shutdown']:.2f} s "
