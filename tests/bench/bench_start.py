@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,7 @@ def _child(n: int, profile: bool) -> dict[str, float]:
         t1 = time.perf_counter()
         sup.shutdown()
         t_shutdown = time.perf_counter() - t1
+    shutil.rmtree(log_dir, ignore_errors=True)  # thousands of rank directories
     return {
         "ranks": n, "built": t_built, "running": t_running, "cpu": cpu_running,
         "settled": t_settled,
