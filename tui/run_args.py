@@ -11,14 +11,19 @@ import argparse
 import ast
 import importlib.util
 import os
+import re
 import shutil
-import signal
 import sys
 from typing import Any, NoReturn
 
-from engine.process.signals import parse_signal, signal_name
+from engine.process.signals import check_stop_signal, parse_signal
 from engine.std import Std
-from engine.supervisor.run_config import ConfigError, SupervisorConfig, parse_local_ranks_filter
+from engine.supervisor.run_config import (
+    ConfigError,
+    SupervisorConfig,
+    check_rank_count,
+    parse_local_ranks_filter,
+)
 
 __all__ = [
     "build_demo_parser",
@@ -70,6 +75,8 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node",
                    default=_env_default("nproc_per_node", "1"),
                    help="ranks on this node: a number, 'cpu' or 'auto'")
+    p.add_argument("--allow-many-ranks", action="store_true",
+                   help="allow more than 1024 ranks on this node (more is usually a typo)")
     p.add_argument("--nnodes", default=_env_default("nnodes", "1:1"),
                    help="must describe one node (1 or 1:1): rankvisor runs one node")
     p.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
@@ -150,10 +157,19 @@ def _comma_list(text: str) -> list[str]:
     return [part.replace("\0", ",") for part in text.replace(",,", "\0").split(",") if part]
 
 
-def _nprocs(value: str) -> int:
+_COUNT = re.compile(r"[0-9]+")
+"""ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses."""
+
+
+def _nprocs(value: str, allow_many: bool) -> int:
     text = value.strip()
-    if text.isdigit():
-        n = int(text)
+    if _COUNT.fullmatch(text):
+        digits = text.lstrip("0") or "0"
+        if len(digits) > 9:
+            # Refused from its length: a number of that size is never built, nor anything
+            # of its size (the slots, the environments).
+            check_rank_count(10**9 + 1, allow_many=allow_many, given=text)
+        n = int(digits)
     elif text in ("cpu", "auto"):
         # "auto" is the accelerator count when there is one; only then is torch worth importing.
         n = _accelerator_count() if text == "auto" else 0
@@ -168,6 +184,7 @@ def _nprocs(value: str) -> int:
         )
     if n < 1:
         raise ConfigError(f"--nproc-per-node {value!r}: must be at least 1")
+    check_rank_count(n, allow_many=allow_many)
     return n
 
 
@@ -223,18 +240,29 @@ def _signals(text: str) -> tuple[int, ...]:
             sig = parse_signal(part)
         except ValueError as e:
             raise ConfigError(f"--signals-to-handle {text!r}: {e}") from None
-        if sig in (signal.SIGKILL, signal.SIGSTOP):
-            raise ConfigError(f"--signals-to-handle: {signal_name(sig)} cannot be handled")
+        try:
+            check_stop_signal(sig)
+        except ValueError as e:
+            raise ConfigError(f"--signals-to-handle: {e}") from None
         if sig not in out:  # twice would make the second handler "restore" to the first
             out.append(sig)
     return tuple(out)
 
 
 def _term_timeout(args: argparse.Namespace) -> float:
+    """``--term-timeout``, else the env, else the default (range checked by validate)."""
     if args.term_timeout is not None:
         return float(args.term_timeout)
     default = getattr(args, "term_timeout_default", 30.0)
-    return float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", default))
+    text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+    if text is None:
+        return float(default)
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(
+            f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={text[:30]!r}: not a number of seconds"
+        ) from None
 
 
 def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
@@ -255,7 +283,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
             f"--nnodes {args.nnodes}: rankvisor runs the ranks of one node;"
             " launch multi-node jobs with torchrun"
         )
-    nprocs = _nprocs(args.nproc_per_node)
+    nprocs = _nprocs(args.nproc_per_node, args.allow_many_ranks)
     redirects = _std("--redirects", args.redirects)
     tee = _std("--tee", args.tee)
     ranks_filter = parse_local_ranks_filter(args.local_ranks_filter)
@@ -293,6 +321,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         faulthandler=not args.no_faulthandler,
         numa_binding=args.numa_binding,
         signals_to_handle=_signals(args.signals_to_handle),
+        allow_many_ranks=args.allow_many_ranks,
     )
     config.validate()
     return config

@@ -24,10 +24,11 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
 - With ``text_batches=True`` the sink gets ``TextBatch`` objects instead (the same fields,
   with the lines as one UTF-8 ``data`` block that ends in ``\\n``): cheaper for a console
   writer (``engine.output.console.ConsoleSink`` takes both).
-- ``add(rank, stream, path, attempt=0)``: tail ``path`` from its start; it need not exist yet
-  (it is picked up when it appears; one that never appears costs nothing and does not delay
-  ``stop()``). Calling it again for the same (rank, stream) with another path drains the old
-  file first (its last partial line becomes a final line), then follows the new one.
+- ``add(rank, stream, path, attempt=0)`` (``add_many`` for a group, with one wake-up):
+  tail ``path`` from its start; it need not exist yet (it is picked up when it appears; one
+  that never appears costs nothing and does not delay ``stop()``). Calling it again for the
+  same (rank, stream) with another path drains the old file first (its last partial line
+  becomes a final line), then follows the new one.
 - ``remove(rank, stream, drain=True)``: stop tailing, delivering what is left first.
 - ``add_filter(stream, needles, path, prefixes=None, *, name="", ranks=None)``: complete lines
   of ``stream`` that contain any needle (plain, case-sensitive substring, as torch's
@@ -62,7 +63,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Collection, Final, Literal, Sequence
+from typing import Any, Callable, Collection, Final, Iterable, Literal, Sequence
 
 from engine.events import RankOutput, Stream
 from engine.output.dup_filter import DuplicateFilter
@@ -208,23 +209,38 @@ class OutputPump:
 
     def add(self, rank: int, stream: StdStream, path: str, attempt: int = 0) -> None:
         """Tail ``path`` as (rank, stream); see the module docstring."""
-        path = os.path.abspath(path)
+        self.add_many(((rank, stream, path, attempt),))
+
+    def add_many(self, entries: Iterable[tuple[int, StdStream, str, int]]) -> None:
+        """``add`` for each ``(rank, stream, path, attempt)``, with one wake-up for all.
+
+        Each wake-up makes the pump thread read every file it tails, so a group of N ranks
+        added one by one could cost N passes over up to 2N files, each fighting the adding
+        thread for the lock: a start of 2000 ranks spent a second here.
+        """
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the pump is stopped")
-            old = self._tails.get((rank, stream))
-            if old is not None:
-                if old.path == path and old.attempt == attempt:
-                    return
-                self._drop(old, drain=True)
-            asm = LineAssembler(max_line_chars=self._cap, sanitize=self._sanitize)
-            tail = _Tail(rank, stream, path, attempt, asm)
-            self._tails[(rank, stream)] = tail
-            self._by_path.setdefault(path, []).append(tail)
-            self._by_dir.setdefault(os.path.dirname(path), []).append(tail)
-            if self._waker is not None:
-                self._waker.watch(path)
+            added = False
+            for rank, stream, path, attempt in entries:
+                added = self._add_locked(rank, stream, os.path.abspath(path), attempt) or added
+            if added and self._waker is not None:
                 self._waker.poke()
+
+    def _add_locked(self, rank: int, stream: StdStream, path: str, attempt: int) -> bool:
+        old = self._tails.get((rank, stream))
+        if old is not None:
+            if old.path == path and old.attempt == attempt:
+                return False
+            self._drop(old, drain=True)
+        asm = LineAssembler(max_line_chars=self._cap, sanitize=self._sanitize)
+        tail = _Tail(rank, stream, path, attempt, asm)
+        self._tails[(rank, stream)] = tail
+        self._by_path.setdefault(path, []).append(tail)
+        self._by_dir.setdefault(os.path.dirname(path), []).append(tail)
+        if self._waker is not None:
+            self._waker.watch(path)
+        return True
 
     def remove(self, rank: int, stream: StdStream, drain: bool = True) -> None:
         """Stop tailing (rank, stream); with ``drain`` deliver what is left (partial line

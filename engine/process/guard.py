@@ -304,6 +304,7 @@ def _guard_main(rfd: int) -> None:
     token = b""  # from the first line, "T <token>"; without one there is nothing to sweep
     cgroup_dirs: dict[str, str] = {}  # the run's cgroup directories -> kind
     cgroups: types.ModuleType | None = None
+    prune_at = _PRUNE_ABOVE
     buf = b""
     while True:
         chunk = os.read(rfd, 65536)  # blocks until a line or EOF (the supervisor is gone)
@@ -341,11 +342,14 @@ def _guard_main(rfd: int) -> None:
                         os.close(entry[0])
             except (IndexError, ValueError):
                 continue
-        if len(pinned) > _PRUNE_ABOVE:
+        if len(pinned) > prune_at:
             for pid, (fd, _) in list(pinned.items()):
                 if pid not in groups and _dead(fd):
                     os.close(fd)
                     del pinned[pid]
+            # Next time at twice what is left: a pass over every pinned process after each
+            # read made a start of N ranks (N reads, sometimes) cost N^2 here.
+            prune_at = max(_PRUNE_ABOVE, 2 * len(pinned))
 
     # EOF: the supervisor has gone (or shut down). Kill the cgroups first (nothing escapes
     # them), then the groups, so nothing forks on.

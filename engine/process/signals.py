@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import signal
 
-__all__ = ["check_signal", "exit_signal_name", "is_signal", "parse_signal", "signal_name"]
+__all__ = [
+    "check_signal",
+    "check_stop_signal",
+    "exit_signal_name",
+    "is_signal",
+    "parse_signal",
+    "signal_name",
+    "stop_signal_names",
+]
 
 _VALID: frozenset[int] = frozenset(int(s) for s in signal.valid_signals())
 _RTMIN = int(getattr(signal, "SIGRTMIN", 0))
@@ -120,3 +128,50 @@ def parse_signal(text: str | int) -> int:
         return int(signal.Signals[name])
     except KeyError:
         raise ValueError(f"unknown signal {raw!r}: {hint}") from None
+
+
+def _named(*names: str) -> frozenset[int]:
+    return frozenset(int(getattr(signal, n)) for n in names if hasattr(signal, n))
+
+
+_NOT_STOP_SIGNALS: dict[frozenset[int], str] = {
+    _named("SIGKILL", "SIGSTOP"): "it cannot be caught",
+    _named("SIGCHLD", "SIGURG", "SIGWINCH", "SIGCONT"): (
+        "it comes in normal operation (a rank exiting, a terminal resized)"
+    ),
+    _named("SIGTSTP", "SIGTTIN", "SIGTTOU"): "it is job control, not a request to stop",
+    _named("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS", "SIGABRT"): (
+        "it reports a fault of rankvisor itself"
+    ),
+}
+"""Signals that cannot mean "stop the run", with why: handling them would make a run end
+by itself (SIGCHLD comes the first time a rank exits) or hang (a fault handler returning)."""
+
+
+def stop_signal_names() -> str:
+    """The signals that may stop a run, for an error message ("SIGHUP, SIGINT, ...")."""
+    refused = frozenset().union(*_NOT_STOP_SIGNALS)
+    plain = [
+        signal_name(n) for n in sorted(_VALID) if n not in refused and not _RTMIN <= n <= _RTMAX
+    ]
+    if _RTMIN and _RTMAX:
+        plain.append("SIGRTMIN..SIGRTMAX")
+    return ", ".join(plain)
+
+
+def check_stop_signal(signum: int) -> int:
+    """``signum`` if it can mean "stop the run" when it reaches rankvisor.
+
+    The accepted ones are those whose default action ends a process and that come from
+    outside (a person, a scheduler, a terminal closing): SIGTERM, SIGINT, SIGHUP, SIGUSR1...
+
+    Raises:
+        ValueError: naming why it cannot, and what is accepted.
+    """
+    n = check_signal(signum)
+    for group, why in _NOT_STOP_SIGNALS.items():
+        if n in group:
+            raise ValueError(
+                f"{signal_name(n)} cannot stop a run: {why}; accepted: {stop_signal_names()}"
+            )
+    return n

@@ -18,7 +18,9 @@ Only the stdlib is used: this runs before any rank starts, in the launcher.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ __all__ = [
     "EnvOptions",
     "build_rank_env",
     "build_rank_envs",
+    "check_master_addr",
     "free_port",
     "log_line_prefixes",
     "port_in_use",
@@ -172,6 +175,44 @@ def free_port(addr: str = "127.0.0.1") -> int:
     with socket.socket(_family(addr), socket.SOCK_STREAM) as s:
         s.bind((addr, 0))
         return int(s.getsockname()[1])
+
+
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+"""One label of a host name (RFC 1123): letters, digits and inner hyphens, 63 at most."""
+
+
+def check_master_addr(addr: str) -> None:
+    """Refuse a ``MASTER_ADDR`` the ranks could not use on this one node.
+
+    The address is checked the way the run needs it: it must be an IP literal or a host
+    name in form (so a typo never reaches the resolver), resolve, and be an address of this
+    machine, since rank 0's store listens here and every rank connects to it there (the
+    free port is found by binding to it, too).
+
+    Raises:
+        ValueError: saying which of the three failed, for a person.
+    """
+    try:
+        ipaddress.ip_address(addr)
+    except ValueError:
+        name = addr[:-1] if addr.endswith(".") else addr
+        if not name or len(name) > 253 or not all(_LABEL.fullmatch(p) for p in name.split(".")):
+            raise ValueError(
+                f"{addr!r} is not a host name or an IP address"
+                " (give one of this machine's, e.g. 127.0.0.1 or localhost)"
+            ) from None
+    try:
+        family = _family(addr)
+    except (OSError, UnicodeError) as e:
+        raise ValueError(f"{addr!r} does not resolve ({e})") from None
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((addr, 0))
+        except OSError as e:
+            raise ValueError(
+                f"{addr!r} is not an address of this machine ({e.strerror}): rankvisor runs"
+                " one node, so rank 0's store listens here"
+            ) from None
 
 
 def port_in_use(addr: str, port: int) -> bool:

@@ -243,11 +243,10 @@ class Supervisor:
         self._wakeup.wake()
         with state.lock:
             # Bounded: the monitor SIGKILLs at the deadline and gives up kill_wait_s later.
+            # Only ranks with a process are waited for: a slot a failed start left without
+            # one (the run dir could not be made) never exits, and must not cost the limit.
             limit = timeout + self.config.kill_wait_s + 1.0
-            state.changed.wait_for(
-                lambda: not state.started or not any(s.alive for s in state.slots.values()),
-                timeout=limit,
-            )
+            state.changed.wait_for(lambda: not state.started or not state.live(), timeout=limit)
             state.closed = True
         self._wakeup.wake()
         self._monitor.join(timeout=5.0)

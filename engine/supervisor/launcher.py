@@ -114,7 +114,14 @@ class Launcher:
             lambda: [self._spawn_or_error(s) for s in slots]
         )
         for slot, proc in zip(slots, procs, strict=True):
-            self._started(slot, proc, restart=not first, whole_attempt=True)
+            self._started(
+                slot, proc, restart=not first, whole_attempt=True, teardown=False, wake=False
+            )
+        self._wakeup.wake()  # once for the group: the monitor adds every new pidfd
+        if any(isinstance(p, Exception) for p in procs):
+            # Only now are all the others recorded: a teardown from inside the loop missed
+            # the ranks after the failed one, which then ran on as if nothing had failed.
+            self._teardown_after_failed_spawn()
         attempt_dir = os.path.dirname(os.path.dirname(dest.error_files[0]))
         self._events.emit(
             AttemptStarted(state.attempt, attempt_dir, tuple(s.pid or 0 for s in slots))
@@ -170,11 +177,14 @@ class Launcher:
             return e
 
     def _started(
-        self, slot: RankSlot, proc: RankProcess | Exception, *, restart: bool, whole_attempt: bool
+        self, slot: RankSlot, proc: RankProcess | Exception, *, restart: bool,
+        whole_attempt: bool, teardown: bool = True, wake: bool = True,
     ) -> None:
         """Record a spawn (or its failure) and publish it."""
         if isinstance(proc, Exception):
             self._spawn_failed(slot, proc, restart)
+            if teardown:
+                self._teardown_after_failed_spawn()
             return
         slot.proc = proc
         self._guard.add_rank(proc.pid, proc.pgid)
@@ -193,7 +203,8 @@ class Launcher:
             )
         # STARTING -> RUNNING: the exec succeeded
         self._events.emit(slot.move(RankState.RUNNING))
-        self._wakeup.wake()  # the monitor must add this pidfd to its poll set
+        if wake:
+            self._wakeup.wake()  # the monitor must add this pidfd to its poll set
 
     def _spawn_failed(self, slot: RankSlot, error: Exception, restart: bool) -> None:
         if restart:
@@ -207,6 +218,8 @@ class Launcher:
         self._events.notice(f"rank {slot.rank} could not start: {error}", "error")
         # STARTING -> FAILED: the spawn itself failed
         self._events.emit(slot.move(RankState.FAILED))
+
+    def _teardown_after_failed_spawn(self) -> None:
         if self._config.teardown_on_failure:
             others = [s for s in self._state.live() if s.stop_reason is None]
             self._stopper.stop_ranks(others, "teardown", signal.SIGTERM, self._config.term_timeout)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 from collections.abc import Callable
 from functools import partial
 
@@ -28,6 +29,20 @@ __all__ = ["PumpLink"]
 log = logging.getLogger(__name__)
 
 _STREAMS: tuple[StdStream, StdStream] = ("stdout", "stderr")
+
+
+class _AddBatch:
+    """One queued ``OutputPump.add_many`` that consecutive ``add`` calls join (a group of
+    ranks started together is one pump call, so one wake-up of the pump thread)."""
+
+    def __init__(self, pump: OutputPump) -> None:
+        self.pump = pump
+        self.entries: list[tuple[int, StdStream, str, int]] = []
+        self.sealed = False
+        """Taken by ``run_ops``: later adds start a new batch."""
+
+    def __call__(self) -> None:
+        self.pump.add_many(self.entries)
 
 
 class PumpLink:
@@ -50,6 +65,8 @@ class PumpLink:
         self._publish = publish
         self._pump: OutputPump | None = None
         self._ops: collections.deque[Callable[[], None]] = collections.deque()
+        self._ops_lock = threading.Lock()
+        """Orders ``run_ops`` taking an add batch against ``add`` joining it."""
 
     def start(self) -> None:
         """Start the pump thread (the run starts; called once)."""
@@ -69,8 +86,13 @@ class PumpLink:
 
     def run_ops(self) -> None:
         """Run queued pump calls, in order. Call with the state lock *released*."""
-        while self._ops:
-            op = self._ops.popleft()
+        while True:
+            with self._ops_lock:
+                if not self._ops:
+                    return
+                op = self._ops.popleft()
+                if isinstance(op, _AddBatch):
+                    op.sealed = True
             try:
                 op()
             except Exception:  # noqa: BLE001 - output is a view; the files keep everything
@@ -101,8 +123,13 @@ class PumpLink:
         pump = self._pump
         if pump is None:
             return
-        for stream, path in zip(_STREAMS, (slot.stdout_path, slot.stderr_path), strict=True):
-            self._ops.append(partial(pump.add, slot.rank, stream, path, slot.attempt))
+        with self._ops_lock:
+            batch = self._ops[-1] if self._ops else None
+            if not isinstance(batch, _AddBatch) or batch.sealed:
+                batch = _AddBatch(pump)
+                self._ops.append(batch)
+            for stream, path in zip(_STREAMS, (slot.stdout_path, slot.stderr_path), strict=True):
+                batch.entries.append((slot.rank, stream, path, slot.attempt))
 
     def remove(self, slot: RankSlot) -> None:
         """Stop tailing the slot's files once their last lines are delivered."""

@@ -8,19 +8,51 @@ exits with status 2, so a typo never leaves half a run behind.
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import resource
 import shutil
 import signal
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
-from engine.std import Std, to_map
-from engine.supervisor.agent_env import port_in_use
+from engine.process.signals import check_stop_signal
+from engine.std import Std
+from engine.supervisor.agent_env import check_master_addr, port_in_use
 
-__all__ = ["ConfigError", "SupervisorConfig", "parse_local_ranks_filter"]
+__all__ = [
+    "MAX_RANKS_PER_NODE",
+    "MAX_RUN_ID_LEN",
+    "MAX_TERM_TIMEOUT_S",
+    "ConfigError",
+    "SupervisorConfig",
+    "check_rank_count",
+    "parse_local_ranks_filter",
+]
 
 StdSpec = Union[Std, dict[int, Std]]
+
+MAX_RANKS_PER_NODE = 1024
+"""More ranks than this on one node is almost always a typo (an extra digit): refused unless
+``allow_many_ranks`` (``--allow-many-ranks``) says it is meant."""
+
+MAX_RUN_ID_LEN = 128
+"""The run directory is ``<run_id>_<8 chars>``: this keeps it well inside the 255 bytes a
+file name may have, with room for the log directory's own depth."""
+
+MAX_TERM_TIMEOUT_S = 7 * 24 * 3600.0
+"""A week. Longer is surely a typo, and the monitor's poll() takes its wait-until-SIGKILL in
+milliseconds as a C int (about 24 days)."""
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+"""What run ids are in practice (uuids, scheduler job ids, names): one safe path component,
+never "." or "..", never hidden."""
+
+_PATH_TAIL = 64
+"""Room for what a run adds below its directory: ``/attempt_<n>/<rank>/restart_<k>/...``."""
 
 
 class ConfigError(ValueError):
@@ -66,6 +98,8 @@ class SupervisorConfig:
             ``--signals-to-handle``.
         sample_interval: Seconds between stats samples (0 turns sampling off).
         kill_wait_s: How long to wait for a reap after SIGKILL before reporting a stuck rank.
+        allow_many_ranks: Allow more than ``MAX_RANKS_PER_NODE`` ranks (a deliberate
+            choice, ``--allow-many-ranks``; the machine's process limit still applies).
         output_debounce_s: After a log file changes, how long the pump waits before reading
             so that bursts from many ranks are read in one pass. Measured with 8 ranks each
             writing 100 lines every 10 ms, console included: 2 ms costs ~9 % of a core, 20 ms
@@ -104,6 +138,7 @@ class SupervisorConfig:
     sample_interval: float = 1.0
     kill_wait_s: float = 5.0
     output_debounce_s: float = 0.05
+    allow_many_ranks: bool = False
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -123,8 +158,10 @@ class SupervisorConfig:
         """
         if self.local_ranks_filter and rank not in self.local_ranks_filter:
             return False, False
-        redirs = to_map(self.redirects, self.nprocs)[rank]
-        tees = to_map(self.tee, self.nprocs)[rank]
+        # Looked up for this rank alone: expanding both maps for every rank asked made a
+        # console of N ranks cost N^2 (half a second for 2000 ranks before the first spawn).
+        redirs = _std_of(self.redirects, rank)
+        tees = _std_of(self.tee, rank)
         shown = (~redirs & Std.ALL) | tees
         return bool(shown & Std.OUT), bool(shown & Std.ERR)
 
@@ -149,8 +186,22 @@ class SupervisorConfig:
         """
         if not isinstance(self.nprocs, int) or self.nprocs < 1:
             raise ConfigError(f"--nproc-per-node must be a positive number, got {self.nprocs!r}")
-        if self.term_timeout < 0:
-            raise ConfigError(f"--term-timeout must be >= 0, got {self.term_timeout}")
+        check_rank_count(self.nprocs, allow_many=self.allow_many_ranks)
+        if not (
+            isinstance(self.term_timeout, (int, float))
+            and math.isfinite(self.term_timeout)
+            and 0 <= self.term_timeout <= MAX_TERM_TIMEOUT_S
+        ):
+            raise ConfigError(
+                f"--term-timeout {self.term_timeout}: give the seconds from SIGTERM to SIGKILL,"
+                f" a number from 0 to {MAX_TERM_TIMEOUT_S:g}"
+            )
+        self._validate_run_id()
+        for sig in self.signals_to_handle:
+            try:
+                check_stop_signal(sig)
+            except ValueError as e:
+                raise ConfigError(f"--signals-to-handle: {e}") from None
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         bad = sorted(r for r in self.local_ranks_filter if not 0 <= r < self.nprocs)
@@ -173,6 +224,10 @@ class SupervisorConfig:
                 self.cpu_sets()
             except (RuntimeError, ValueError) as e:
                 raise ConfigError(f"--numa-binding {self.numa_binding}: {e}") from None
+        try:
+            check_master_addr(self.master_addr)
+        except ValueError as e:
+            raise ConfigError(f"--master-addr: {e}") from None
         if self.master_port is not None:
             if not 0 < self.master_port < 65536:
                 raise ConfigError(f"--master-port {self.master_port}: not a TCP port")
@@ -181,24 +236,155 @@ class SupervisorConfig:
                     f"--master-port {self.master_port}: already in use on {self.master_addr}"
                 )
 
+    def _validate_run_id(self) -> None:
+        run_id = str(self.run_id)
+        shown = _shown(run_id)
+        if len(run_id) > MAX_RUN_ID_LEN:
+            raise ConfigError(
+                f"--run-id {shown}: {len(run_id)} characters; give at most {MAX_RUN_ID_LEN}"
+            )
+        if not _RUN_ID.fullmatch(run_id):
+            raise ConfigError(
+                f"--run-id {shown}: use letters, digits, '-', '_' and '.' (not first);"
+                " it names the run's log directory"
+            )
+
     def _validate_log_dir(self) -> None:
+        """The run directory can be made: every check ``DefaultLogsSpecs`` would fail later.
+
+        Permissions alone do not say it (root passes every access() check, also on /proc),
+        so a directory is made and removed where the run's will be.
+        """
         if self.log_dir is None:
-            return
-        path = os.path.abspath(self.log_dir)
-        if os.path.exists(path):
-            if not os.path.isdir(path):
-                raise ConfigError(f"--log-dir {self.log_dir}: is a file, not a directory")
-            if not os.access(path, os.W_OK | os.X_OK):
-                raise ConfigError(f"--log-dir {self.log_dir}: not writable")
-            return
-        # Missing: it will be created, so its nearest existing ancestor must be writable.
-        parent = os.path.dirname(path)
-        while not os.path.exists(parent):
-            parent = os.path.dirname(parent)
-        if not os.path.isdir(parent):
-            raise ConfigError(f"--log-dir {self.log_dir}: {parent} is a file, not a directory")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise ConfigError(f"--log-dir {self.log_dir}: cannot create it in {parent}")
+            flag = "the temporary directory"
+            try:
+                existing = tempfile.gettempdir()
+            except OSError as e:
+                raise ConfigError(f"no usable temporary directory for the logs ({e}); "
+                                  "give --log-dir") from None
+            path = existing
+        else:
+            flag = f"--log-dir {_shown(self.log_dir)}"
+            path = os.path.abspath(self.log_dir)
+            existing = _nearest_existing(path, flag)
+        name_max = _pathconf(existing, "PC_NAME_MAX", 255)
+        missing = os.path.relpath(path, existing)
+        for part in ([] if missing == os.curdir else missing.split(os.sep)):
+            if len(os.fsencode(part)) > name_max:
+                raise ConfigError(
+                    f"{flag}: the name {_shown(part, 24)} is longer than {name_max} bytes,"
+                    " the most this file system allows"
+                )
+        run_dir_name = len(os.fsencode(str(self.run_id))) + 9
+        if run_dir_name > name_max:
+            raise ConfigError(
+                f"--run-id: too long for a directory name in {_shown(existing)}"
+                f" (at most {name_max - 9} bytes there)"
+            )
+        path_max = _pathconf(existing, "PC_PATH_MAX", 4096)
+        if len(os.fsencode(path)) + run_dir_name + _PATH_TAIL >= path_max:
+            raise ConfigError(
+                f"{flag}: the path is too long to hold a run (keep it under"
+                f" {path_max - run_dir_name - _PATH_TAIL} bytes)"
+            )
+        try:
+            probe = tempfile.mkdtemp(prefix=".rankvisor-probe-", dir=existing)
+        except OSError as e:
+            raise ConfigError(
+                f"{flag}: cannot create a directory in {_shown(existing)} ({e.strerror});"
+                " give a writable directory"
+            ) from None
+        os.rmdir(probe)
+
+
+def _std_of(spec: StdSpec, rank: int) -> Std:
+    """``to_map(spec, n)[rank]`` without building the map."""
+    return spec if isinstance(spec, Std) else spec.get(rank, Std.NONE)
+
+
+def check_rank_count(nprocs: int, *, allow_many: bool, given: str | None = None) -> None:
+    """Refuse a rank count that is surely a typo, or more than the machine can run.
+
+    Args:
+        nprocs: The count (a stand-in bigger than any limit will do for a huge one).
+        allow_many: ``--allow-many-ranks`` was given.
+        given: The text typed, for the message (shortened when long).
+
+    Raises:
+        ConfigError: naming ``--allow-many-ranks`` when that is what would let it run.
+    """
+    shown = _shown(str(nprocs) if given is None else given, 30)
+    if nprocs > MAX_RANKS_PER_NODE and not allow_many:
+        raise ConfigError(
+            f"--nproc-per-node {shown}: more than {MAX_RANKS_PER_NODE} ranks on one node;"
+            " add --allow-many-ranks if that is meant"
+        )
+    limit = _process_limit()
+    if nprocs > limit:
+        raise ConfigError(
+            f"--nproc-per-node {shown}: this machine runs at most {limit} processes"
+            " (kernel.pid_max, ulimit -u)"
+        )
+
+
+def _process_limit() -> int:
+    """How many processes this machine lets us have: pid_max, and ``ulimit -u`` if set."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            limit = int(f.read().strip())
+    except (OSError, ValueError):
+        limit = 4_194_304  # Linux's largest pid_max
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY and soft > 0:
+        limit = min(limit, soft)
+    return limit
+
+
+def _nearest_existing(path: str, flag: str) -> str:
+    """The directory ``path`` is (or would be created in), refusing what cannot hold it.
+
+    A dangling symbolic link anywhere on the way would make ``os.makedirs`` fail later
+    with "File exists", so it is named here instead.
+    """
+    current = path
+    while not os.path.exists(current):
+        if os.path.lexists(current):
+            try:
+                target = os.readlink(current)
+            except OSError:
+                target = "?"
+            raise ConfigError(
+                f"{flag}: {_shown(current)} is a symbolic link to {_shown(target)},"
+                " which does not exist"
+            )
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    if not os.path.isdir(current):
+        where = "is a file" if current == path else f"{_shown(current)} is a file"
+        raise ConfigError(f"{flag}: {where}, not a directory")
+    if not os.access(current, os.W_OK | os.X_OK):
+        if current == path:
+            raise ConfigError(f"{flag}: not writable")
+        raise ConfigError(f"{flag}: cannot create it in {_shown(current)}")
+    return current
+
+
+def _pathconf(path: str, name: str, default: int) -> int:
+    try:
+        value = os.pathconf(path, name)
+    except (OSError, ValueError):
+        return default
+    return value if value > 0 else default
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text`` for a one-line message: its start and end when it is long."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 3) // 2
+    return f"{text[:keep]}...{text[-keep:]}"
 
 
 def parse_local_ranks_filter(text: str) -> frozenset[int]:
@@ -213,10 +399,15 @@ def parse_local_ranks_filter(text: str) -> frozenset[int]:
     ranks = set()
     for part in text.split(","):
         p = part.strip()
-        if not p.isdigit():
+        if not _RANK.fullmatch(p):
             raise ConfigError(
                 f"--local-ranks-filter {text!r}: bad part {part!r}"
                 " (expected comma-separated rank numbers such as '0,2')"
             )
-        ranks.add(int(p))
+        ranks.add(int(p.lstrip("0") or "0"))
     return frozenset(ranks)
+
+
+_RANK = re.compile(r"[0-9]{1,18}")
+"""A rank number as a person types it: ASCII digits (``str.isdigit`` also takes "²", which
+``int`` refuses), and never so many that reading it costs anything."""
