@@ -438,7 +438,8 @@ def test_headless_root_cause_without_record_quotes_that_attempts_last_stderr_lin
     if attempt_1 == "speaks":
         first = report.splitlines()[0]
         assert first.endswith("(exit code 3): NEW-ATTEMPT-1: the loader died")
-        assert f"last stderr lines ({stderr_log}):\n  NEW-ATTEMPT-1: the loader died" in report
+        quoted = f"last stderr lines of rank 0 ({stderr_log}):\n  NEW-ATTEMPT-1: the loader died"
+        assert quoted in report
     else:
         assert "To enable traceback" not in report.splitlines()[0]
-        assert f"no error.json, and stderr is empty ({stderr_log})" in report
+        assert f"rank 0: no error.json, and stderr is empty ({stderr_log})" in report

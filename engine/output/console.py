@@ -285,20 +285,36 @@ class ConsoleSink:
 
     def wipe_frame(self) -> None:
         """Erase an in-place frame, if one stands on ``dst`` (before another writer that
-        shares the terminal, such as stderr beside stdout, writes to it)."""
-        with self.lock:
+        shares the terminal, such as stderr beside stdout, writes to it).
+
+        Never waits long: a writer that holds the lock is stuck on a full terminal (it wipes
+        the frame itself when it gets through), and the other stream must not wait on it.
+        """
+        if not self._frame_up:  # read without the lock: only ever set in place, on a tty
+            return
+        if not self.lock.acquire(timeout=0.1):
+            return
+        try:
             if self._frame_up:
                 self._write(self._wiped(b""))
+        finally:
+            self.lock.release()
 
     def flush_frames(self) -> None:
         """Print the frames whose time has come though no new output arrived since (the
         last redraw of a rank that went quiet would otherwise wait for its next one)."""
-        if self._frames_every is None:
+        if self._frames_every is None or not self._frames:
             return
-        with self.lock:
+        # Not waiting: the lock is held by a write stuck on a console nobody reads (which
+        # must not stall our caller, the loop that watches for signals); try next time.
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
             data = self._due_frames()
             if data:
                 self._write(data)
+        finally:
+            self.lock.release()
 
     def _wiped(self, data: bytes) -> bytes:
         """``data`` preceded by the wiping of an in-place frame, if one stands."""

@@ -90,15 +90,15 @@ def _report(name: str, finished: RunFinished) -> str:
     head = f"rankvisor: root cause: rank {rank} failed first ({_how(f)})"
     if last:
         head += f": {last.strip()}"
-    if stderr_path:
-        if tail:
-            head += f"\nrankvisor: last stderr lines ({stderr_path}):"
-            head += "".join(f"\n  {line}" for line in tail)
-        else:
-            head += f"\nrankvisor: no error.json, and stderr is empty ({stderr_path})"
     if stopped:
         ranks = ", ".join(f"rank {r} ({_how(s)})" for r, s in sorted(stopped.items()))
         head += f"\nrankvisor: stopped by rankvisor, not failures: {ranks}"
+    if stderr_path:
+        if tail:
+            head += f"\nrankvisor: last stderr lines of rank {rank} ({stderr_path}):"
+            head += "".join(f"\n  {line}" for line in tail)
+        else:
+            head += f"\nrankvisor: rank {rank}: no error.json, and stderr is empty ({stderr_path})"
     return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
 
 
