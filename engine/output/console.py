@@ -398,16 +398,21 @@ class ConsoleSink:
         every = self._frames_every
         assert every is not None
         now = time.monotonic()
+        ready = [
+            (rank, frame)
+            for (rank, _stream), frame in self._frames.items()
+            if frame.text and frame.text != frame.shown
+            and (frame.at is None or now - frame.at >= every)
+        ]
+        if self._in_place and ready:
+            # One line shows one frame: the rank whose frame waited longest gets it, so
+            # every rank's progress is seen in turn.
+            ready = [min(ready, key=lambda item: item[1].at or 0.0)]
         due: list[tuple[int, str]] = []
-        for (rank, _stream), frame in self._frames.items():
-            if not frame.text or frame.text == frame.shown:
-                continue
-            if frame.at is not None and now - frame.at < every:
-                continue
+        for rank, frame in ready:
             frame.shown = frame.text
             frame.at = now
-            text = frame.text if not self._check else sanitize(frame.text)
-            due.append((rank, text))
+            due.append((rank, frame.text if not self._check else sanitize(frame.text)))
         if not due:
             return b""
         if not self._in_place:
@@ -415,7 +420,7 @@ class ConsoleSink:
                 self._encoded_prefix(rank) + text.encode("utf-8", "surrogatepass") + b"\n"
                 for rank, text in due
             ))
-        # One line on a terminal: the newest frame, without colours (a cut must not split
+        # One line on a terminal, without colours (a cut must not split
         # an escape) and cut to the width, so "\r" really goes back to its start.
         rank, text = due[-1]
         line = self.prefix(rank) + _SGR.sub("", text)

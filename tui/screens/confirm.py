@@ -85,9 +85,10 @@ class RestartRankScreen(ModalScreen[str]):
             dialog.border_title = Text(f"Restart rank {self._rank} alone?")
             yield Static(Text(question), id="question")
             with Horizontal(id="buttons"):
-                yield Button(f"Rank {self._rank} [y]", variant="error", id="rank")
-                yield Button("Restart all [a]", variant="warning", id="all")
-                yield Button("Cancel [n]", variant="primary", id="cancel")
+                # Text, not markup: "[y]" is the key to press, not a style.
+                yield Button(Text(f"Rank {self._rank} [y]"), variant="error", id="rank")
+                yield Button(Text("Restart all [a]"), variant="warning", id="all")
+                yield Button(Text("Cancel [n]"), variant="primary", id="cancel")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
