@@ -84,8 +84,10 @@ def _report(name: str, finished: RunFinished) -> str:
         # The failing incarnation's own last stderr lines say more, as in the UI's views.
         stderr_path = str(getattr(finished.result, "stderrs", {}).get(rank, "") or "")
         tail = last_lines(stderr_path, STDERR_LINES)
-        # The message still counts when it says something (a signal, a full disk).
-        text = tail or [ln for ln in f.text.strip().splitlines() if "To enable traceback" not in ln]
+        said = [ln for ln in f.text.strip().splitlines() if "To enable traceback" not in ln]
+        # A message of our own about an exit (the log file system is full) says more than
+        # any stderr line; one about a signal repeats what the head says already.
+        text = said if said and f.exitcode >= 0 else tail or said
     last = text[-1] if text else ""
     head = f"rankvisor: root cause: rank {rank} failed first ({_how(f)})"
     if last:
