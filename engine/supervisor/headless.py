@@ -4,9 +4,11 @@
 ``[role<rank>]:`` prefixes, the way ``torchrun --tee 3`` prints it (``-r``/``-t`` and
 ``--local-ranks-filter`` decide what reaches the console, as under torchrun; the files
 always get everything), rankvisor's own notices on stderr as ``[rankvisor] ...`` lines, and
-the torch-style root-cause report on stderr when a rank failed. Its first line of its own
-says how the ranks' processes are tracked: ``[rankvisor] process tracking: cgroup (...)``
-or ``process-tree (why no cgroup)``.
+the torch-style root-cause report on stderr when a rank failed (with the failing
+incarnation's last stderr lines when it recorded no traceback). A progress bar's current
+frame is printed once a second at most, so a rank that only redraws one line is seen to
+move. Its first line of its own says how the ranks' processes are tracked:
+``[rankvisor] process tracking: cgroup (...)`` or ``process-tree (why no cgroup)``.
 
 Exit status, as torchrun's: 0 when every rank succeeded, 1 when not; 128 + N when we were
 stopped by signal N (SIGTERM, SIGINT, SIGHUP), after the ranks were terminated with
