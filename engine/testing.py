@@ -145,7 +145,8 @@ def rank_paths(
     run_dir: str, attempt: int, rank: int, restart: int | None
 ) -> tuple[str, str, str]:
     """stdout.log, stderr.log and error.json of one incarnation, laid out as the Supervisor
-    lays them out (``attempt_<n>/<rank>/``, ``restart_<k>/`` for a rank restarted alone)."""
+    lays them out (``attempt_<n>/<rank>/``, ``restart_<k>/`` for the k-th restart of a rank
+    alone within that attempt)."""
     base = f"{run_dir}/attempt_{attempt}/{rank}"
     if restart:
         base += f"/restart_{restart}"
@@ -229,6 +230,8 @@ class ScriptedSupervisor:
         self._attempt_pending = False
         self._shutting_down = False
         self._incarnations = 0
+        self._alone: dict[int, int] = {}
+        """Restarts of each rank alone within the current attempt (its ``restart_<k>``)."""
         self.started = False
         self.calls: list[Command | tuple[str, float | None]] = []
         """Every command given to ``execute``, and ``("shutdown", timeout)``, in order."""
@@ -661,11 +664,14 @@ class ScriptedSupervisor:
         return RunFinished(cast("RunProcsResult", result), self._attempt, root)
 
     def _respawn(self, rank: int) -> None:
-        """Start one rank again, alone, into ``restart_<k>/`` of its attempt."""
+        """Start one rank again, alone, into ``restart_<k>/`` of its attempt (k counts the
+        restarts alone within the attempt; the restart count counts them all)."""
         self._incarnations += 1
         count = self._ranks[rank].restart_count + 1
+        alone = self._alone.get(rank, 0) + 1
+        self._alone[rank] = alone
         self._finished = False
-        self._begin(rank, count, rank_paths(self._info.log_dir, self._attempt, rank, count))
+        self._begin(rank, count, rank_paths(self._info.log_dir, self._attempt, rank, alone))
         self._started(rank, whole_attempt=False)
 
     def _start_attempt(self) -> None:
@@ -674,6 +680,7 @@ class ScriptedSupervisor:
         self._attempt_pending = False
         self._finished = False
         self._incarnations += 1
+        self._alone.clear()
         for r in sorted(self._ranks):
             count = self._ranks[r].restart_count + 1
             self._begin(r, count, rank_paths(self._info.log_dir, self._attempt, r, None))

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,99 @@ def test_signals_to_handle_and_numa_binding_flags(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+PROGRESS_RANK = """\
+import os, sys, time
+go = sys.argv[1]
+i = 0
+while not os.path.exists(go) and i < 1200:  # frames with no newline until the test says go
+    sys.stdout.write(f"\\rstep {i:4d}/1200 [{'#' * (i % 20):<20}]")
+    sys.stdout.flush()
+    time.sleep(0.05)
+    i += 1
+sys.stdout.write("\\nprogress done\\n")
+"""
+
+
+def test_headless_prints_the_frames_of_an_unfinished_progress_line(tmp_path: Path) -> None:
+    # A tqdm-like rank redraws one line with \r and never ends it: headless prints its
+    # current frame now and then (a line each, stdout being a pipe), not only at the end.
+    script = tmp_path / "progress.py"
+    script.write_text(PROGRESS_RANK)
+    go = tmp_path / "go"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "1",
+         "--log-dir", str(tmp_path / "logs"), str(script), str(go)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    out = proc.stdout
+
+    def read() -> None:
+        for line in out:  # each line as it comes
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_until(
+            lambda: len([ln for ln in lines if ln.startswith("[default0]:step")]) >= 2,
+            timeout=60,
+        )
+        go.touch()  # only now may the rank end its line
+        assert proc.wait(timeout=60) == 0
+        reader.join(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    frames = [ln.rstrip("\n") for ln in lines if ln.startswith("[default0]:step")]
+    assert len(set(frames)) >= 2  # different frames, each on a line of its own
+    assert all("\r" not in f for f in frames)
+    done = next(i for i, ln in enumerate(lines) if "progress done" in ln)
+    assert lines.index(frames[0] + "\n") < done and lines.index(frames[1] + "\n") < done
+
+
+FAILING_RANK = """\
+import os, sys
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    print("OLD-ATTEMPT-0: gloo connection reset by peer", file=sys.stderr, flush=True)
+elif sys.argv[1] == "speaks":
+    print("NEW-ATTEMPT-1: the loader died", file=sys.stderr, flush=True)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("attempt_1", ["silent", "speaks"])
+def test_headless_root_cause_without_record_quotes_that_attempts_last_stderr_lines(
+    tmp_path: Path, attempt_1: str
+) -> None:
+    # No @record: torch's report only says how to enable tracebacks. The last stderr lines
+    # are shown as in the UI, and only the failing attempt's own, never attempt 0's.
+    script = tmp_path / "fails.py"
+    script.write_text(FAILING_RANK)
+    res = rankvisor(
+        "run", "--headless", "--nproc-per-node", "1", "--max-restarts", "1",
+        "--log-dir", str(tmp_path / "logs"), str(script), attempt_1,
+    )
+    assert res.returncode == 1, res.stderr
+    # Attempt 0's line reached the console while it ran ...
+    console, report = res.stderr.split("rankvisor: root cause:", 1)
+    assert "OLD-ATTEMPT-0" in console
+    # ... but the report of attempt 1's failure does not quote it.
+    assert "OLD-ATTEMPT-0" not in report
+    assert report.startswith(" rank 0 failed first (exit code 3)")
+    (run_dir,) = (tmp_path / "logs").iterdir()
+    stderr_log = run_dir / "attempt_1" / "0" / "stderr.log"
+    if attempt_1 == "speaks":
+        first = report.splitlines()[0]
+        assert first.endswith("(exit code 3): NEW-ATTEMPT-1: the loader died")
+        quoted = f"last stderr lines of rank 0 ({stderr_log}):\n  NEW-ATTEMPT-1: the loader died"
+        assert quoted in report
+    else:
+        assert "To enable traceback" not in report.splitlines()[0]
+        assert f"rank 0: no error.json, and stderr is empty ({stderr_log})" in report

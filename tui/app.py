@@ -47,7 +47,7 @@ from engine.states import RankState
 from tui.bridge import EngineBridge
 from tui.messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
 from tui.model import RunView
-from tui.screens.confirm import ConfirmScreen
+from tui.screens.confirm import ConfirmScreen, RestartRankScreen
 from tui.screens.errors import ErrorsScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
@@ -378,8 +378,28 @@ class RankvisorApp(App[int]):
         self.push_screen(SignalPicker(rank), send)
 
     def action_restart(self) -> None:
-        """Restart the selected rank (its earlier logs are kept)."""
-        self.run_command(RestartRank(self._target()))
+        """Restart the selected rank (its earlier logs are kept).
+
+        With more than one rank, ask first: ranks of a torch.distributed job usually fail
+        when one of them restarts alone, so the dialog offers restarting them all instead.
+        (rankvisor sets MASTER_ADDR and WORLD_SIZE for every rank, so they cannot tell
+        whether the ranks really talk to each other.)
+        """
+        rank = self._target()
+        nprocs = len(self.run_view.ranks)
+        if nprocs <= 1:
+            self.run_command(RestartRank(rank))
+            return
+
+        def answered(choice: str | None) -> None:
+            if choice == "rank":
+                self.run_command(RestartRank(rank))
+            elif choice == "all":
+                self.run_command(RestartAll())
+
+        self.push_screen(
+            RestartRankScreen(rank, nprocs, self.run_view.attempt + 1), answered
+        )
 
     def action_terminate_all(self) -> None:
         alive = len(self.run_view.alive)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, Final, Literal, Sequence
 
 from engine.events import (
@@ -68,7 +68,9 @@ class LineBuffer:
     a line for as long as it is buffered (widgets key their render caches on it).
     """
 
-    __slots__ = ("_lines", "evicted", "partial", "partial_stream", "width", "total", "version")
+    __slots__ = (
+        "_lines", "evicted", "partial", "partial_stream", "width", "total", "version", "begun",
+    )
 
     def __init__(self, max_lines: int = 5_000) -> None:
         self._lines: deque[tuple[LineKind, str]] = deque(maxlen=max_lines)
@@ -83,6 +85,9 @@ class LineBuffer:
         """Lines ever appended (markers included)."""
         self.version = 0
         """Bumped on every change, so a widget can tell whether it must repaint."""
+        self.begun = 0
+        """Line id (``evicted + index``) of the current incarnation's first line: the lines
+        before it were written by an earlier attempt or restart of the rank."""
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -121,10 +126,21 @@ class LineBuffer:
         self.partial = ""
         self.extend("marker", (text,))
 
-    def tail(self, count: int, kind: LineKind | None = None) -> list[str]:
-        """The last ``count`` lines (of one stream when ``kind`` is given), oldest first."""
+    def mark_incarnation(self, text: str) -> None:
+        """Insert the separator of a new incarnation (a restart, a new attempt): the lines
+        after it are the new process's own."""
+        self.mark(text)
+        self.begun = self.total
+
+    def tail(
+        self, count: int, kind: LineKind | None = None, *, this_incarnation: bool = False
+    ) -> list[str]:
+        """The last ``count`` lines (of one stream when ``kind`` is given), oldest first;
+        with ``this_incarnation`` only those the current process wrote (a failure's last
+        lines must never be an earlier life's)."""
         out: list[str] = []
-        for line_kind, text in reversed(self._lines):
+        oldest = max(0, self.begun - self.evicted) if this_incarnation else 0
+        for line_kind, text in islice(reversed(self._lines), len(self._lines) - oldest):
             if kind is None or line_kind == kind:
                 out.append(text)
                 if len(out) >= count:
@@ -476,7 +492,7 @@ class RunView:
         why = (
             f"attempt {event.attempt}" if event.whole_attempt else f"restart {event.restart_count}"
         )
-        view.buffer.mark(f"── {why} · pid {event.pid} ──")
+        view.buffer.mark_incarnation(f"── {why} · pid {event.pid} ──")
         view.last_line = ""
         return {event.rank, -1}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from engine.states import RankState
 from tui.model import RunView
 from tui.widgets.ansi import plain_text
-from tui.widgets.failure_report import failure_details, when_text
+from tui.widgets.failure_report import failure_details, stderr_tail, when_text
 
 __all__ = ["format_summary"]
 
@@ -44,10 +44,12 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         if details.callstack:
             out.extend("    " + plain_text(line) for line in details.callstack.splitlines())
         else:
-            tail = view.buffer.tail(stderr_lines, "stderr")
+            tail = stderr_tail(view, stderr_lines)
             if tail:
                 out.append("    last stderr lines:")
                 out.extend("      " + plain_text(line) for line in tail)
+            else:
+                out.append("    no error.json, and stderr is empty")
         if details.error_file and details.has_error_file:
             out.append(f"    error file: {details.error_file}")
     for view in stopped:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from engine._lazy import face
 
-__all__ = ["LineIndex", "LogStore", "SearchJob", "search_file"]
+__all__ = ["LineIndex", "LogStore", "SearchJob", "last_lines", "search_file"]
 
 __getattr__, __dir__ = face(
     __name__,
@@ -18,6 +18,7 @@ __getattr__, __dir__ = face(
         "LineIndex": "line_index",
         "LogStore": "store",
         "SearchJob": "search",
+        "last_lines": "tail",
         "search_file": "search",
     },
 )

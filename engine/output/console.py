@@ -6,7 +6,11 @@
 and flushes once per batch. This is what ``rankvisor run --headless`` and ``TailLog`` print.
 
 - Complete lines only: a partial line is not printed until it ends (or the pump stops and
-  turns it into a final line), so lines of two ranks are never glued together.
+  turns it into a final line), so lines of two ranks are never glued together. Unless
+  ``frames_every`` is given: then the current frame of an unfinished line (a progress bar
+  redrawn with ``\r``) is printed at most that often per rank and stream, as a line of its
+  own when ``dst`` is not a terminal, and on a terminal in place (``\r``, cut to the width),
+  wiped before anything else is written there. Without it a tqdm-only rank looks frozen.
 - One lock around each batch's write: several pumps (stdout and stderr tailers) may share a
   ``dst`` through the same ``ConsoleSink`` or through ``ConsoleSink.lock_for(dst)``, and no
   line is lost or interleaved with another.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import codecs
 import errno
 import os
+import re
 import select
 import socket
 import stat
@@ -45,6 +50,21 @@ __all__ = ["ConsoleSink"]
 
 _WAIT_SLICE_MS = 100
 """A write waiting for room looks this often whether it should give up."""
+
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+_WIPE = b"\r\x1b[K"
+"""Back to the start of the line and erase it: where an in-place frame stood."""
+
+
+class _Frame:
+    """The unfinished line of one rank's stream, and when it was last printed."""
+
+    __slots__ = ("text", "shown", "at")
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.shown = ""
+        self.at: float | None = None
 
 
 class _Channel:
@@ -187,6 +207,10 @@ class ConsoleSink:
         flush: flush ``dst`` after each batch (console output should not sit in a buffer).
         presanitized: the batches come from a pump that sanitises already (skips a
             second, redundant check).
+        frames_every: print the current frame of an unfinished line at most once per this
+            many seconds per rank and stream (None: complete lines only).
+        in_place: draw those frames over each other on one line; None: when ``dst`` is a
+            terminal.
     """
 
     def __init__(
@@ -200,8 +224,20 @@ class ConsoleSink:
         streams: Collection[str] | None = None,
         flush: bool = True,
         presanitized: bool = False,
+        frames_every: float | None = None,
+        in_place: bool | None = None,
     ) -> None:
         self._dst = dst
+        self._frames_every = frames_every
+        self._frames: dict[tuple[int, str], _Frame] = {}
+        if in_place is None and frames_every is not None:
+            try:
+                in_place = dst.isatty()
+            except (AttributeError, OSError, ValueError):
+                in_place = False
+        self._in_place = bool(in_place)
+        self._frame_up = False
+        """An in-place frame stands on the terminal's last line: wipe it before writing."""
         self._name = name
         self._prefixes = prefixes
         self._cache: dict[int, str] = {}
@@ -245,7 +281,47 @@ class ConsoleSink:
         """Write ``text`` as it is (a notice, a report), with the same care as lines;
         False if ``dst`` is written no more."""
         with self.lock:
-            return self._write(text.encode("utf-8", "surrogatepass"))
+            return self._write(self._wiped(text.encode("utf-8", "surrogatepass")))
+
+    def wipe_frame(self) -> None:
+        """Erase an in-place frame, if one stands on ``dst`` (before another writer that
+        shares the terminal, such as stderr beside stdout, writes to it).
+
+        Never waits long: a writer that holds the lock is stuck on a full terminal (it wipes
+        the frame itself when it gets through), and the other stream must not wait on it.
+        """
+        if not self._frame_up:  # read without the lock: only ever set in place, on a tty
+            return
+        if not self.lock.acquire(timeout=0.1):
+            return
+        try:
+            if self._frame_up:
+                self._write(self._wiped(b""))
+        finally:
+            self.lock.release()
+
+    def flush_frames(self) -> None:
+        """Print the frames whose time has come though no new output arrived since (the
+        last redraw of a rank that went quiet would otherwise wait for its next one)."""
+        if self._frames_every is None or not self._frames:
+            return
+        # Not waiting: the lock is held by a write stuck on a console nobody reads (which
+        # must not stall our caller, the loop that watches for signals); try next time.
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            data = self._due_frames()
+            if data:
+                self._write(data)
+        finally:
+            self.lock.release()
+
+    def _wiped(self, data: bytes) -> bytes:
+        """``data`` preceded by the wiping of an in-place frame, if one stands."""
+        if not self._frame_up:
+            return data
+        self._frame_up = False
+        return _WIPE + data
 
     def prefix(self, rank: int) -> str:
         """The header written before each line of ``rank``."""
@@ -259,9 +335,12 @@ class ConsoleSink:
         """Write the complete lines of ``batch`` (partials are not printed)."""
         out: list[bytes] = []
         count = 0
+        noted: list[Union[RankOutput, TextBatch]] = []
         for item in batch:
             if self._streams is not None and item.stream not in self._streams:
                 continue
+            if self._frames_every is not None:
+                noted.append(item)
             data: bytes | None = None
             if isinstance(item, TextBatch):
                 if not item.data:
@@ -287,12 +366,75 @@ class ConsoleSink:
             out.append(header)
             out.append(data.replace(b"\n", b"\n" + header)[: -len(header) or None])
             count += n
-        if not out:
+        if not out and not noted:
             return
         data = b"".join(out)
         with self.lock:
-            if self._write(data):
+            if out and self._write(self._wiped(data)):
                 self.lines_written += count
+            if noted:
+                for item in noted:
+                    self._note_frame(item)
+                frames = self._due_frames()
+                if frames:
+                    self._write(frames)
+
+    def _note_frame(self, item: RankOutput | TextBatch) -> None:
+        """Keep the rank's current unfinished line (after this batch's complete lines;
+        caller holds the lock)."""
+        frame = self._frames.get((item.rank, item.stream))
+        if frame is None:
+            frame = self._frames[(item.rank, item.stream)] = _Frame()
+        if item.count if isinstance(item, TextBatch) else item.lines:
+            frame.shown = ""  # the line it drew is complete now, printed as a line
+        frame.text = item.partial
+        if self._filter is not None and frame.text and not self._filter(frame.text + "\n"):
+            frame.text = ""
+
+    def _due_frames(self) -> bytes:
+        """The frames to print now (caller holds the lock): changed since last printed,
+        and not printed within ``frames_every``; as lines, or (in place) the newest one
+        over the last."""
+        every = self._frames_every
+        assert every is not None
+        now = time.monotonic()
+        ready = [
+            (rank, frame)
+            for (rank, _stream), frame in self._frames.items()
+            if frame.text and frame.text != frame.shown
+            and (frame.at is None or now - frame.at >= every)
+        ]
+        if self._in_place and ready:
+            # One line shows one frame: the rank whose frame waited longest gets it, so
+            # every rank's progress is seen in turn.
+            ready = [min(ready, key=lambda item: item[1].at or 0.0)]
+        due: list[tuple[int, str]] = []
+        for rank, frame in ready:
+            frame.shown = frame.text
+            frame.at = now
+            due.append((rank, frame.text if not self._check else sanitize(frame.text)))
+        if not due:
+            return b""
+        if not self._in_place:
+            return self._wiped(b"".join(
+                self._encoded_prefix(rank) + text.encode("utf-8", "surrogatepass") + b"\n"
+                for rank, text in due
+            ))
+        # One line on a terminal, without colours (a cut must not split
+        # an escape) and cut to the width, so "\r" really goes back to its start.
+        rank, text = due[-1]
+        line = self.prefix(rank) + _SGR.sub("", text)
+        width = self._columns()
+        if width and len(line) >= width:
+            line = line[: width - 1]
+        self._frame_up = True
+        return _WIPE + line.encode("utf-8", "surrogatepass")
+
+    def _columns(self) -> int:
+        try:
+            return os.get_terminal_size(self._dst.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            return 0
 
     def _encoded_prefix(self, rank: int) -> bytes:
         p = self._bcache.get(rank)

@@ -4,9 +4,11 @@
 ``[role<rank>]:`` prefixes, the way ``torchrun --tee 3`` prints it (``-r``/``-t`` and
 ``--local-ranks-filter`` decide what reaches the console, as under torchrun; the files
 always get everything), rankvisor's own notices on stderr as ``[rankvisor] ...`` lines, and
-the torch-style root-cause report on stderr when a rank failed. Its first line of its own
-says how the ranks' processes are tracked: ``[rankvisor] process tracking: cgroup (...)``
-or ``process-tree (why no cgroup)``.
+the torch-style root-cause report on stderr when a rank failed (with the failing
+incarnation's last stderr lines when it recorded no traceback). A progress bar's current
+frame is printed once a second at most, so a rank that only redraws one line is seen to
+move. Its first line of its own says how the ranks' processes are tracked:
+``[rankvisor] process tracking: cgroup (...)`` or ``process-tree (why no cgroup)``.
 
 Exit status, as torchrun's: 0 when every rank succeeded, 1 when not; 128 + N when we were
 stopped by signal N (SIGTERM, SIGINT, SIGHUP), after the ranks were terminated with
@@ -25,12 +27,16 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
+from engine.logfile.tail import last_lines
 from engine.output.sanitize import sanitize
 from engine.process.signals import signal_name
 from engine.supervisor.core import Supervisor
 from engine.supervisor.run_config import SupervisorConfig
 
 __all__ = ["exit_status", "format_report", "run_headless", "run_interactive"]
+
+STDERR_LINES = 12
+"""Last stderr lines quoted for a root cause without a traceback (as many as the UI shows)."""
 
 
 def exit_status(finished: RunFinished | None, received_signal: int | None) -> int:
@@ -73,15 +79,42 @@ def _report(name: str, finished: RunFinished) -> str:
         rank = root_cause_rank(failures)
     assert rank is not None  # failures holds only ranks that failed on their own
     f = failures[rank]
-    text = f.text.strip().splitlines()
+    tail: list[str] = []
+    stderr_path = ""
+    if _has_traceback(f):
+        text = f.text.strip().splitlines()
+    else:
+        # No traceback recorded (no @record): torch's message only says how to get one.
+        # The failing incarnation's own last stderr lines say more, as in the UI's views.
+        stderr_path = str(getattr(finished.result, "stderrs", {}).get(rank, "") or "")
+        tail = last_lines(stderr_path, STDERR_LINES)
+        said = [ln for ln in f.text.strip().splitlines() if "To enable traceback" not in ln]
+        # A message of our own about an exit (the log file system is full) says more than
+        # any stderr line; one about a signal repeats what the head says already.
+        text = said if said and f.exitcode >= 0 else tail or said
     last = text[-1] if text else ""
     head = f"rankvisor: root cause: rank {rank} failed first ({_how(f)})"
     if last:
-        head += f": {last}"
+        head += f": {last.strip()}"
     if stopped:
         ranks = ", ".join(f"rank {r} ({_how(s)})" for r, s in sorted(stopped.items()))
         head += f"\nrankvisor: stopped by rankvisor, not failures: {ranks}"
+    if stderr_path:
+        if tail:
+            head += f"\nrankvisor: last stderr lines of rank {rank} ({stderr_path}):"
+            head += "".join(f"\n  {line}" for line in tail)
+        else:
+            head += f"\nrankvisor: rank {rank}: no error.json, and stderr is empty ({stderr_path})"
     return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
+
+
+def _has_traceback(failure: Any) -> bool:
+    """Whether the rank's error.json recorded a traceback (torch's ``@record``)."""
+    message = failure.message
+    if not isinstance(message, dict):
+        return False
+    extra = message.get("extraInfo")
+    return isinstance(extra, dict) and bool(extra.get("py_callstack"))
 
 
 def _how(failure: Any) -> str:
@@ -105,29 +138,39 @@ class _HeadlessPrinter:
         from engine.output.console import ConsoleSink
 
         self._shown = {r: config.console(r) for r in range(config.nprocs)}
-        self._out = ConsoleSink(out, prefixes=prefixes, presanitized=True)
-        self._err = ConsoleSink(err, prefixes=prefixes, presanitized=True)
+        # A progress bar's current frame is printed once a second at most (torchrun prints
+        # every redraw): a rank that only redraws one line must not look frozen.
+        self._out = ConsoleSink(out, prefixes=prefixes, presanitized=True, frames_every=1.0)
+        self._err = ConsoleSink(err, prefixes=prefixes, presanitized=True, frames_every=1.0)
         self._told = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RankOutput):
             shown = self._shown.get(event.rank, (False, False))
             if event.stream == "stdout" and shown[0]:
+                self._err.wipe_frame()  # a frame drawn in place on a shared terminal
                 self._out((event,))
                 if self._out.stopped is not None and not self._told:
                     self._told = True
                     self._say_stdout_stopped(self._out.stopped)
             elif event.stream == "stderr" and shown[1]:
+                self._out.wipe_frame()
                 self._err((event,))
         elif isinstance(event, SupervisorNotice) and event.severity != "information":
             self.line(event.message)
 
+    def tick(self) -> None:
+        """Print the progress frames that are due though their rank went quiet since."""
+        self._out.flush_frames()
+        self._err.flush_frames()
+
     def line(self, text: str) -> None:
         """One line of rankvisor's own on stderr, never inside a rank's line."""
-        self._err.write_text(f"[rankvisor] {text}\n")
+        self.write_err(f"[rankvisor] {text}\n")
 
     def write_err(self, text: str) -> None:
         """Write ``text`` to stderr, quietly giving up a stderr that is gone."""
+        self._out.wipe_frame()
         self._err.write_text(text)
 
     def shutting_down(self) -> None:
@@ -160,6 +203,7 @@ def run_headless(
         # Wait in slices: the main thread must come back to Python now and then so our
         # signal handlers run promptly.
         while sup.wait(0.5) is None:
+            printer.tick()
             if sup.received_signal is not None:
                 # Stopping on a signal: the teardown must not wait for a console nobody
                 # reads (a full pipe would stall the output pump, and the monitor behind it).

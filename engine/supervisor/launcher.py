@@ -128,13 +128,18 @@ class Launcher:
         )
 
     def respawn(self, slot: RankSlot) -> None:
-        """Start one rank again, alone, into ``restart_<k>/`` of its attempt dir."""
+        """Start one rank again, alone, into ``restart_<k>/`` of its attempt dir.
+
+        k counts this rank's restarts alone within the attempt (the first is ``restart_1``
+        in every attempt), while ``RANKVISOR_RESTART_COUNT`` keeps counting every restart
+        of the rank since the run began.
+        """
         dest = self._state.dest
         assert dest is not None, "a rank is restarted only after its attempt started"
         slot.restart_count += 1
         slot.incarnation += 1
         rank_dir = os.path.dirname(dest.error_files[slot.rank])
-        d = incarnation_dir(rank_dir, slot.restart_count)
+        d = incarnation_dir(rank_dir, slot.incarnation)
         os.makedirs(d, exist_ok=True)
         slot.begin_incarnation(
             self._state.attempt, slot.incarnation,

@@ -194,15 +194,17 @@ class RankSlot:
         )
 
 
-def incarnation_dir(attempt_rank_dir: str, restart_count: int | None) -> str:
+def incarnation_dir(attempt_rank_dir: str, incarnation: int | None) -> str:
     """Where a rank writes: its attempt's rank dir, or ``restart_<k>/`` inside it.
 
     An attempt's first incarnation of a rank uses torch's layout
     (``attempt_<n>/<rank>/stdout.log``); a rank restarted alone writes to
-    ``attempt_<n>/<rank>/restart_<k>/``, k being its restart count after this restart
-    (the ``RANKVISOR_RESTART_COUNT`` it sees). No file once written is moved or overwritten,
-    so a path always names the same incarnation.
+    ``attempt_<n>/<rank>/restart_<k>/``, k being its number of restarts alone within that
+    attempt (``RankSlot.incarnation``): the first in any attempt is ``restart_1``. It is not
+    the ``RANKVISOR_RESTART_COUNT`` the rank sees, which also counts the restarts of earlier
+    attempts. No file once written is moved or overwritten, so a path always names the
+    same incarnation.
     """
-    if not restart_count:
+    if not incarnation:
         return attempt_rank_dir
-    return os.path.join(attempt_rank_dir, f"restart_{restart_count}")
+    return os.path.join(attempt_rank_dir, f"restart_{incarnation}")

@@ -97,6 +97,28 @@ def test_restart_all_starts_attempt_1_with_the_count_incremented(supervise: Fact
     assert ev.whole_attempt and ev.attempt == 1 and ev.restart_count == 1
 
 
+def test_restart_dirs_are_numbered_within_their_attempt(supervise: Factory) -> None:
+    # The first rank restarted alone in attempt 1 writes to restart_1/, though it is the
+    # rank's second restart overall (RANKVISOR_RESTART_COUNT counts them all).
+    run = supervise(2, "--print", "1")
+    assert run.sup.execute(RestartAll()).ok
+    run.pids(1, restart_count=1)
+    assert run.sup.execute(RestartRank(1)).ok
+    alone = wait_until(lambda: run.rec.of(RankRestarted, rank=1, whole_attempt=False))[0]
+    rank_dir = attempt_dir(run, 1) / "1"
+    assert (alone.attempt, alone.restart_count) == (1, 2)
+    assert alone.stdout_path == str(rank_dir / "restart_1" / "stdout.log")
+    assert alone.error_file == str(rank_dir / "restart_1" / "error.json")
+    env = run.env(1, restart_count=2)
+    assert env["RANKVISOR_RESTART_COUNT"] == "2"
+    assert env["TORCHELASTIC_RESTART_COUNT"] == "1"  # the attempt
+    assert env["TORCHELASTIC_ERROR_FILE"] == alone.error_file
+    # A second restart alone in the same attempt is restart_2.
+    assert run.sup.execute(RestartRank(1)).ok
+    again = wait_until(lambda: run.rec.of(RankRestarted, rank=1, whole_attempt=False)[1:])[0]
+    assert again.stdout_path == str(rank_dir / "restart_2" / "stdout.log")
+
+
 def test_max_restarts_2_on_an_always_failing_rank_gives_exactly_3_attempts(
     supervise: Factory,
 ) -> None:

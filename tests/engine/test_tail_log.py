@@ -170,3 +170,36 @@ def test_forgetting_stop_does_not_hang_interpreter_exit(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     done = subprocess.run([sys.executable, "-c", code], timeout=30, env=env)
     assert done.returncode == 0
+
+
+def test_console_sink_prints_unfinished_frames_as_lines_or_in_place() -> None:
+    # As lines (a pipe, a file): each frame once, then the finished line as usual.
+    out = io.StringIO()
+    sink = ConsoleSink(out, name="w", frames_every=0.0, in_place=False)
+    sink([RankOutput(0, "stdout", (), partial="10%")])
+    sink([RankOutput(0, "stdout", (), partial="10%")])  # unchanged: not again
+    sink([RankOutput(0, "stdout", (), partial="20%")])
+    sink([RankOutput(0, "stdout", ("20% done",))])
+    assert out.getvalue() == "[w0]:10%\n[w0]:20%\n[w0]:20% done\n"
+    # In place (a terminal): one line redrawn, wiped before anything else is written.
+    tty = io.StringIO()
+    sink = ConsoleSink(tty, name="w", frames_every=0.0, in_place=True)
+    sink([RankOutput(1, "stdout", (), partial="\x1b[32m10%\x1b[0m")])
+    sink([RankOutput(1, "stdout", (), partial="20%")])
+    assert sink.write_text("[rankvisor] a notice\n")
+    sink([RankOutput(1, "stdout", ("all done",))])
+    wipe = "\r\x1b[K"
+    assert tty.getvalue() == (
+        f"{wipe}[w1]:10%{wipe}[w1]:20%{wipe}[rankvisor] a notice\n[w1]:all done\n"
+    )
+    # At most once per ``frames_every``: a frame seen again within it waits for a flush.
+    slow = io.StringIO()
+    sink = ConsoleSink(slow, name="w", frames_every=3600.0, in_place=False)
+    sink([RankOutput(0, "stdout", (), partial="1/9")])
+    sink([RankOutput(0, "stdout", (), partial="2/9")])
+    sink.flush_frames()
+    assert slow.getvalue() == "[w0]:1/9\n"
+    # Without frames_every (torch's TailLog, the default) nothing unfinished is printed.
+    plain = io.StringIO()
+    ConsoleSink(plain, name="w")([RankOutput(0, "stdout", (), partial="50%")])
+    assert plain.getvalue() == ""

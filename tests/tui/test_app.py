@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import pytest
 from rich.console import Console
 from rich.text import Text
+from textual.screen import ModalScreen
+from textual.widgets import Static
 
 from engine.events import RankOutput, RankStateChanged, RunFinished
 from engine.handle import (
@@ -31,7 +34,7 @@ from engine.testing import (
 from tests.scenarios import failure_script, running_script, scripted_info
 from tui.app import make_app
 from tui.report import format_summary
-from tui.screens.confirm import ConfirmScreen
+from tui.screens.confirm import ConfirmScreen, RestartRankScreen
 from tui.screens.errors import ErrorsScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
@@ -160,6 +163,8 @@ async def test_restart_rank_keeps_its_earlier_lines(four_ranks: ScriptedSupervis
     async with app.run_test(size=SIZE) as pilot:
         before = app.run_view.ranks[0].buffer.tail(2)
         await pilot.press("r")
+        assert isinstance(app.screen, RestartRankScreen)
+        await pilot.press("y")
         await settle(pilot)
         assert four_ranks.calls == [RestartRank(0)]
         view = app.run_view.ranks[0]
@@ -237,6 +242,40 @@ async def test_quit_after_all_ranks_exited_needs_no_confirmation() -> None:
         await wait_for(pilot, lambda: app.return_value is not None)  # shut down, then exited
     assert engine.calls == [("shutdown", None)]
     assert app.return_value == 0
+
+
+async def test_restarting_one_of_several_ranks_warns_and_offers_restart_all(
+    four_ranks: ScriptedSupervisor,
+) -> None:
+    app = make_app(four_ranks)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        assert isinstance(app.screen, RestartRankScreen)
+        text = str(app.screen.query_one("#question", Static).render())
+        for words in ("torch.distributed", "gloo", "NCCL", "usually fail", "attempt 1"):
+            assert words in text
+        await pilot.press("n")  # cancelled: nothing sent
+        await settle(pilot)
+        assert isinstance(app.screen, MainScreen) and four_ranks.calls == []
+        await pilot.press("r")
+        await pilot.press("a")  # the whole group instead, without a second question
+        await settle(pilot)
+        assert isinstance(app.screen, MainScreen)
+        assert four_ranks.calls == [RestartAll()]
+
+
+async def test_restarting_the_only_rank_asks_nothing() -> None:
+    engine = ScriptedSupervisor(
+        scripted_info(1), running_script(1, steps=5, with_stats=False), obey_term=True
+    )
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        await settle(pilot)
+        assert isinstance(app.screen, MainScreen)
+        assert engine.calls == [RestartRank(0)]
 
 
 async def test_rank_keys_do_nothing_under_a_dialog(four_ranks: ScriptedSupervisor) -> None:
@@ -539,3 +578,52 @@ def _palette_choice(app) -> str:  # type: ignore[no-untyped-def]
     if commands.highlighted is None:
         return ""
     return str(commands.get_option_at_index(commands.highlighted).prompt)
+
+
+@pytest.mark.parametrize("how", ["restart all", "restart one"])
+async def test_failure_after_a_restart_quotes_only_its_own_stderr(
+    how: str, tmp_path: Path
+) -> None:
+    # Attempt 0 wrote OLD-ATTEMPT-0 to stderr; the next incarnation exits 3 silently (or
+    # after a line of its own): neither the error view nor the quit summary may quote the
+    # earlier life's lines as this failure's last stderr lines.
+    engine = ScriptedSupervisor(
+        scripted_info(2, run_dir=tmp_path),
+        running_script(2, steps=5, with_stats=False),
+        obey_term=True,
+        write_files=True,
+    )
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        engine.emit(RankOutput(0, "stderr", ("OLD-ATTEMPT-0: gloo connection reset",)))
+        await settle(pilot)
+        await pilot.press("R" if how == "restart all" else "r")
+        assert isinstance(app.screen, ModalScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        view = app.run_view.ranks[0]
+        await wait_for(pilot, lambda: view.state is RankState.RUNNING and view.restart_count == 1)
+        new_line = ""
+        if how == "restart one":
+            new_line = "NEW-LIFE: rank 0 lost its peers"
+            engine.emit(RankOutput(0, "stderr", (new_line,)))
+        engine.rank_exits(0, 3)
+        await settle(pilot)
+        await wait_for(pilot, lambda: app.run_view.finished)
+        assert [v.rank for v in app.run_view.failures()] == [0]
+        await pilot.press("e")
+        await settle(pilot)
+        assert isinstance(app.screen, ErrorsScreen)
+        (block,) = app.screen.query(".failure")
+        report = as_text(block.content)
+        summary = format_summary(app.run_view)
+    assert "OLD-ATTEMPT-0" not in report
+    assert "OLD-ATTEMPT-0" not in summary
+    if new_line:
+        assert new_line in report and new_line in summary
+    else:
+        assert "(stderr is empty)" in report
+        assert "stderr is empty" in summary
+    # The earlier life's file still holds its line: only the report left it out.
+    assert "OLD-ATTEMPT-0" in (tmp_path / "attempt_0" / "0" / "stderr.log").read_text()

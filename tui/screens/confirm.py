@@ -1,4 +1,5 @@
-"""ConfirmScreen: a yes/no question before anything destructive on all ranks (or quitting)."""
+"""ConfirmScreen: a yes/no question before anything destructive on all ranks (or quitting);
+RestartRankScreen: before one rank of several restarts alone, with restart-all offered."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-__all__ = ["ConfirmScreen"]
+__all__ = ["ConfirmScreen", "RestartRankScreen"]
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -44,4 +45,57 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
     def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+
+class RestartRankScreen(ModalScreen[str]):
+    """Before one rank of several restarts alone: its peers may not survive it.
+
+    Ranks that talk to each other (a torch.distributed process group over gloo or NCCL)
+    usually fail when one of them is stopped and started alone: the peers see their
+    connection closed, and the new process cannot rejoin a collective already formed. So the
+    dialog says so and offers the whole group instead. Dismisses with "rank" (y), "all" (a)
+    or "" (n, escape, Cancel).
+    """
+
+    BINDINGS = [
+        Binding("y", "answer('rank')", "Restart rank"),
+        Binding("a", "answer('all')", "Restart all"),
+        Binding("n,escape", "answer('')", "Cancel"),
+        Binding("left,right,tab,h,l", "app.focus_next", "Switch", show=False),
+    ]
+
+    def __init__(self, rank: int, nprocs: int, next_attempt: int) -> None:
+        super().__init__(classes="dialog")
+        self._rank = rank
+        self._nprocs = nprocs
+        self._next_attempt = next_attempt
+
+    def compose(self) -> ComposeResult:
+        question = (
+            f"Stop rank {self._rank} and start it again alone; the other "
+            f"{self._nprocs - 1} rank(s) keep running.\n\n"
+            "Ranks that talk to each other (torch.distributed, gloo, NCCL) usually fail "
+            "when one of them restarts alone: its peers lose their connection "
+            '("Connection closed by peer") and the new process cannot rejoin the group.\n\n'
+            f"Restart all [a] stops every rank and starts attempt {self._next_attempt} "
+            "together. Earlier logs stay on disk either way."
+        )
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = Text(f"Restart rank {self._rank} alone?")
+            yield Static(Text(question), id="question")
+            with Horizontal(id="buttons"):
+                # Text, not markup: "[y]" is the key to press, not a style.
+                yield Button(Text(f"Rank {self._rank} [y]"), variant="error", id="rank")
+                yield Button(Text("Restart all [a]"), variant="warning", id="all")
+                yield Button(Text("Cancel [n]"), variant="primary", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss({"rank": "rank", "all": "all"}.get(event.button.id or "", ""))
+
+    def action_answer(self, answer: str) -> None:
         self.dismiss(answer)

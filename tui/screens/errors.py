@@ -1,16 +1,14 @@
 """ErrorsScreen (e): every failed rank, the root cause (earliest failure) first and marked.
 
 Ranks with an error.json (torch's ``@record``) show its traceback in Rich's traceback style;
-the others show their exit code or signal and the last lines of their stderr (from the pane's
-buffer, or the end of stderr.log when the buffer holds none). Ranks rankvisor stopped (the
+the others show their exit code or signal and the last lines of that incarnation's stderr (from
+the pane's buffer since the rank's last restart, or the end of its own stderr.log when the
+buffer holds none): never an earlier attempt's or restart's lines. Ranks rankvisor stopped (the
 teardown after a failure, terminate, kill, quit) are listed after them, apart, with how they
 ended: they did not fail, and are never the root cause.
 """
 
 from __future__ import annotations
-
-import os
-from typing import Final
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -19,33 +17,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.model import RankView, RunView
-from tui.widgets.failure_report import render_failure, render_stopped
+from tui.model import RunView
+from tui.widgets.failure_report import render_failure, render_stopped, stderr_tail
 from tui.widgets.run_summary import RunSummary
 
 __all__ = ["ErrorsScreen", "stderr_tail"]
-
-TAIL_LINES: Final = 12
-_TAIL_BYTES: Final = 16 * 1024
-
-
-def stderr_tail(view: RankView, count: int = TAIL_LINES) -> list[str]:
-    """The rank's last stderr lines: from its buffer, else from the end of stderr.log."""
-    lines = view.buffer.tail(count, "stderr")
-    if lines or not view.stderr_path:
-        return lines
-    try:
-        with open(view.stderr_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - _TAIL_BYTES))
-            data = f.read(_TAIL_BYTES)
-    except OSError:
-        return []
-    text = data.decode("utf-8", errors="replace").splitlines()
-    if size > _TAIL_BYTES and text:
-        text = text[1:]  # the first line is probably cut
-    return text[-count:]
 
 
 class ErrorsScreen(Screen[None]):

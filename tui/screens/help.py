@@ -33,7 +33,8 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
             ("t", "SIGTERM, then SIGKILL after the term timeout (countdown on the pane)"),
             ("K", "SIGKILL now"),
             ("s", "send a signal: USR1 USR2 INT STOP CONT HUP QUIT TERM KILL"),
-            ("r", "restart it (its earlier logs are kept)"),
+            ("r", "restart it alone, earlier logs kept (several ranks: asks first, "
+                  "as torch.distributed peers fail; a restarts all)"),
         ),
     ),
     (

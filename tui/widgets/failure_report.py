@@ -20,6 +20,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from engine.errors.error_file import usable_timestamp
+from engine.logfile.tail import last_lines
 from engine.output.sanitize import sanitize
 from tui.model import RankView
 from tui.widgets.ansi import display_text
@@ -31,7 +32,11 @@ __all__ = [
     "parse_callstack",
     "render_failure",
     "render_stopped",
+    "stderr_tail",
 ]
+
+TAIL_LINES: Final = 12
+"""Last stderr lines shown for a failure without error.json (as many as headless prints)."""
 
 _FRAME: Final = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+), in (?P<name>.*)$')
 _CHAIN: Final = (
@@ -104,6 +109,16 @@ def failure_details(view: RankView) -> FailureDetails:
     return FailureDetails(
         sanitize(message), sanitize(callstack), timestamp, sanitize(error_file), has_file
     )
+
+
+def stderr_tail(view: RankView, count: int = TAIL_LINES) -> list[str]:
+    """The last stderr lines of the rank's current incarnation: from its buffer (the lines
+    since its last restart), else from the end of its own stderr.log. An earlier attempt's or
+    restart's lines are never this failure's."""
+    lines = view.buffer.tail(count, "stderr", this_incarnation=True)
+    if lines:
+        return lines
+    return last_lines(view.stderr_path, count)
 
 
 def parse_callstack(callstack: str) -> list[Stack]:

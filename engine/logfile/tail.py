@@ -1,0 +1,45 @@
+"""The last lines of a log file, for a failure report: read from the end, bounded.
+
+A rank that left no error.json is explained by the last lines of its stderr; the headless
+report and the UI read them from the failing incarnation's own file (never an earlier
+attempt's or restart's), sanitised, since a rank can write anything.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from engine.output.sanitize import sanitize
+
+__all__ = ["last_lines"]
+
+TAIL_BYTES: Final = 16 * 1024
+"""How much of the file's end is read: enough for a dozen long lines, never the whole file."""
+
+
+def last_lines(path: str, count: int, *, max_bytes: int = TAIL_BYTES) -> list[str]:
+    """The last ``count`` lines of ``path`` (without newlines), oldest first, sanitised;
+    [] when the file is missing, unreadable or empty. Blank lines at the end are dropped."""
+    if not path or count <= 0:
+        return []
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except OSError:
+        return []
+    # Split on newlines only: a progress bar's "\r" frames are one line, shown as the
+    # last frame drawn (what a terminal would show).
+    lines = [_last_frame(x) for x in data.decode("utf-8", errors="replace").split("\n")]
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line is probably cut
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return [sanitize(line) for line in lines[-count:]]
+
+
+def _last_frame(line: str) -> str:
+    frames = [f for f in line.split("\r") if f]
+    return frames[-1] if frames else ""
