@@ -256,6 +256,8 @@ class RunView:
         self.root_cause_rank: int | None = None
         self.result: Any = None
         self.notices: deque[SupervisorNotice] = deque(maxlen=100)
+        self.earlier_attempts: list[str] = []
+        """One line per attempt before the current one (how it ended), oldest first."""
         self.ranks: list[RankView] = [
             RankView(rank=r, buffer=LineBuffer(buffer_lines)) for r in range(info.nprocs)
         ]
@@ -349,6 +351,17 @@ class RunView:
         )
         return best.rank
 
+    def attempt_outcome(self) -> str:
+        """How the current attempt stands, in one line: ``attempt 0: 3 signalled, 1 failed;
+        root cause rank 2 (exit 1)``."""
+        counts = ", ".join(f"{n} {state.value}" for state, n in self.counts().items())
+        line = f"attempt {self.attempt}: {counts}"
+        root = self.root_cause()
+        if root is not None:
+            view = self.ranks[root]
+            line += f"; root cause rank {root} ({view.exit_label or view.state.value})"
+        return line
+
     def exit_code(self) -> int:
         """The process exit code the CLI returns: 0 when every rank succeeded, 1 otherwise
         (torchrun's convention)."""
@@ -396,6 +409,8 @@ class RunView:
         if isinstance(event, RankRestarted):
             return self._apply_restart(event)
         if isinstance(event, AttemptStarted):
+            if event.attempt != self.attempt:
+                self.earlier_attempts.append(self.attempt_outcome())
             self.attempt = event.attempt
             self.finished = False
             self.root_cause_rank = None

@@ -30,6 +30,9 @@ __all__ = ["RankTiles"]
 
 TILE_MIN_WIDTH: Final = 40
 """Narrowest tile worth a column of its own."""
+NARROW_TILE: Final = 48
+"""Below this width a tile leaves out the RSS, so that some of the latest line shows (80
+columns give tiles of about 36)."""
 
 
 _SHORT: Final = {
@@ -178,9 +181,13 @@ class RankTiles(LineScrollView, can_focus=False):
         text.append(f"{GLYPHS[view.state]} ", state_style)
         text.append(f"{tile_status(view, self._now):<8.8} ", state_style)
         if view.state.is_alive and view.cpu_percent is not None:
-            text.append(f"{view.cpu_percent:4.0f}% {format_bytes(view.rss_bytes):>5} ")
-        else:
-            text.append(" " * 12)
+            if width >= NARROW_TILE:
+                text.append(f"{view.cpu_percent:4.0f}% {format_bytes(view.rss_bytes):>5} ")
+            else:
+                text.append(f"{view.cpu_percent:4.0f}% ")
+        elif view.state.is_alive or width >= NARROW_TILE:
+            text.append(" " * (12 if width >= NARROW_TILE else 6))
+        # else: an ended rank in a narrow tile gives its blank CPU column to its last line
         text.append(plain_text(view.last_line).strip(), "dim" if not view.state.is_alive else "")
         text.truncate(width - 1, overflow="ellipsis", pad=True)
         text.append(" ")
