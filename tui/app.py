@@ -639,7 +639,7 @@ class RankvisorApp(App[int]):
             ("SIGKILL selected rank", "Kill the selected rank now", self.action_kill),
             (
                 "Send signal to selected rank",
-                "USR1, USR2, INT, STOP, CONT, HUP, QUIT, TERM, KILL",
+                "Labelled by what each does to a rank without a handler; asks before a lethal one",
                 self.action_signal,
             ),
             ("Restart selected rank", "Earlier logs are kept", self.action_restart),

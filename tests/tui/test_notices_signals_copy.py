@@ -10,6 +10,7 @@ import io
 import signal
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from rich.text import Text
 
@@ -240,20 +241,32 @@ async def test_textual_quit_in_the_palette_is_gone_and_asks_first(
         assert app.is_running
 
 
-async def test_quit_summary_covers_every_attempt() -> None:
+@pytest.mark.parametrize("announced_first", [False, True], ids=["supervisor", "announced"])
+async def test_quit_summary_covers_every_attempt(announced_first: bool) -> None:
     engine = ScriptedSupervisor(scripted_info(4), failure_script())
     app = make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        engine.emit(AttemptStarted(1, "/nonexistent/rankvisor/run_0/attempt_1", ()))
+        engine.emit(
+            RankStateChanged(3, RankState.RUNNING, RankState.SIGNALLED, BASE_PID + 3,
+                             exitcode=-15, signal_name="SIGTERM", caused_by_us=True)
+        )
+        attempt = AttemptStarted(1, "/nonexistent/rankvisor/run_0/attempt_1", ())
+        if announced_first:
+            engine.emit(attempt)
+        # The Supervisor starts the new attempt's ranks first, then says AttemptStarted.
         for r in range(4):
+            old = app.run_view.ranks[r].state
             engine.emit(
-                RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + 10 + r)
+                RankStateChanged(r, old, RankState.STARTING, BASE_PID + 10 + r,
+                                 restart_count=1, attempt=1)
             )
+        if not announced_first:
+            engine.emit(attempt)
         await settle(pilot)
         out = format_summary(app.run_view)
-        assert "earlier attempt 0:" in out
-        assert "root cause rank 2 (exit 1)" in out
+        assert "earlier attempt 0: 3 failed, 1 signalled; root cause rank 2 (exit 1)" in out
+        assert out.count("earlier attempt") == 1
         assert "attempt 1)" in out.splitlines()[0]
 
 

@@ -24,15 +24,15 @@ from engine.process.signals import DefaultAction, default_action, parse_signal, 
 __all__ = ["EFFECTS", "SIGNALS", "SignalPicker", "effect_words"]
 
 SIGNALS: Final[tuple[tuple[signal.Signals, str], ...]] = (
-    (signal.SIGSTOP, "pause the rank (cannot be caught)"),
+    (signal.SIGSTOP, "pause (cannot be caught)"),
     (signal.SIGCONT, "resume a paused rank"),
-    (signal.SIGUSR1, "user signal 1: stack dumps, checkpoint hooks if handled"),
-    (signal.SIGUSR2, "user signal 2: whatever the rank's handler does"),
-    (signal.SIGINT, "interrupt: KeyboardInterrupt in Python"),
+    (signal.SIGUSR1, "stack dumps, checkpoints if handled"),
+    (signal.SIGUSR2, "whatever the rank's handler does"),
+    (signal.SIGINT, "KeyboardInterrupt in Python"),
     (signal.SIGHUP, "hang-up"),
-    (signal.SIGQUIT, "quit; faulthandler dumps if registered"),
-    (signal.SIGTERM, "terminate once (t also escalates to SIGKILL)"),
-    (signal.SIGKILL, "kill at once (cannot be caught)"),
+    (signal.SIGQUIT, "faulthandler dumps if registered"),
+    (signal.SIGTERM, "once (t escalates to SIGKILL)"),
+    (signal.SIGKILL, "at once (cannot be caught)"),
 )
 """The signals offered, in order; only their numbers cross into the engine."""
 
@@ -87,7 +87,7 @@ class SignalPicker(ModalScreen["int | None"]):
         with Vertical(id="dialog") as dialog:
             dialog.border_title = Text(f"Send a signal to rank {self._rank}")
             yield Static(
-                Text(f"{'signal':<8} {'no handler':<10} use", style="dim"),
+                Text(f" {'signal':<8} {'unhandled':<10} use", style="dim"),
                 id="signals-heading",
             )
             yield OptionList(
@@ -95,7 +95,7 @@ class SignalPicker(ModalScreen["int | None"]):
                 id="signals",
             )
             yield Static(
-                Text("enter send (asks first if it can end the rank) · escape cancel", style="dim")
+                Text("enter send (asks first unless harmless) · escape cancel", style="dim")
             )
 
     def on_mount(self) -> None:
