@@ -180,6 +180,7 @@ class RankvisorApp(App[int]):
 
     def on_mount(self) -> None:
         self.bridge.attach(self)
+        self.screen_change_signal.subscribe(self, self._screen_changed)
         self.set_interval(1 / self._drain_hz, self._tick, name="drain")
         if self._start_handle:
             if self._sync_start:
@@ -276,8 +277,6 @@ class RankvisorApp(App[int]):
             return
         now = self.clock() if now is None else now
         root = self.run_view.root_cause()
-        if self.screen not in self._notice_bars and not isinstance(self.screen, ModalScreen):
-            self._show_notice()  # a view pushed since the last notice gets the line too
         try:
             with self.batch_update():
                 self.main_screen.show_ranks(changed, now, root)
@@ -356,6 +355,11 @@ class RankvisorApp(App[int]):
             bar = self._notice_bar(screen)
             if bar is not None:
                 bar.show_notice(newest, len(self.notices))
+
+    def _screen_changed(self, screen: Screen[Any]) -> None:
+        """A view just came up: give it the notice line once it is composed."""
+        if not isinstance(screen, ModalScreen) and screen not in self._notice_bars:
+            screen.call_after_refresh(self._show_notice)
 
     def _notice_bar(self, screen: Screen[Any]) -> NoticeBar | None:
         """The notice line of ``screen``; one is added above the footer of a full screen

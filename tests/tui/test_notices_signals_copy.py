@@ -128,6 +128,10 @@ async def test_notices_go_to_a_line_of_their_own_never_over_a_pane(
         assert isinstance(app.screen, NoticesScreen)
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
+        # The log views get the same line, between their logs and their footer.
+        await pilot.press("e")
+        await wait_for(pilot, lambda: bool(app.screen.query(NoticeBar)))
+        assert "notice number 2" in app.screen.query_one(NoticeBar).text.plain
 
 
 async def test_the_root_cause_stays_in_the_header_at_80x24() -> None:
@@ -323,3 +327,20 @@ def test_joiners_do_not_push_the_error_views_border() -> None:
     widths = {sum(max(0, wcwidth.wcwidth(ch)) for ch in line) for line in boxed}
     assert widths == {60}
     assert "gloo: connection reset" in display_text(lines[0]).plain
+
+
+async def test_tiles_at_80x24_spend_no_room_on_the_ranks_own_prefix() -> None:
+    script = list(running_script(16, steps=8))
+    for r in (5, 6):
+        script.append(RankOutput(r, "stderr", (f"rank {r}: RuntimeError: Connection closed",)))
+        script.append(
+            RankStateChanged(r, RankState.RUNNING, RankState.FAILED, BASE_PID + r, exitcode=1, t=r)
+        )
+    app = make_app(ScriptedSupervisor(scripted_info(16), script))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert "root cause: rank 5" in app.main_screen.summary.text.plain
+        tiles = app.main_screen.tiles
+        row = tiles.render_line(5 - int(tiles.scroll_offset.y)).text
+        assert row.lstrip().startswith("5 ") and "RuntimeError: Conn" in row
+        assert "rank 5:" not in row

@@ -9,6 +9,7 @@ API, so 64 or 512 ranks cost the same per frame: only visible rows render.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Final
 
 from rich.segment import Segment
@@ -59,6 +60,14 @@ def tile_status(view: RankView, now: float) -> str:
     if view.exit_label and view.state is not RankState.SUCCEEDED:
         return view.exit_label
     return _SHORT[view.state]
+
+
+def _without_own_rank(line: str, rank: int) -> str:
+    """``line`` without a leading "rank 5:", "rank 5/16:" or "[trainer5]:" naming the tile's
+    own rank: the tile says which rank it is, and a 36-column tile (80 columns) has no room
+    to say it twice."""
+    match = re.match(rf"(?:\[[^\]\s]{{0,20}}?\D{rank}\]:?|rank ?{rank}(?:/\d+)?:)\s*", line)
+    return line[match.end():] if match else line
 
 
 class RankTiles(LineScrollView, can_focus=False):
@@ -188,7 +197,8 @@ class RankTiles(LineScrollView, can_focus=False):
         elif view.state.is_alive or width >= NARROW_TILE:
             text.append(" " * (12 if width >= NARROW_TILE else 6))
         # else: an ended rank in a narrow tile gives its blank CPU column to its last line
-        text.append(plain_text(view.last_line).strip(), "dim" if not view.state.is_alive else "")
+        last = _without_own_rank(plain_text(view.last_line).strip(), view.rank)
+        text.append(last, "dim" if not view.state.is_alive else "")
         text.truncate(width - 1, overflow="ellipsis", pad=True)
         text.append(" ")
         segments = list(text.render(self.app.console))
