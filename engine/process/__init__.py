@@ -7,8 +7,8 @@ exit watcher, the /proc tables used to find a rank's descendants, a cgroup per r
 cgroups are writable (``cgroups``), the guard process that kills every rank's tree if
 rankvisor itself is killed, NUMA placement, the bootstrap of a function rank, and
 ``signals``: signal names and numbers, and what each does to a process without a handler
-(standard library only, so ``engine.errors``, the CLI and the UI use it too). Imports the standard library, psutil and
-``engine.errors`` / ``engine.redirects`` / ``engine.pcontext`` (function ranks only); nothing
+(standard library only, so ``engine.errors``, the CLI and the UI use it too). Imports the
+standard library, psutil and ``engine.errors`` / ``engine.redirects`` / ``engine.pcontext`` (function ranks only); nothing
 of the output, log-file or supervisor packages, and never textual.
 """
 
