@@ -15,6 +15,8 @@ the root-cause summary on the normal terminal afterwards and returns the exit co
 from __future__ import annotations
 
 import time
+import weakref
+from collections import deque
 from datetime import timezone, tzinfo
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable
@@ -24,7 +26,9 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer
 
 from engine.events import (
     AttemptStarted,
@@ -43,15 +47,19 @@ from engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
+from engine.process.signals import default_action, signal_name
 from engine.states import RankState
 from tui.bridge import EngineBridge
+from tui.clip import file_log_lines, plural, traceback_text
 from tui.messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
 from tui.model import RunView
 from tui.screens.confirm import ConfirmScreen, RestartRankScreen
 from tui.screens.errors import ErrorsScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
-from tui.screens.signal_picker import SignalPicker
+from tui.screens.notices import NoticesScreen
+from tui.screens.signal_picker import SignalPicker, effect_words
+from tui.widgets.notice_bar import Notice, NoticeBar
 
 __all__ = ["RankvisorApp", "make_app"]
 
@@ -96,6 +104,8 @@ class RankvisorApp(App[int]):
         Binding("T,shift+t", "terminate_all", "Term all", show=False),
         Binding("R,shift+r", "restart_all", "Restart all", show=False),
         Binding("space", "toggle_follow", "Pause", show=False),
+        Binding("c", "copy", "Copy", show=False),
+        Binding("m", "notices", "Notices", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "request_quit", "Quit"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
@@ -149,6 +159,13 @@ class RankvisorApp(App[int]):
         self.shut_down = False
         """True once ``handle.shutdown()`` returned (run_tui calls it if the app did not)."""
         self.selected = 0
+        self.notices: deque[Notice] = deque(maxlen=50)
+        """Recent notices, oldest first: the notice line shows the last, ``m`` lists them."""
+        self._notice_bars: weakref.WeakKeyDictionary[Screen[Any], NoticeBar] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._finished_at: float | None = None
+        """The app's clock when the run finished: the elapsed time stops there."""
         self.main_screen = MainScreen(self.run_view)
 
     # -- set-up ----------------------------------------------------------------------------
@@ -163,6 +180,7 @@ class RankvisorApp(App[int]):
 
     def on_mount(self) -> None:
         self.bridge.attach(self)
+        self.screen_change_signal.subscribe(self, self._screen_changed)
         self.set_interval(1 / self._drain_hz, self._tick, name="drain")
         if self._start_handle:
             if self._sync_start:
@@ -200,7 +218,8 @@ class RankvisorApp(App[int]):
         for rank, count in drained.skipped.items():
             if 0 <= rank < len(run.ranks):
                 run.ranks[rank].buffer.mark(
-                    f"… {count} lines not drawn (the UI fell behind; all are on disk: enter)"
+                    f"… {plural(count, 'line')} not drawn "
+                    "(the UI fell behind; all are on disk: enter)"
                 )
                 changed.add(rank)
         now = self.clock()
@@ -274,6 +293,10 @@ class RankvisorApp(App[int]):
     def summary_args(self, now: float | None = None) -> dict[str, Any]:
         """What every screen's RunSummary bar needs besides the run."""
         now = self.clock() if now is None else now
+        if self.run_view.finished:
+            if self._finished_at is None:  # finished before we saw it happen
+                self._finished_at = now
+            now = self._finished_at  # the run is over: its clock stops
         return {"elapsed": now - self._started_at, "paused": self._paused, "status": self._status}
 
     def on_engine_event(self, message: EngineEvent) -> None:
@@ -288,6 +311,7 @@ class RankvisorApp(App[int]):
                 severity="warning",
             )
         elif isinstance(event, RunFinished):
+            self._finished_at = self.clock()
             root = self.run_view.root_cause()
             if root is None and self.run_view.exit_code() == 0:
                 self.notify("all ranks finished successfully", timeout=6)
@@ -298,11 +322,101 @@ class RankvisorApp(App[int]):
                     timeout=8,
                 )
         elif isinstance(event, AttemptStarted):
+            self._finished_at = None
             self._snapshot_worker()  # a new attempt writes new (filtered) files
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
             self.run_view.ranks[event.rank].last_output_at = self.clock()
             self._paused_sync()
         self._show(changed)
+
+    # -- notices ---------------------------------------------------------------------------
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Keep the notice and show it on the notice line, never as a toast over a log.
+
+        ``timeout`` and ``markup`` are accepted for Textual's callers and not used: the line
+        keeps the newest notice until the next one, and shows text as it is."""
+        if title:
+            message = f"{title}: {message}"
+        self.notices.append(Notice(message, severity, time.time()))
+        self._show_notice()
+
+    def _show_notice(self) -> None:
+        newest = self.notices[-1] if self.notices else None
+        for screen in self.screen_stack:
+            bar = self._notice_bar(screen)
+            if bar is not None:
+                bar.show_notice(newest, len(self.notices))
+
+    def _screen_changed(self, screen: Screen[Any]) -> None:
+        """A view just came up: give it the notice line once it is composed."""
+        if not isinstance(screen, ModalScreen) and screen not in self._notice_bars:
+            screen.call_after_refresh(self._show_notice)
+
+    def _notice_bar(self, screen: Screen[Any]) -> NoticeBar | None:
+        """The notice line of ``screen``; one is added above the footer of a full screen
+        that was built without it (the log views), none on dialogs."""
+        bar = self._notice_bars.get(screen)
+        if bar is not None or isinstance(screen, ModalScreen) or not screen.is_mounted:
+            return bar
+        found = list(screen.query(NoticeBar))
+        if found:
+            bar = found[0]
+        else:
+            footers = list(screen.query(Footer))
+            if not footers:
+                return None
+            bar = NoticeBar()
+            screen.mount(bar, before=footers[0])
+        self._notice_bars[screen] = bar
+        return bar
+
+    # -- copy out ----------------------------------------------------------------------------
+
+    def action_copy(self) -> None:
+        """Copy to the terminal's clipboard (OSC 52: works over SSH and in tmux): the text
+        selected with the mouse if any; else on the error view the root cause's traceback,
+        on a log view the lines in sight, on the grid the selected rank's visible lines."""
+        text, what = self._copy_source()
+        if not text:
+            self.notify(f"nothing to copy ({what})", severity="warning")
+            return
+        self.copy_to_clipboard(text)
+        self.notify(f"copied {what} to the clipboard")
+
+    def _copy_source(self) -> tuple[str, str]:
+        """The text to copy and how to say what it is."""
+        screen = self.screen
+        selected = screen.get_selected_text()
+        if selected:
+            count = len(selected.splitlines())
+            return selected, f"the selection ({plural(count, 'line')})"
+        if isinstance(screen, ErrorsScreen):
+            return traceback_text(self.run_view)
+        lines: list[str] = []
+        if screen is self.main_screen:
+            lines = self.main_screen.visible_lines()
+            return "\n".join(lines), f"{plural(len(lines), 'line')} of rank {self.selected}"
+        from tui.widgets.file_log import FileLog
+
+        for log in screen.query(FileLog):
+            lines.extend(file_log_lines(log))
+        zoomed = getattr(screen, "rank", None)
+        whose = f" of rank {zoomed}" if isinstance(zoomed, int) else ""
+        return "\n".join(lines), f"{plural(len(lines), 'line')}{whose}"
+
+    def action_notices(self) -> None:
+        """List the recent notices (the notice line shows only the newest)."""
+        if not isinstance(self.screen, NoticesScreen):
+            self.push_screen(NoticesScreen(list(self.notices), self.time_zone))
 
     def _paused_sync(self) -> None:
         if self._paused:
@@ -372,8 +486,24 @@ class RankvisorApp(App[int]):
         rank = self._target()
 
         def send(sig: int | None) -> None:
-            if sig is not None:
+            if sig is None:
+                return
+            if default_action(sig) in ("continue", "ignore"):
                 self.run_command(SignalRanks((rank,), sig))
+                return
+            # Most ranks install no handler: say what the signal does to one that has none.
+            name = signal_name(sig)
+            then = (
+                "Its peers may time out waiting for it."
+                if default_action(sig) == "stop"
+                else "A rank that fails can take the whole job down."
+            )
+            self._confirm(
+                f"Send {name} to rank {rank}?",
+                f"{name} {effect_words(sig, f'rank {rank}')} unless the rank installed a "
+                f"handler for it (most have none). {then}",
+                lambda: self.run_command(SignalRanks((rank,), sig)),
+            )
 
         self.push_screen(SignalPicker(rank), send)
 
@@ -514,8 +644,15 @@ class RankvisorApp(App[int]):
 
     # -- command palette -------------------------------------------------------------------
 
+    async def action_quit(self) -> None:
+        """Textual's own quit (its palette entry, a binding elsewhere) asks first as well."""
+        self.action_request_quit()
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            # Textual's "Quit" would end the app without asking; ours is below.
+            if command.title != "Quit":
+                yield command
         commands: list[tuple[str, str, Callable[[], Any]]] = [
             ("Zoom selected rank", "Full log of the selected rank from disk", self.action_zoom),
             (
@@ -526,7 +663,7 @@ class RankvisorApp(App[int]):
             ("SIGKILL selected rank", "Kill the selected rank now", self.action_kill),
             (
                 "Send signal to selected rank",
-                "USR1, USR2, INT, STOP, CONT, HUP, QUIT, TERM, KILL",
+                "Labelled by what each does to a rank without a handler; asks before a lethal one",
                 self.action_signal,
             ),
             ("Restart selected rank", "Earlier logs are kept", self.action_restart),
@@ -540,6 +677,12 @@ class RankvisorApp(App[int]):
             ("Filtered view", "filtered_stdout.log / filtered_stderr.log", self.action_filtered),
             ("Search the zoomed log", "Plain text; n / N for next / previous", self.action_search),
             ("Pause / resume following", "Hold the panes still to read", self.action_toggle_follow),
+            (
+                "Copy to the clipboard",
+                "Selection, visible lines of the rank, or the root cause's traceback (OSC 52)",
+                self.action_copy,
+            ),
+            ("Recent notices", "Every recent notice, newest first", self.action_notices),
             (
                 "Toggle grid / list layout",
                 "Panes for every rank, or tiles beside one pane",

@@ -272,6 +272,9 @@ class RunView:
         self.root_cause_rank: int | None = None
         self.result: Any = None
         self.notices: deque[SupervisorNotice] = deque(maxlen=100)
+        self.earlier_attempts: list[str] = []
+        """One line per attempt before the current one (how it ended), oldest first."""
+        self._closed_attempt = info.attempt - 1
         self.ranks: list[RankView] = [
             RankView(rank=r, buffer=LineBuffer(buffer_lines)) for r in range(info.nprocs)
         ]
@@ -365,6 +368,23 @@ class RunView:
         )
         return best.rank
 
+    def _close_attempt(self, new_attempt: int) -> None:
+        """Keep one line on how the attempt before ``new_attempt`` ended (once)."""
+        if new_attempt > self.attempt and self._closed_attempt < self.attempt:
+            self._closed_attempt = self.attempt
+            self.earlier_attempts.append(self.attempt_outcome())
+
+    def attempt_outcome(self) -> str:
+        """How the current attempt stands, in one line: ``attempt 0: 3 signalled, 1 failed;
+        root cause rank 2 (exit 1)``."""
+        counts = ", ".join(f"{n} {state.value}" for state, n in self.counts().items())
+        line = f"attempt {self.attempt}: {counts}"
+        root = self.root_cause()
+        if root is not None:
+            view = self.ranks[root]
+            line += f"; root cause rank {root} ({view.exit_label or view.state.value})"
+        return line
+
     def exit_code(self) -> int:
         """The process exit code the CLI returns: 0 when every rank succeeded, 1 otherwise
         (torchrun's convention)."""
@@ -412,6 +432,7 @@ class RunView:
         if isinstance(event, RankRestarted):
             return self._apply_restart(event)
         if isinstance(event, AttemptStarted):
+            self._close_attempt(event.attempt)
             self.attempt = event.attempt
             self.finished = False
             self.root_cause_rank = None
@@ -447,6 +468,10 @@ class RunView:
         if not 0 <= event.rank < len(self.ranks):
             return set()
         view = self.ranks[event.rank]
+        if event.attempt > view.attempt:
+            # The Supervisor starts the new attempt's ranks before it says AttemptStarted:
+            # the old attempt's outcome is complete now, and gone once this is folded in.
+            self._close_attempt(event.attempt)
         view.state = event.new
         if event.pid is not None:
             view.pid = event.pid

@@ -21,6 +21,8 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     out.append(
         f"rankvisor: {run.name} ({run.nprocs} ranks, attempt {run.attempt}) {verdict}: {counts}"
     )
+    for line in run.earlier_attempts:
+        out.append(f"  earlier {line}")
     failures = run.failures()
     stopped = run.stopped()
     root = run.root_cause()

@@ -13,16 +13,61 @@ Pure: the standard library only, so the CLI and the UI may import it.
 from __future__ import annotations
 
 import signal
+from typing import Final, Literal
 
 __all__ = [
+    "DEFAULT_ACTIONS",
+    "DefaultAction",
     "check_signal",
     "check_stop_signal",
+    "default_action",
     "exit_signal_name",
     "is_signal",
+    "kills_by_default",
     "parse_signal",
     "signal_name",
     "stop_signal_names",
 ]
+
+DefaultAction = Literal["terminate", "core", "stop", "continue", "ignore"]
+"""What a signal does to a process that installed no handler for it (POSIX)."""
+
+DEFAULT_ACTIONS: Final[dict[str, DefaultAction]] = {
+    "SIGHUP": "terminate",
+    "SIGINT": "terminate",
+    "SIGQUIT": "core",
+    "SIGILL": "core",
+    "SIGTRAP": "core",
+    "SIGABRT": "core",
+    "SIGBUS": "core",
+    "SIGFPE": "core",
+    "SIGKILL": "terminate",
+    "SIGUSR1": "terminate",
+    "SIGSEGV": "core",
+    "SIGUSR2": "terminate",
+    "SIGPIPE": "terminate",
+    "SIGALRM": "terminate",
+    "SIGTERM": "terminate",
+    "SIGSTKFLT": "terminate",
+    "SIGCHLD": "ignore",
+    "SIGCONT": "continue",
+    "SIGSTOP": "stop",
+    "SIGTSTP": "stop",
+    "SIGTTIN": "stop",
+    "SIGTTOU": "stop",
+    "SIGURG": "ignore",
+    "SIGXCPU": "core",
+    "SIGXFSZ": "core",
+    "SIGVTALRM": "terminate",
+    "SIGPROF": "terminate",
+    "SIGWINCH": "ignore",
+    "SIGIO": "terminate",
+    "SIGPWR": "terminate",
+    "SIGSYS": "core",
+}
+"""The default action of each standard signal, by name (signal(7)); real-time signals
+terminate. A person picking a signal needs this: SIGUSR1 "for stack dumps" kills a rank that
+never installed a handler for it."""
 
 _VALID: frozenset[int] = frozenset(int(s) for s in signal.valid_signals())
 _RTMIN = int(getattr(signal, "SIGRTMIN", 0))
@@ -84,6 +129,22 @@ def exit_signal_name(exitcode: int | None) -> str | None:
     if exitcode is None or exitcode >= 0 or not is_signal(-exitcode):
         return None
     return signal_name(-exitcode)
+
+
+def default_action(signum: int) -> DefaultAction:
+    """What ``signum`` does to a process with no handler for it ("terminate" for the
+    real-time signals and for any this table does not know: the cautious answer).
+
+    Raises:
+        ValueError: ``signum`` is not a valid signal number.
+    """
+    name = signal_name(signum)
+    return DEFAULT_ACTIONS.get(name, "terminate")
+
+
+def kills_by_default(signum: int) -> bool:
+    """Whether ``signum`` ends a process that has no handler for it (with or without a core)."""
+    return default_action(signum) in ("terminate", "core")
 
 
 def parse_signal(text: str | int) -> int:

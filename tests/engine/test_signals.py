@@ -9,8 +9,10 @@ import pytest
 from engine.errors import ProcessFailure
 from engine.process.signals import (
     check_signal,
+    default_action,
     exit_signal_name,
     is_signal,
+    kills_by_default,
     parse_signal,
     signal_name,
 )
@@ -83,3 +85,44 @@ def test_exit_codes_and_process_failures() -> None:
     assert failure.signal_name() == "SIGRTMIN+6"
     assert f"Signal {RTMIN + 6} (SIGRTMIN+6) received by PID 77" == failure.message
     assert ProcessFailure(0, 77, 1, "/nonexistent").signal_name() == "<N/A>"
+
+
+def test_default_actions_say_what_an_unhandled_signal_does() -> None:
+    # SIGUSR1 "for stack dumps" and SIGQUIT "for faulthandler" both end a process that has no
+    # handler: a person picking one must be told so.
+    assert default_action(signal.SIGUSR1) == "terminate"
+    assert default_action(signal.SIGQUIT) == "core"
+    assert default_action(signal.SIGSTOP) == "stop"
+    assert default_action(signal.SIGCONT) == "continue"
+    assert default_action(signal.SIGCHLD) == "ignore"
+    assert default_action(RTMIN + 3) == "terminate"
+    assert kills_by_default(signal.SIGINT) and kills_by_default(signal.SIGSEGV)
+    assert not kills_by_default(signal.SIGWINCH) and not kills_by_default(signal.SIGTSTP)
+    with pytest.raises(ValueError):
+        default_action(0)
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM]
+)
+def test_the_table_matches_a_real_process_without_handlers(sig: signal.Signals) -> None:
+    """A real process that installed no handler (``sleep``) ends as the table says."""
+    import subprocess
+
+    assert kills_by_default(sig)
+    # ``sleep`` installs no handlers; the signal must end it on its own.
+    proc = subprocess.Popen(["sleep", "60"], preexec_fn=_default_dispositions)
+    try:
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == -sig
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _default_dispositions() -> None:
+    """In the child before exec: every signal back to its default action (pytest or the shell
+    may have left some ignored, which exec would keep)."""
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)

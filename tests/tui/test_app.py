@@ -145,15 +145,17 @@ async def test_signal_picker_sends_the_chosen_signal(four_ranks: ScriptedSupervi
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("j", "s")
         assert isinstance(app.screen, SignalPicker)
-        await pilot.press("enter")  # SIGUSR1 is first
+        await pilot.press("enter")  # SIGCONT is highlighted: harmless, sent at once
         await settle(pilot)
-        await pilot.press("s", "down", "down", "down", "enter")  # SIGSTOP
+        await pilot.press("s", "down", "enter")  # SIGUSR1 ends an unhandled rank: asks
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
         await settle(pilot)
         await pilot.press("s", "escape")
         await settle(pilot)
         assert four_ranks.calls == [
+            SignalRanks((2,), signal.SIGCONT),
             SignalRanks((2,), signal.SIGUSR1),
-            SignalRanks((2,), signal.SIGSTOP),
         ]
         assert isinstance(app.screen, MainScreen)
 
@@ -301,7 +303,7 @@ async def test_refused_command_is_a_notification_not_a_crash() -> None:
         await pilot.press("t")
         await settle(pilot)
         assert engine.calls == [TerminateRanks((0,))]
-        messages = [n.message for n in app._notifications]
+        messages = [n.message for n in app.notices]
         assert "rank 0 is not running (failed): nothing to terminate" in messages
         assert pane(app, 0).has_class("-failed")
         assert "exit 3" in subtitle(pane(app, 0))

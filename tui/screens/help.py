@@ -32,7 +32,8 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
         (
             ("t", "SIGTERM, then SIGKILL after the term timeout (countdown on the pane)"),
             ("K", "SIGKILL now"),
-            ("s", "send a signal: USR1 USR2 INT STOP CONT HUP QUIT TERM KILL"),
+            ("s", "send a signal, labelled by what it does to a rank without a handler;"
+             " asks before one that ends or pauses it"),
             ("r", "restart it alone, earlier logs kept (several ranks: asks first, "
                   "as torch.distributed peers fail; a restarts all)"),
         ),
@@ -53,6 +54,9 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
             ("/  n  N", "search the zoomed log; next / previous match"),
             ("o", "zoomed or filtered view: stdout, stderr, or both"),
             ("[  ]", "zoomed view: earlier / later incarnation of the rank"),
+            ("c", "copy: the selection, the rank's visible lines, or (error view) the"
+             " root cause's traceback, to the terminal's clipboard"),
+            ("m", "recent notices (the newest shows above the footer)"),
             ("ctrl+p", "command palette (every action is there)"),
             ("?", "this help"),
         ),

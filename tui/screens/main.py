@@ -18,8 +18,10 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from tui.clip import rank_log_lines
 from tui.messages import RankSelected, ZoomRequested
 from tui.model import RunView
+from tui.widgets.notice_bar import NoticeBar
 from tui.widgets.rank_pane import RankPane
 from tui.widgets.rank_tiles import RankTiles
 from tui.widgets.run_summary import RunSummary
@@ -53,7 +55,7 @@ def choose_grid(n: int, width: int, height: int) -> tuple[int, int] | None:
 
 
 class MainScreen(Screen[None]):
-    """The overview: a pane per rank (or tiles), the summary bar, the footer."""
+    """The overview: a pane per rank (or tiles), the summary bar, the notice line, the footer."""
 
     BINDINGS = [
         Binding("up,k", "move(0, -1)", "Up", show=False),
@@ -79,6 +81,7 @@ class MainScreen(Screen[None]):
         self._root_cause: int | None = None
         # Children are made here and kept, so drawing never depends on a query finding them.
         self.summary = RunSummary()
+        self.notice_bar = NoticeBar(id="notices")
         self.tiles = RankTiles(run.ranks, id="tiles")
         self.focus_pane = RankPane(run.ranks[0], id="focus")
         self.panes = (
@@ -98,6 +101,7 @@ class MainScreen(Screen[None]):
             with Horizontal(id="split"):
                 yield self.tiles
                 yield self.focus_pane
+        yield self.notice_bar
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -119,7 +123,7 @@ class MainScreen(Screen[None]):
 
     def _relayout(self) -> None:
         body = self.query_one("#body")
-        width, height = body.size.width or self.size.width, body.size.height or self.size.height - 2
+        width, height = body.size.width or self.size.width, body.size.height or self.size.height - 3
         shape = choose_grid(len(self.run.ranks), width, height)
         mode: Literal["grid", "list"]
         if self.layout_choice == "list" or len(self.run.ranks) > MAX_GRID:
@@ -227,6 +231,14 @@ class MainScreen(Screen[None]):
 
     def show_summary(self, *, elapsed: float, paused: bool, status: str) -> None:
         self.summary.show(self.run, elapsed=elapsed, paused=paused, status=status)
+
+    def visible_lines(self) -> list[str]:
+        """The selected rank's lines as its pane shows them now (for copying out)."""
+        if self.mode == "grid" and self.selected < len(self.panes):
+            pane = self.panes[self.selected]
+        else:
+            pane = self.focus_pane
+        return rank_log_lines(pane.log_view)
 
     def set_paused(self, paused: bool) -> None:
         for pane in self.query(RankPane):

@@ -89,6 +89,9 @@ class ZoomScreen(LogFilesScreen):
         count = len(self.incarnations())
         index = (self.incarnation_index % count) + step
         if not 0 <= index < count:
+            # Say so: a key that does nothing silently looks broken.
+            which = "earlier" if step < 0 else "later"
+            self.notify(f"rank {self.rank} has no {which} run to show ({count} in all)")
             return
         self.incarnation_index = -1 if index == count - 1 else index
         await self.mount_logs()

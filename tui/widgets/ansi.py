@@ -13,7 +13,7 @@ from typing import Final
 
 from rich.text import Text
 
-__all__ = ["display_text", "plain_text", "safe_line"]
+__all__ = ["display_text", "plain_text", "safe_line", "single_width_joins"]
 
 _SGR: Final = re.compile(r"\x1b\[[0-9;:]*m")
 _ESCAPES: Final = re.compile(
@@ -29,14 +29,28 @@ _ESCAPES: Final = re.compile(
 )
 
 
-_CONTROLS: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-"""Any control character but tab (CR and ESC included): the slow path is needed."""
+_CONTROLS: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200d\ufe0e\ufe0f]")
+"""Any control character but tab (CR and ESC included), or a joiner: the slow path is needed."""
+
+_JOINERS: Final = re.compile("[\u200d\ufe0e\ufe0f]")
+"""The zero-width joiner and the text / emoji variation selectors."""
+
+
+def single_width_joins(text: str) -> str:
+    """``text`` without zero-width joiners and variation selectors.
+
+    Rich counts "⚠️" (with the emoji selector) as two cells and a ZWJ family as one emoji of
+    two; terminals (tmux among them) often draw the first in one cell and the second as three
+    emoji of two each. Every border after such a character then lands a few cells off. Without
+    the joiners each character is as wide for Rich as for the terminal."""
+    return _JOINERS.sub("", text) if _JOINERS.search(text) else text
 
 
 def safe_line(line: str) -> str:
     """Keep the last ``\\r`` frame and SGR colours; drop every other control sequence."""
     if _CONTROLS.search(line) is None:
         return line  # the common case: plain text
+    line = single_width_joins(line)
     if "\r" in line:
         frames = line.split("\r")
         line = next((frame for frame in reversed(frames) if frame), "")

@@ -10,7 +10,7 @@ used by the summary printed after quitting.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import Any, Final, Sequence
 
@@ -23,7 +23,7 @@ from engine.errors.error_file import usable_timestamp
 from engine.logfile.tail import last_lines
 from engine.output.sanitize import sanitize
 from tui.model import RankView
-from tui.widgets.ansi import display_text
+from tui.widgets.ansi import display_text, single_width_joins
 
 __all__ = [
     "FailureDetails",
@@ -239,6 +239,12 @@ def render_failure(
 ) -> RenderableType:
     """The report block of one failed rank."""
     details = failure_details(view)
+    # Joiners make Rich and the terminal disagree on widths, and the borders break.
+    details = replace(
+        details,
+        message=single_width_joins(details.message),
+        callstack=single_width_joins(details.callstack),
+    )
     title = Text()
     if root_cause:
         title.append(" ROOT CAUSE ", "bold reverse red")

@@ -175,7 +175,7 @@ class FileLog(FollowingScrollView, can_focus=True):
         if self.source is None:
             words += " · not written yet"
         else:
-            words += f" · {self.line_count:,} lines"
+            words += f" · {self.line_count:,} line{'' if self.line_count == 1 else 's'}"
         self.border_title = Text(words)
         if self.paused:
             self.border_subtitle = Text("⏸ paused")

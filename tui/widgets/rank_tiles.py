@@ -9,6 +9,7 @@ API, so 64 or 512 ranks cost the same per frame: only visible rows render.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Final
 
 from rich.segment import Segment
@@ -30,6 +31,9 @@ __all__ = ["RankTiles"]
 
 TILE_MIN_WIDTH: Final = 40
 """Narrowest tile worth a column of its own."""
+NARROW_TILE: Final = 48
+"""Below this width a tile leaves out the RSS, so that some of the latest line shows (80
+columns give tiles of about 36)."""
 
 
 _SHORT: Final = {
@@ -56,6 +60,14 @@ def tile_status(view: RankView, now: float) -> str:
     if view.exit_label and view.state is not RankState.SUCCEEDED:
         return view.exit_label
     return _SHORT[view.state]
+
+
+def _without_own_rank(line: str, rank: int) -> str:
+    """``line`` without a leading "rank 5:", "rank 5/16:" or "[trainer5]:" naming the tile's
+    own rank: the tile says which rank it is, and a 36-column tile (80 columns) has no room
+    to say it twice."""
+    match = re.match(rf"(?:\[[^\]\s]{{0,20}}?\D{rank}\]:?|rank ?{rank}(?:/\d+)?:)\s*", line)
+    return line[match.end():] if match else line
 
 
 class RankTiles(LineScrollView, can_focus=False):
@@ -178,10 +190,15 @@ class RankTiles(LineScrollView, can_focus=False):
         text.append(f"{GLYPHS[view.state]} ", state_style)
         text.append(f"{tile_status(view, self._now):<8.8} ", state_style)
         if view.state.is_alive and view.cpu_percent is not None:
-            text.append(f"{view.cpu_percent:4.0f}% {format_bytes(view.rss_bytes):>5} ")
-        else:
-            text.append(" " * 12)
-        text.append(plain_text(view.last_line).strip(), "dim" if not view.state.is_alive else "")
+            if width >= NARROW_TILE:
+                text.append(f"{view.cpu_percent:4.0f}% {format_bytes(view.rss_bytes):>5} ")
+            else:
+                text.append(f"{view.cpu_percent:4.0f}% ")
+        elif view.state.is_alive or width >= NARROW_TILE:
+            text.append(" " * (12 if width >= NARROW_TILE else 6))
+        # else: an ended rank in a narrow tile gives its blank CPU column to its last line
+        last = _without_own_rank(plain_text(view.last_line).strip(), view.rank)
+        text.append(last, "dim" if not view.state.is_alive else "")
         text.truncate(width - 1, overflow="ellipsis", pad=True)
         text.append(" ")
         segments = list(text.render(self.app.console))

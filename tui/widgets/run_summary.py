@@ -32,29 +32,66 @@ def _elapsed(seconds: float) -> str:
     )
 
 
-def summary_text(run: RunView, *, elapsed: float, paused: bool = False, status: str = "") -> Text:
-    """The bar's text: ``trainer · 4 ranks · attempt 0 │ ● 3 running ✖ 1 failed │ ...``."""
-    text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(" rankvisor ", "bold reverse")
-    text.append(f" {run.name} · {run.nprocs} ranks · attempt {run.attempt} ")
-    text.append("│", "dim")
+def _counts(run: RunView) -> list[tuple[str, int, str, str]]:
+    """(glyph, count, words, style) by state; a running rank that is SIGSTOPped (the engine's
+    stats say "stopped") counts as stopped, not running: it makes no progress."""
+    out: list[tuple[str, int, str, str]] = []
+    stopped = sum(
+        1 for v in run.ranks if v.state is RankState.RUNNING and v.proc_status == "stopped"
+    )
     for state, count in run.counts().items():
-        text.append(f" {GLYPHS[state]} {count} {state.value}", _STATE_STYLE[state])
-    text.append(" │", "dim")
+        if state is RankState.RUNNING:
+            count -= stopped
+            if count:
+                out.append((GLYPHS[state], count, state.value, _STATE_STYLE[state]))
+            if stopped:
+                out.append(("⏸", stopped, "stopped", "bold yellow"))
+            continue
+        out.append((GLYPHS[state], count, state.value, _STATE_STYLE[state]))
+    return out
+
+
+def summary_text(
+    run: RunView,
+    *,
+    elapsed: float,
+    paused: bool = False,
+    status: str = "",
+    width: int | None = None,
+) -> Text:
+    """The bar's text: ``trainer · 4 ranks · attempt 0 │ ● 3 running ✖ 1 failed │ ...``.
+
+    With ``width``, the parts that matter less give way first when the bar is too narrow
+    (the run's name, then the elapsed time), so the root cause and the counts stay in sight
+    at 80 columns."""
     root = run.root_cause()
+    # (priority, text): the lowest priority goes first when the line does not fit.
+    parts: list[tuple[int, Text]] = []
+    parts.append((9, Text.assemble((" rankvisor ", "bold reverse"))))
     if root is not None:
-        text.append(f" root cause: rank {root} ", "bold red")
-        text.append("│", "dim")
+        parts.append((8, Text.assemble((f" root cause: rank {root} ", "bold red"), ("│", "dim"))))
+    parts.append((2, Text.assemble(
+        f" {run.name} · {run.nprocs} ranks · attempt {run.attempt} ", ("│", "dim")
+    )))
+    counts = Text()
+    for glyph, count, words, style in _counts(run):
+        counts.append(f" {glyph} {count} {words}", style)
+    counts.append(" │", "dim")
+    parts.append((7, counts))
     if run.finished:
-        text.append(" finished ", "bold")
-        text.append("│", "dim")
+        parts.append((6, Text.assemble((" finished ", "bold"), ("│", "dim"))))
     if paused:
-        text.append(" ⏸ paused ", "bold yellow")
-        text.append("│", "dim")
+        parts.append((5, Text.assemble((" ⏸ paused ", "bold yellow"), ("│", "dim"))))
     if status:
-        text.append(f" {status} ", "bold yellow")
-        text.append("│", "dim")
-    text.append(f" {_elapsed(elapsed)}", "dim")
+        parts.append((5, Text.assemble((f" {status} ", "bold yellow"), ("│", "dim"))))
+    parts.append((3, Text(f" {_elapsed(elapsed)}", "dim")))
+    if width is not None:
+        while len(parts) > 1 and sum(p.cell_len for _, p in parts) > width:
+            lowest = min(range(len(parts)), key=lambda i: parts[i][0])
+            del parts[lowest]
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for _, part in parts:
+        text.append_text(part)
     return text
 
 
@@ -72,4 +109,18 @@ class RunSummary(TextBar):
     """
 
     def show(self, run: RunView, *, elapsed: float, paused: bool, status: str = "") -> None:
-        self.show_text(summary_text(run, elapsed=elapsed, paused=paused, status=status))
+        self._args = (run, elapsed, paused, status)
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        args = getattr(self, "_args", None)
+        if args is None:
+            return
+        run, elapsed, paused, status = args
+        width = self.size.width or None
+        self.show_text(
+            summary_text(run, elapsed=elapsed, paused=paused, status=status, width=width)
+        )
