@@ -1,7 +1,8 @@
 """The Supervisor's link to the output pump (engine.output.pump): which files to tail.
 
 Every rank's stdout and stderr always go to files; the pump tails them into batched
-``RankOutput`` events, delivered on the pump's thread straight to the sinks.
+``RankOutput`` events, delivered on the pump's thread straight to the sinks, and notes in
+each rank's ``arrival.idx`` (``engine.logfile.arrival``) the order their lines arrived in.
 
 Pump calls are queued under the state lock and run by ``run_ops`` outside it: the pump
 calls our sink while holding its own lock, and a sink may call back into the Supervisor, so
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from functools import partial
 
 from engine.events import Event, RankOutput
+from engine.logfile.arrival import arrival_path
 from engine.logs_specs import LogsDest
 from engine.output.pump import OutputPump, StdStream
 from engine.output.text_batch import Batch
@@ -101,8 +103,10 @@ class PumpLink:
         pump = self._pump
         if pump is None:
             return
+        # The arrival index beside the two logs: the zoomed view merges them on it.
+        index = arrival_path(slot.stdout_path, slot.stderr_path)
         for stream, path in zip(_STREAMS, (slot.stdout_path, slot.stderr_path), strict=True):
-            self._ops.append(partial(pump.add, slot.rank, stream, path, slot.attempt))
+            self._ops.append(partial(pump.add, slot.rank, stream, path, slot.attempt, index))
 
     def remove(self, slot: RankSlot) -> None:
         """Stop tailing the slot's files once their last lines are delivered."""
