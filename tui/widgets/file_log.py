@@ -238,8 +238,17 @@ class FileLog(FollowingScrollView, can_focus=True):
         region = self.scrollable_content_region
         if self.wrap:
             # One scroll step a line; the top line may go down to the last one (the layout
-            # then fills the screen up to it, see _wrap_layout).
-            self.virtual_size = Size(region.width, self.row_count + max(0, region.height - 1))
+            # then fills the screen up to it, see _wrap_layout). A log that fits, wrapped,
+            # needs no scrolling (and no scrollbar): few lines, so cheap to measure.
+            rows = self.row_count
+            if rows < region.height and self.source is not None and self.is_attached:
+                width = max(1, region.width - self._gutter_width())
+                base = self._base_style()
+                wrapped = sum(len(self._wrapped_strips(i, width, base)) for i in range(rows))
+                if wrapped <= region.height:
+                    self.virtual_size = Size(region.width, rows)
+                    return
+            self.virtual_size = Size(region.width, rows + max(0, region.height - 1))
             return
         width = max(self._width + self._gutter_width() + 1, region.width)
         self.virtual_size = Size(width, self.row_count)
