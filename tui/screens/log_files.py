@@ -124,6 +124,10 @@ class LogFilesScreen(Screen[None]):
         if merged is not None:
             out, err, label = merged
             logs.append(FileLog("", label=label, merged=(out, err), wrap=True, id="both-log"))
+        for log in logs:
+            # Before mounting: a hidden log reads nothing (a GB file is indexed once, by the
+            # log that shows it, when it is first shown).
+            log.display = self._wanted(log.id, merged is not None)
         await box.mount(*logs)
         self._apply_streams()
         if self._search is not None:
@@ -146,14 +150,18 @@ class LogFilesScreen(Screen[None]):
     def _apply_streams(self) -> None:
         merged = bool(self.query("#both-log"))
         for log in self.logs():
-            if self.streams == "both" and not merged:
-                wanted = log.id != "both-log"
-            else:
-                wanted = log.id == f"{self.streams}-log"
-            log.display = wanted
+            log.display = self._wanted(log.id, merged)
+            if log.display and log.is_mounted:
+                log.poll()
         visible = self.visible_logs()
         if visible and not self.query_one("#search", Input).display:
             visible[0].focus()
+
+    def _wanted(self, log_id: str | None, merged: bool) -> bool:
+        """Whether the log ``log_id`` shows in the current streams mode."""
+        if self.streams == "both" and not merged:
+            return log_id != "both-log"
+        return log_id == f"{self.streams}-log"
 
     def watch_streams(self) -> None:
         self._apply_streams()

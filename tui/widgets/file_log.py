@@ -153,7 +153,8 @@ class FileLog(FollowingScrollView, can_focus=True):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.poll()
+        if self.display:  # a hidden one reads its file once it is shown
+            self.poll()
 
     def on_resize(self) -> None:
         self._update_virtual_size()
