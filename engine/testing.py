@@ -58,6 +58,7 @@ from engine.handle import (
     TerminateRanks,
     command_problem,
 )
+from engine.logfile.arrival import ArrivalWriter, arrival_path
 from engine.states import RankState
 
 if TYPE_CHECKING:
@@ -215,6 +216,8 @@ class ScriptedSupervisor:
         self._react = react
         self._fatal = _FATAL if obey_term else _FATAL - {signal.SIGTERM}
         self._write_files = write_files
+        self._written: dict[str, int] = {}
+        """Lines written to each log file (``write_files``)."""
         self._teardown = teardown_on_failure
         self._restarts_left = max_restarts
         self._lock = threading.RLock()
@@ -431,6 +434,17 @@ class ScriptedSupervisor:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a", encoding="utf-8", errors="surrogateescape") as f:
             f.write("".join(line + "\n" for line in event.lines))
+        if info is not None and event.stream in ("stdout", "stderr"):
+            # The arrival index, as the Supervisor's pump writes it beside the two logs.
+            index = arrival_path(info.stdout_path, info.stderr_path)
+            count = self._written.get(path, 0) + len(event.lines)
+            self._written[path] = count
+            if index:
+                writer = ArrivalWriter(index)
+                try:
+                    writer.note(event.stream == "stderr", count)
+                finally:
+                    writer.close()
 
     # -- commands (the Supervisor's, word for word) ----------------------------------------
 

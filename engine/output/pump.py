@@ -16,7 +16,9 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
 - ``sink(batch: list[RankOutput])`` is called once per wake-up with at most one
   ``RankOutput`` per (rank, stream), never once per line. A wake-up that reads more than
   ``batch_chars`` bytes (256 KiB: a big backlog) delivers it in several calls, so memory stays
-  bounded; the order of lines within a (rank, stream) is always the file's order.
+  bounded; the order of lines within a (rank, stream) is always the file's order, and within
+  one wake-up a rank's stdout batch comes before its stderr batch (the order the arrival
+  index records).
   ``RankOutput.lines`` are complete lines (decoded, ``\\r``-collapsed, sanitised unless
   ``sanitize=False``, cut at ``max_line_chars`` with a marker), ``partial`` the current
   unterminated line, ``first_line`` the 0-based line index in that file of ``lines[0]``,
@@ -24,11 +26,15 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
 - With ``text_batches=True`` the sink gets ``TextBatch`` objects instead (the same fields,
   with the lines as one UTF-8 ``data`` block that ends in ``\\n``): cheaper for a console
   writer (``engine.output.console.ConsoleSink`` takes both).
-- ``add(rank, stream, path, attempt=0)`` (``add_many`` for a group, with one wake-up):
-  tail ``path`` from its start; it need not exist yet (it is picked up when it appears; one
-  that never appears costs nothing and does not delay ``stop()``). Calling it again for the
-  same (rank, stream) with another path drains the old file first (its last partial line
-  becomes a final line), then follows the new one.
+- ``add(rank, stream, path, attempt=0, index="")`` (``add_many`` for a group, with one
+  wake-up): tail ``path`` from its start; it need not exist yet (it is picked up when it
+  appears; one that never appears costs nothing and does not delay ``stop()``). With
+  ``index`` (a path: ``engine.logfile.arrival``) the pump appends to that arrival index, at
+  each read pass that completed lines of the file, how many lines the file has and when they
+  arrived (16 bytes a pass, written before the batch is delivered), so a viewer can merge a
+  rank's two files in arrival order later. Calling it again for the same (rank, stream) with
+  another path drains the old file first (its last partial line becomes a final line), then
+  follows the new one.
 - ``remove(rank, stream, drain=True)``: stop tailing, delivering what is left first.
 - ``add_filter(stream, needles, path, prefixes=None, *, name="", ranks=None)``: complete lines
   of ``stream`` that contain any needle (plain, case-sensitive substring, as torch's
@@ -66,6 +72,7 @@ import threading
 from typing import Any, Callable, Collection, Final, Iterable, Literal, Sequence
 
 from engine.events import RankOutput, Stream
+from engine.logfile.arrival import ArrivalWriter
 from engine.output.dup_filter import DuplicateFilter
 from engine.output.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
 from engine.output.text_batch import Batch, Prefixes, TextBatch
@@ -98,6 +105,7 @@ class _Tail:
         "head",
         "head_at",
         "hole_from",
+        "index",
         "ino",
         "offset",
         "path",
@@ -129,6 +137,8 @@ class _Tail:
         self.hole_from = 0
         """After a truncation: the old read offset. A writer without O_APPEND goes on at
         its own offset, at or past ours, so the hole reaches at least this far."""
+        self.index: ArrivalWriter | None = None
+        """The arrival index this file's line counts go to (shared with its sibling)."""
 
 
 class OutputPump:
@@ -187,6 +197,9 @@ class OutputPump:
         self._by_path: dict[str, list[_Tail]] = {}
         self._by_dir: dict[str, list[_Tail]] = {}
         self._filters: dict[str, DuplicateFilter] = {}
+        self._indexes: dict[str, ArrivalWriter] = {}
+        self._noted: list[ArrivalWriter] = []
+        """Arrival indexes with records to write before the next delivery."""
         self._waker: Waker | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -207,12 +220,15 @@ class OutputPump:
 
     # -- registration ------------------------------------------------------------------
 
-    def add(self, rank: int, stream: StdStream, path: str, attempt: int = 0) -> None:
-        """Tail ``path`` as (rank, stream); see the module docstring."""
-        self.add_many(((rank, stream, path, attempt),))
+    def add(
+        self, rank: int, stream: StdStream, path: str, attempt: int = 0, index: str = ""
+    ) -> None:
+        """Tail ``path`` as (rank, stream), noting arrivals in ``index`` if given; see the
+        module docstring."""
+        self.add_many(((rank, stream, path, attempt, index),))
 
-    def add_many(self, entries: Iterable[tuple[int, StdStream, str, int]]) -> None:
-        """``add`` for each ``(rank, stream, path, attempt)``, with one wake-up for all.
+    def add_many(self, entries: Iterable[tuple[int, StdStream, str, int, str]]) -> None:
+        """``add`` for each ``(rank, stream, path, attempt, index)``, with one wake-up for all.
 
         Each wake-up makes the pump thread read every file it tails, so a group of N ranks
         added one by one could cost N passes over up to 2N files, each fighting the adding
@@ -222,12 +238,15 @@ class OutputPump:
             if self._stopped:
                 raise RuntimeError("the pump is stopped")
             added = False
-            for rank, stream, path, attempt in entries:
-                added = self._add_locked(rank, stream, os.path.abspath(path), attempt) or added
+            for rank, stream, path, attempt, index in entries:
+                path = os.path.abspath(path)
+                added = self._add_locked(rank, stream, path, attempt, index) or added
             if added and self._waker is not None:
                 self._waker.poke()
 
-    def _add_locked(self, rank: int, stream: StdStream, path: str, attempt: int) -> bool:
+    def _add_locked(
+        self, rank: int, stream: StdStream, path: str, attempt: int, index: str
+    ) -> bool:
         old = self._tails.get((rank, stream))
         if old is not None:
             if old.path == path and old.attempt == attempt:
@@ -235,12 +254,41 @@ class OutputPump:
             self._drop(old, drain=True)
         asm = LineAssembler(max_line_chars=self._cap, sanitize=self._sanitize)
         tail = _Tail(rank, stream, path, attempt, asm)
+        if index:
+            tail.index = self._open_index(index)
         self._tails[(rank, stream)] = tail
         self._by_path.setdefault(path, []).append(tail)
         self._by_dir.setdefault(os.path.dirname(path), []).append(tail)
         if self._waker is not None:
             self._waker.watch(path)
         return True
+
+    def _open_index(self, path: str) -> ArrivalWriter | None:
+        writer = self._indexes.get(path)
+        if writer is None:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                writer = ArrivalWriter(path)
+            except OSError as e:  # the logs still work; only the merged view loses its order
+                logger.warning("cannot write the arrival index %s: %s", path, e)
+                return None
+            self._indexes[path] = writer
+        writer.users += 1
+        return writer
+
+    def _release_index(self, tail: _Tail) -> None:
+        writer, tail.index = tail.index, None
+        if writer is None:
+            return
+        writer.users -= 1
+        if writer.users <= 0:
+            self._indexes.pop(writer.path, None)
+            if writer in self._noted:
+                self._noted.remove(writer)
+            try:
+                writer.close()
+            except OSError as e:
+                logger.warning("writing the arrival index %s failed: %s", writer.path, e)
 
     def remove(self, rank: int, stream: StdStream, drain: bool = True) -> None:
         """Stop tailing (rank, stream); with ``drain`` deliver what is left (partial line
@@ -319,6 +367,7 @@ class OutputPump:
             self._cycle(list(self._tails.values()), final=True)
             for tail in self._tails.values():
                 self._close_fd(tail)
+                self._release_index(tail)
             self._tails.clear()
             self._by_path.clear()
             self._by_dir.clear()
@@ -415,6 +464,7 @@ class OutputPump:
         if drain:
             self._cycle([tail], final=True)
         self._close_fd(tail)
+        self._release_index(tail)
         del self._tails[(tail.rank, tail.stream)]
         same_dir = self._by_dir.get(os.path.dirname(tail.path), [])
         if tail in same_dir:
@@ -444,6 +494,13 @@ class OutputPump:
             if len(todo) > 1:
                 k = start % len(todo)
                 todo = todo[k:] + todo[:k]
+                # The rotation must not split a rank's pair: its stdout is read and
+                # delivered before its stderr in a pass (the order the arrival index records
+                # too), so a line printed just before a traceback is not shown after it.
+                first: dict[int, int] = {}
+                for i, tail in enumerate(todo):
+                    first.setdefault(tail.rank, i)
+                todo.sort(key=lambda t: (first[t.rank], t.stream != "stdout"))
             batch: list[Batch] = []
             more: list[_Tail] = []
             size = 0
@@ -531,9 +588,12 @@ class OutputPump:
                 break
             if n < chunk:
                 break
+        closed = 0
         if final and not full:
-            parts += self._close_lines(tail)
-        self._collect(batch, tail, parts)
+            last = self._close_lines(tail)
+            closed = len(last)
+            parts += last
+        self._collect(batch, tail, parts, closed)
         return read, full
 
     def _truncated(self, tail: _Tail, fd: int, data: bytes) -> bool:
@@ -610,7 +670,9 @@ class OutputPump:
         last = tail.asm.close()
         return [(x + "\n").encode("utf-8", "surrogatepass") for x in last] if self._text else last
 
-    def _collect(self, batch: list[Batch], tail: _Tail, parts: list[Any]) -> None:
+    def _collect(
+        self, batch: list[Batch], tail: _Tail, parts: list[Any], closed: int = 0
+    ) -> None:
         partial = tail.asm.partial
         if not parts and partial == tail.sent_partial:
             return
@@ -635,12 +697,27 @@ class OutputPump:
         batch.append(out)
         tail.counted = tail.asm.lines_done
         tail.first_line += count
+        index = tail.index
+        if index is not None and count > closed:
+            # A last partial line closed at the end is not a line of the file: not noted.
+            was_pending = index.pending
+            index.note(tail.stream == "stderr", tail.first_line - closed)
+            if index.pending and not was_pending:
+                self._noted.append(index)
         if text and f is not None:
             filtered = f.apply(tail.rank, tail.attempt, text, self._text)
             if filtered is not None:
                 batch.append(filtered)
 
     def _deliver(self, batch: list[Batch]) -> None:
+        if self._noted:
+            # The index first: a viewer that sees these lines can find their order.
+            for writer in self._noted:
+                try:
+                    writer.flush()
+                except OSError as e:
+                    logger.warning("writing the arrival index %s failed: %s", writer.path, e)
+            self._noted.clear()
         try:
             self._sink(batch)
         except Exception:

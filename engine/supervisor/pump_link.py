@@ -1,7 +1,8 @@
 """The Supervisor's link to the output pump (engine.output.pump): which files to tail.
 
 Every rank's stdout and stderr always go to files; the pump tails them into batched
-``RankOutput`` events, delivered on the pump's thread straight to the sinks.
+``RankOutput`` events, delivered on the pump's thread straight to the sinks, and notes in
+each rank's ``arrival.idx`` (``engine.logfile.arrival``) the order their lines arrived in.
 
 Pump calls are queued under the state lock and run by ``run_ops`` outside it: the pump
 calls our sink while holding its own lock, and a sink may call back into the Supervisor, so
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from functools import partial
 
 from engine.events import Event, RankOutput
+from engine.logfile.arrival import arrival_path
 from engine.logs_specs import LogsDest
 from engine.output.pump import OutputPump, StdStream
 from engine.output.text_batch import Batch
@@ -37,7 +39,7 @@ class _AddBatch:
 
     def __init__(self, pump: OutputPump) -> None:
         self.pump = pump
-        self.entries: list[tuple[int, StdStream, str, int]] = []
+        self.entries: list[tuple[int, StdStream, str, int, str]] = []
         self.sealed = False
         """Taken by ``run_ops``: later adds start a new batch."""
 
@@ -123,13 +125,15 @@ class PumpLink:
         pump = self._pump
         if pump is None:
             return
+        # The arrival index beside the two logs: the zoomed view merges them on it.
+        index = arrival_path(slot.stdout_path, slot.stderr_path)
         with self._ops_lock:
             batch = self._ops[-1] if self._ops else None
             if not isinstance(batch, _AddBatch) or batch.sealed:
                 batch = _AddBatch(pump)
                 self._ops.append(batch)
             for stream, path in zip(_STREAMS, (slot.stdout_path, slot.stderr_path), strict=True):
-                batch.entries.append((slot.rank, stream, path, slot.attempt))
+                batch.entries.append((slot.rank, stream, path, slot.attempt, index))
 
     def remove(self, slot: RankSlot) -> None:
         """Stop tailing the slot's files once their last lines are delivered."""

@@ -175,14 +175,21 @@ def bench_throughput(tmp: Path, lines: int, rounds: int) -> dict[str, Any]:
                 for b in batch:
                     count[0] += len(b.lines)
 
-            t0 = time.perf_counter()
-            pump = OutputPump(sink)
-            for r, path in files.items():
-                pump.add(r, "stdout", path)
-            pump.start()
-            pump.stop()
-            keep("ours_pump", time.perf_counter() - t0)
-            assert count[0] == total, (count[0], total)
+            for name, indexed in (("ours_pump", False), ("ours_pump_indexed", True)):
+                # Indexed: the pump also writes each rank's arrival index, as the
+                # Supervisor's does (a record per read pass with new lines).
+                count[0] = 0
+                t0 = time.perf_counter()
+                pump = OutputPump(sink)
+                for r, path in files.items():
+                    index = str(tmp / f"arrival_{r}.idx") if indexed else ""
+                    pump.add(r, "stdout", path, index=index)
+                pump.start()
+                pump.stop()
+                keep(name, time.perf_counter() - t0)
+                assert count[0] == total, (count[0], total)
+                for r in files:
+                    Path(tmp / f"arrival_{r}.idx").unlink(missing_ok=True)
         out[f"{n}_files"] = {"lines": total, **{k: round(v) for k, v in best.items()}}
         for path in files.values():
             os.unlink(path)
@@ -372,7 +379,8 @@ def table(results: dict[str, Any]) -> str:
             f"| throughput, {key.replace('_', ' ')} x 200k lines (finished) "
             f"| {t / 1e6:.2f} M lines/s | {row['ours'] / 1e6:.2f} M lines/s "
             f"({row['ours'] / t:.1f}x) | {row['ours_pump'] / 1e6:.2f} M lines/s "
-            f"({row['ours_pump'] / t:.1f}x) | >= 3x torch (readline loop: "
+            f"({row['ours_pump'] / t:.1f}x; with arrival index "
+            f"{row['ours_pump_indexed'] / 1e6:.2f} M) | >= 3x torch (readline loop: "
             f"{row['readline_loop'] / 1e6:.2f} M/s) |"
         )
     for key, row in results["live"].items():

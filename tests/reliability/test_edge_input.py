@@ -302,9 +302,9 @@ def test_a_group_of_ranks_is_one_pump_call_with_one_wake_up(tmp_path: Path) -> N
         for path in paths.values():
             path.parent.mkdir()
             path.write_text(f"hello from {path.parent.name}\n")
-        pump.add_many([(r, "stdout", str(p), 0) for r, p in paths.items()])
+        pump.add_many([(r, "stdout", str(p), 0, "") for r, p in paths.items()])
         assert pokes == 1
-        pump.add_many([(r, "stdout", str(p), 0) for r, p in paths.items()])  # nothing new
+        pump.add_many([(r, "stdout", str(p), 0, "") for r, p in paths.items()])  # nothing new
         assert pokes == 1
     finally:
         pump.stop()

@@ -549,7 +549,8 @@ async def test_zoom_search_next_previous_and_wrap(tmp_path) -> None:  # type: ig
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("j", "enter")
         assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 2
-        log = app.screen.query_one("#stdout-log", FileLog)
+        assert app.screen.streams == "both"  # both streams, merged in arrival order
+        log = app.screen.query_one("#both-log", FileLog)
         await wait_for(pilot, lambda: log.line_count == 130)
         lines = [log.get_line(i) for i in range(log.line_count)]
         epochs = [i for i, line in enumerate(lines) if "epoch 1" in line]  # 1, 10, 11
@@ -566,6 +567,8 @@ async def test_zoom_search_next_previous_and_wrap(tmp_path) -> None:  # type: ig
         assert "wrapped" in app.screen.status
         await pilot.press("N")
         await wait_for(pilot, lambda: log.current_match == epochs[2])  # and back over the end
+        await pilot.press("o")
+        assert app.screen.streams == "stdout"
         await pilot.press("o")
         assert app.screen.streams == "stderr"
         await pilot.press("escape")

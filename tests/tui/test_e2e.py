@@ -103,7 +103,7 @@ async def test_restarted_rank_runs_again_with_its_earlier_log_kept(tmp_path: Pat
             assert any(line.startswith("rank 0 ready") for line in lines[:marker])
             assert any(line.startswith("rank 0 ready") for line in lines[marker:])
             # The zoomed view reads the new file, and '[' goes back to the earlier one.
-            await pilot.press("enter")
+            await pilot.press("enter", "o")  # stdout alone
             assert isinstance(app.screen, ZoomScreen)
             log = app.screen.query_one("#stdout-log", FileLog)
             await _wait(pilot, lambda: log.line_count >= 4)

@@ -42,7 +42,8 @@ def test_failed_rank_error_view(snap_compare, size) -> None:  # type: ignore[no-
 
 @pytest.mark.parametrize("size", SIZES)
 def test_zoom_with_search(snap_compare, size, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Rank 2 zoomed: its stdout.log read from disk with line numbers; every "epoch 2" is
+    """Rank 2 zoomed: its stdout and stderr logs (it wrote stdout only) merged in arrival
+    order, read from disk with line numbers, long lines wrapped; every "epoch 2" is
     highlighted and the current match (line 2x) is brighter; the title says where."""
     engine = ScriptedSupervisor(
         scripted_info(4, run_dir=tmp_path), running_script(4, steps=120), write_files=True

@@ -51,8 +51,9 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
         (
             ("e", "errors: tracebacks, root cause first"),
             ("f", "filtered_stdout.log / filtered_stderr.log"),
-            ("/  n  N", "search the zoomed log; next / previous match"),
-            ("o", "zoomed or filtered view: stdout, stderr, or both"),
+            ("/  n  N", "search all the zoomed log shows; next / previous match"),
+            ("o", "zoomed or filtered view: both (zoom: in arrival order), stdout, stderr"),
+            ("w  ← →", "zoomed or filtered view: wrap long lines / scroll sideways"),
             ("[  ]", "zoomed view: earlier / later incarnation of the rank"),
             ("c", "copy: the selection, the rank's visible lines, or (error view) the"
              " root cause's traceback, to the terminal's clipboard"),

@@ -1,11 +1,14 @@
 """LogFilesScreen: shared by the zoomed view and the filtered view.
 
-Shows a stdout file and a stderr file from disk (one of them, or both stacked: ``o``), live,
-with search: ``/`` opens the search bar, enter finds the first match after the top of the
-view, ``n`` / ``N`` go to the next / previous one. A pattern is plain text, or a regular
-expression when written ``/like this/``; it is case-insensitive unless it has a capital.
-The search itself runs in the log store on a worker thread and is cancelled when a new one
-starts or the screen closes; matches on screen are highlighted as they are drawn.
+Shows a stdout file and a stderr file from disk (one of them, or both: ``o``), live, with
+search: ``/`` opens the search bar, enter finds the first match after the top of the view,
+``n`` / ``N`` go to the next / previous one. A pattern is plain text, or a regular expression
+when written ``/like this/``; it is case-insensitive unless it has a capital. The search
+covers everything shown: in "both" mode both streams (when the screen merges them into one
+log in arrival order, as the zoom does, or in the other stacked log after the active one).
+It runs in the log store on a worker thread and is cancelled when a new one starts or the
+screen closes; matches on screen are highlighted as they are drawn. ``w`` wraps long lines
+(on by default where tracebacks are: stderr and the merged log).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class LogFilesScreen(Screen[None]):
         Binding("n", "find(False)", "Next"),
         Binding("N", "find(True)", "Previous"),
         Binding("o", "cycle_streams", "Streams"),
+        Binding("w", "toggle_wrap", "Wrap"),
         Binding("tab", "focus_next", "Switch", show=False),
     ]
 
@@ -83,6 +87,11 @@ class LogFilesScreen(Screen[None]):
     def title_text(self) -> Text:
         raise NotImplementedError
 
+    def merged_paths(self) -> tuple[str, str, str] | None:
+        """(stdout path, stderr path, label) to show merged in arrival order in "both" mode,
+        or None: show the two logs stacked."""
+        return None
+
     # -- layout ----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
@@ -107,10 +116,19 @@ class LogFilesScreen(Screen[None]):
         box = self.query_one("#logs", Vertical)
         await box.remove_children()
         (out_path, out_label), (err_path, err_label) = self.paths()
-        await box.mount(
+        logs = [
             FileLog(out_path, label=out_label, id="stdout-log"),
-            FileLog(err_path, label=err_label, id="stderr-log"),
-        )
+            FileLog(err_path, label=err_label, stream="stderr", wrap=True, id="stderr-log"),
+        ]
+        merged = self.merged_paths()
+        if merged is not None:
+            out, err, label = merged
+            logs.append(FileLog("", label=label, merged=(out, err), wrap=True, id="both-log"))
+        for log in logs:
+            # Before mounting: a hidden log reads nothing (a GB file is indexed once, by the
+            # log that shows it, when it is first shown).
+            log.display = self._wanted(log.id, merged is not None)
+        await box.mount(*logs)
         self._apply_streams()
         if self._search is not None:
             for log in self.logs():
@@ -130,12 +148,20 @@ class LogFilesScreen(Screen[None]):
         return visible[0] if visible else None
 
     def _apply_streams(self) -> None:
+        merged = bool(self.query("#both-log"))
         for log in self.logs():
-            wanted = self.streams == "both" or log.id == f"{self.streams}-log"
-            log.display = wanted
+            log.display = self._wanted(log.id, merged)
+            if log.display and log.is_mounted:
+                log.poll()
         visible = self.visible_logs()
         if visible and not self.query_one("#search", Input).display:
             visible[0].focus()
+
+    def _wanted(self, log_id: str | None, merged: bool) -> bool:
+        """Whether the log ``log_id`` shows in the current streams mode."""
+        if self.streams == "both" and not merged:
+            return log_id != "both-log"
+        return log_id == f"{self.streams}-log"
 
     def watch_streams(self) -> None:
         self._apply_streams()
@@ -154,6 +180,15 @@ class LogFilesScreen(Screen[None]):
             title.append(f"  │ {self.status}", "bold yellow")
         title.append(f"  │ showing {self.streams} (o)", "dim")
         self.query_one("#view-title", TextBar).show_text(title)
+
+    def action_toggle_wrap(self) -> None:
+        active = self.active_log()
+        if active is None:
+            return
+        wrap = not active.wrap
+        for log in self.visible_logs():
+            log.set_wrap(wrap)
+        self.set_status("wrapping long lines" if wrap else "long lines cut (← → scroll)")
 
     def action_toggle_follow(self) -> None:
         for log in self.visible_logs():
@@ -265,6 +300,13 @@ class LogFilesScreen(Screen[None]):
         found = first(start)
         wrapped = False
         if found is None and not cancel.is_set():
+            # The other logs shown (stacked "both"), in screen order after this one.
+            for other in self._others(log, backwards):
+                hit = self._first_in(other, backwards, cancel)
+                if hit is not None:
+                    self.app.call_from_thread(self._search_done, other, hit, backwards, False)
+                    return
+        if found is None and not cancel.is_set():
             # Like less and vim: past the end, go on from the other end.
             found = first(max(0, log.line_count - 1) if backwards else 0)
             wrapped = found is not None
@@ -272,10 +314,40 @@ class LogFilesScreen(Screen[None]):
             return
         self.app.call_from_thread(self._search_done, log, found, backwards, wrapped)
 
+    def _others(self, log: FileLog, backwards: bool) -> list[FileLog]:
+        """The other visible logs, in the order a search goes through them after ``log``."""
+        shown = [other for other in self.visible_logs() if other.source is not None]
+        if log not in shown:
+            return []
+        k = shown.index(log)
+        after = shown[k + 1 :] + shown[:k]
+        return list(reversed(after)) if backwards else after
+
+    def _first_in(self, log: FileLog, backwards: bool, cancel: threading.Event) -> int | None:
+        """The first match in ``log`` from its top (its bottom when going backwards)."""
+        assert self._search is not None and log.source is not None
+        pattern, regex, case_sensitive, _ = self._search
+        start = max(0, log.line_count - 1) if backwards else 0
+        for index in log.source.search(
+            pattern,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            start=start,
+            backwards=backwards,
+            cancel=cancel,
+        ):
+            return index
+        return None
+
     def _search_done(self, log: FileLog, found: int | None, backwards: bool, wrapped: bool) -> None:
         if found is None:
             self.set_status("no match")
             return
+        if log is not self.active_log():
+            for other in self.logs():
+                if other is not log:
+                    other.clear_current()
+            log.focus()
         log.go_to(found)
         where = ""
         if wrapped:

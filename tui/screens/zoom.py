@@ -1,5 +1,9 @@
 """ZoomScreen (enter): one rank's whole log from disk, searchable, stdout/stderr or both.
 
+It opens on both streams merged into one log in the order their lines arrived (the arrival
+index the output pump writes beside the logs), so the root-cause rank's traceback shows
+with the lines before it; ``o`` switches to stdout or stderr alone.
+
 Reads the files through the engine's ``LogStore`` (an on-disk line index), so the first and
 the last line of a multi-GB log are equally quick and memory stays bounded. ``[`` and ``]``
 step through the rank's incarnations: a restarted rank's earlier logs are kept on disk.
@@ -7,6 +11,8 @@ Keys that act on a rank (t, K, s, r) act on the zoomed rank here.
 """
 
 from __future__ import annotations
+
+import os
 
 from rich.text import Text
 from textual.binding import Binding
@@ -32,7 +38,7 @@ class ZoomScreen(LogFilesScreen):
         Binding("right_square_bracket", "incarnation(1)", "Later", show=False),
     ]
 
-    def __init__(self, run: RunView, rank: int, streams: Streams = "stdout") -> None:
+    def __init__(self, run: RunView, rank: int, streams: Streams = "both") -> None:
         super().__init__(streams)
         self.run = run
         self.rank = rank
@@ -61,6 +67,11 @@ class ZoomScreen(LogFilesScreen):
                 f"stderr · {relative_path(inc.stderr_path, run_dir) or 'not redirected'}",
             ),
         )
+
+    def merged_paths(self) -> tuple[str, str, str]:
+        inc = self._incarnation()
+        where = relative_path(os.path.dirname(inc.stdout_path), self.run.log_dir)
+        return inc.stdout_path, inc.stderr_path, f"stdout + stderr by arrival · {where}"
 
     def title_text(self) -> Text:
         view = self.run.ranks[self.rank]
