@@ -408,7 +408,8 @@ class RankvisorApp(App[int]):
         from tui.widgets.file_log import FileLog
 
         for log in screen.query(FileLog):
-            lines.extend(file_log_lines(log))
+            if log.display:  # the zoom keeps its other views mounted but hidden
+                lines.extend(file_log_lines(log))
         zoomed = getattr(screen, "rank", None)
         whose = f" of rank {zoomed}" if isinstance(zoomed, int) else ""
         return "\n".join(lines), f"{plural(len(lines), 'line')}{whose}"

@@ -314,7 +314,7 @@ def test_the_supervisor_queues_a_group_of_ranks_as_one_pump_call(tmp_path: Path)
     calls: list[list[tuple[int, str, str, int]]] = []
 
     class FakePump:
-        def add_many(self, entries: list[tuple[int, str, str, int]]) -> None:
+        def add_many(self, entries: list[tuple[int, str, str, int, str]]) -> None:
             calls.append(list(entries))
 
         def remove(self, rank: int, stream: str, drain: bool = True) -> None:
@@ -331,5 +331,8 @@ def test_the_supervisor_queues_a_group_of_ranks_as_one_pump_call(tmp_path: Path)
     link.add(slots[3])  # after a remove: a new call, so that the order holds
     link.run_ops()
     assert [len(c) for c in calls] == [6, 1, 1, 2]
-    assert calls[0][0] == (0, "stdout", "/l/0/o", 0) and calls[0][1] == (0, "stderr", "/l/0/e", 0)
-    assert calls[3] == [(3, "stdout", "/l/3/o", 0), (3, "stderr", "/l/3/e", 0)]
+    index = "/l/0/arrival.idx"  # beside the two logs: the merged view's arrival order
+    assert calls[0][0] == (0, "stdout", "/l/0/o", 0, index)
+    assert calls[0][1] == (0, "stderr", "/l/0/e", 0, index)
+    index3 = "/l/3/arrival.idx"
+    assert calls[3] == [(3, "stdout", "/l/3/o", 0, index3), (3, "stderr", "/l/3/e", 0, index3)]

@@ -189,7 +189,7 @@ async def test_c_in_the_zoom_copies_the_lines_in_sight(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("enter")
         assert isinstance(app.screen, ZoomScreen)
-        log = app.screen.query(FileLog).first()
+        (log,) = [shown for shown in app.screen.query(FileLog) if shown.display]
         await wait_for(pilot, lambda: log.line_count > 0)
         await pilot.press("c")
         await settle(pilot)
@@ -304,7 +304,7 @@ async def test_one_line_is_one_line_not_one_lines(tmp_path: Path) -> None:
         await settle(pilot)
         await pilot.press("enter")
         assert isinstance(app.screen, ZoomScreen)
-        log = app.screen.query(FileLog).first()
+        (log,) = [shown for shown in app.screen.query(FileLog) if shown.display]
         await wait_for(pilot, lambda: log.line_count == 1)
         title = Text.from_markup(str(log.border_title or "")).plain
         assert "1 line" in title and "1 lines" not in title
