@@ -53,10 +53,40 @@ def assert_refused(res: subprocess.CompletedProcess[str], *words: str) -> None:
         (["run", "-m", "no_such_module_xyz"], ["no_such_module_xyz"]),
         (["run", "--max-restarts", "x", SV_RANK], ["--max-restarts"]),
         (["run"], ["script"]),
+        (["run", str(BIN)], ["is a directory", "Python file"]),
+        (["run", "--nproc-per-node", "-2", SV_RANK], ["'-2'", "whole number of at least 1"]),
+        (["run", "-r", "0:9x", SV_RANK], ["--redirects", "'0:9x'", "0:3,1:0"]),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(argv: list[str], words: list[str]) -> None:
     assert_refused(rankvisor(*argv), *words)
+
+
+def test_a_redirect_error_shows_no_regex() -> None:
+    res = rankvisor("run", "-r", "0:9x", SV_RANK)
+    assert "<^" not in res.stderr and "$>" not in res.stderr
+
+
+def test_version_is_printed_not_run() -> None:
+    from importlib.metadata import version
+
+    for flag in ("--version", "-V"):
+        res = rankvisor(flag)
+        assert res.returncode == 0 and res.stdout == f"rankvisor {version('rankvisor')}\n"
+
+
+def test_nproc_gpu_imports_torch_without_its_numpy_warning(tmp_path: Path) -> None:
+    """A fresh environment has no NumPy: torch's import warns about it, which has nothing
+    to do with counting GPUs (here: NumPy hidden from the child by a shim, as if missing)."""
+    shim = tmp_path / "numpy"
+    shim.mkdir()
+    missing = "raise ModuleNotFoundError('No module named numpy', name='numpy')\n"
+    (shim / "__init__.py").write_text(missing)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    res = rankvisor("run", "--nproc-per-node", "gpu", SV_RANK, env=env)
+    assert res.returncode == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert line == "rankvisor: error: --nproc-per-node gpu: no GPU is available"
 
 
 def test_log_dir_that_is_a_file(tmp_path: Path) -> None:

@@ -52,6 +52,15 @@ def _launch(config: SupervisorConfig, headless: bool) -> int:
     return run_headless(config)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rankvisor")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rankvisor`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -60,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
               "  run    run a script's ranks (torchrun's flags; the default)\n"
               "  demo   run the 4-rank demo job\n"
               "  serve  serve the TUI in a browser")
+        return 0
+    if argv and argv[0] in ("-V", "--version"):
+        print(f"{PROG} {_version()}")
         return 0
     command = argv.pop(0) if argv and argv[0] in _SUBCOMMANDS else "run"
     if command == "serve":

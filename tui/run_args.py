@@ -14,7 +14,8 @@ import os
 import re
 import shutil
 import sys
-from typing import Any, NoReturn
+import warnings
+from typing import Any, Final, NoReturn
 
 from engine.process.signals import check_stop_signal, parse_signal
 from engine.std import Std
@@ -178,6 +179,8 @@ def _nprocs(value: str, allow_many: bool) -> int:
         n = _accelerator_count()
         if not n:
             raise ConfigError("--nproc-per-node gpu: no GPU is available")
+    elif re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ConfigError(f"--nproc-per-node {value!r}: must be a whole number of at least 1")
     else:
         raise ConfigError(
             f"--nproc-per-node {value!r}: not a number (or one of cpu, gpu, auto)"
@@ -189,8 +192,12 @@ def _nprocs(value: str, allow_many: bool) -> int:
 
 
 def _accelerator_count() -> int:
+    # torch warns at import when NumPy is missing ("Failed to initialize NumPy"), which a
+    # fresh environment often is and which has nothing to do with counting GPUs.
     try:
-        import torch
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torch
     except ImportError:
         return 0
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
@@ -199,8 +206,16 @@ def _accelerator_count() -> int:
 def _std(flag: str, value: str) -> Std | dict[int, Std]:
     try:
         return Std.from_str(value)
-    except ValueError as e:
-        raise ConfigError(f"{flag}: {e}") from None
+    except ValueError:
+        # Std.from_str words its error as torch does (with its regexes): say it for a person.
+        bad = next((part for part in value.split(",") if not _STD_PART.fullmatch(part)), value)
+        raise ConfigError(
+            f"{flag}: {bad!r} is not valid: give 0-3 (0 none, 1 stdout, 2 stderr, 3 both) for "
+            "every rank, or local_rank:value pairs such as 0:3,1:0"
+        ) from None
+
+
+_STD_PART: Final = re.compile(r"[0-3]|[0-9]+:[0-3]")
 
 
 def _check_script(args: argparse.Namespace) -> None:
@@ -226,6 +241,8 @@ def _check_script(args: argparse.Namespace) -> None:
         if not found:
             raise ConfigError(f"module {script!r}: no module named {top!r}")
         return
+    if os.path.isdir(script):
+        raise ConfigError(f"script {script!r} is a directory: give the Python file to run")
     if not os.path.isfile(script):
         raise ConfigError(f"script {script!r} does not exist")
 
