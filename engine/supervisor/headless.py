@@ -240,9 +240,10 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     A terminal that went away (a dropped SSH session, ``tmux kill-session``: SIGHUP) can leave
     the app unable to end: its last writes to the terminal have nowhere to go and Textual's
     writer waits on them for good. Nobody can see the app then, so if it has not ended
-    ``APP_EXIT_GRACE_S`` after the ranks are gone, the report goes to ``summary.txt`` in the
-    run's directory and the process ends (the guard, on our pipe's EOF, sweeps whatever is
-    left): losing the terminal never leaves a process of ours behind.
+    ``APP_EXIT_GRACE_S`` after the ranks are gone, the process ends (the guard, on our pipe's
+    EOF, sweeps whatever is left): losing the terminal never leaves a process of ours behind.
+    After a SIGHUP the report goes to ``summary.txt`` in the run's directory either way: the
+    terminal it would have been printed on is gone.
     """
     sup = Supervisor(config, stdin=subprocess.DEVNULL)
     restore = sup.install_signal_handlers(
@@ -273,6 +274,9 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
         app_ended.set()
         sup.shutdown()
         restore()
+    if sup.received_signal == signal.SIGHUP:
+        # The terminal hung up: whatever the app printed on the way out went nowhere.
+        _write_summary_file(sup, config)
     if sup.received_signal is not None:
         return 128 + int(sup.received_signal)
     if interrupted:
