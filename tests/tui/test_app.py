@@ -632,3 +632,19 @@ async def test_failure_after_a_restart_quotes_only_its_own_stderr(
         assert "stderr is empty" in summary
     # The earlier life's file still holds its line: only the report left it out.
     assert "OLD-ATTEMPT-0" in (tmp_path / "attempt_0" / "0" / "stderr.log").read_text()
+
+
+async def test_the_header_and_pane_call_a_rank_we_stopped_stopped_not_failed() -> None:
+    """Rank 1 was ended by the teardown's SIGTERM: its pane says "stopped", and the header
+    counts it apart from the one real failure."""
+    from tui.widgets.run_summary import RunSummary
+
+    engine = ScriptedSupervisor(scripted_info(2), _teardown_script())
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert subtitle(pane(app, 1)).startswith("stopped · SIGTERM")
+        assert subtitle(pane(app, 0)).startswith("failed · exit 1")
+        header = as_text(app.main_screen.query_one(RunSummary).render())
+        assert "1 failed" in header and "1 stopped by rankvisor" in header
+        assert "signalled" not in header

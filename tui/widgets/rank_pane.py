@@ -53,7 +53,8 @@ def _duration(seconds: int) -> str:
 
 def state_label(view: RankView, now: float, *, root_cause: bool = False) -> str:
     """``"running"``, ``"failed · exit 1"``, ``"terminating · SIGKILL in 27s"``, ..."""
-    words = view.state.value
+    # A rank rankvisor's own signal ended did not fail: it is labelled stopped.
+    words = "stopped" if view.stopped else view.state.value
     if view.state is RankState.RUNNING and view.proc_status == "stopped":
         words = "stopped (SIGSTOP)"
     if view.exit_label:

@@ -34,12 +34,20 @@ def _elapsed(seconds: float) -> str:
 
 def _counts(run: RunView) -> list[tuple[str, int, str, str]]:
     """(glyph, count, words, style) by state; a running rank that is SIGSTOPped (the engine's
-    stats say "stopped") counts as stopped, not running: it makes no progress."""
+    stats say "stopped") counts as stopped, not running: it makes no progress; a rank that
+    rankvisor's own signal ended counts as stopped by rankvisor, not as failed."""
     out: list[tuple[str, int, str, str]] = []
     stopped = sum(
         1 for v in run.ranks if v.state is RankState.RUNNING and v.proc_status == "stopped"
     )
+    # Ranks rankvisor's own signal ended are counted apart: they did not fail.
+    ours = sum(1 for v in run.ranks if v.stopped)
     for state, count in run.counts().items():
+        if state in (RankState.FAILED, RankState.SIGNALLED):
+            count -= sum(1 for v in run.ranks if v.state is state and v.stopped)
+            if count:
+                out.append((GLYPHS[state], count, state.value, _STATE_STYLE[state]))
+            continue
         if state is RankState.RUNNING:
             count -= stopped
             if count:
@@ -48,6 +56,8 @@ def _counts(run: RunView) -> list[tuple[str, int, str, str]]:
                 out.append(("⏸", stopped, "stopped", "bold yellow"))
             continue
         out.append((GLYPHS[state], count, state.value, _STATE_STYLE[state]))
+    if ours:  # after the failures, the last of the final states
+        out.append(("⊘", ours, "stopped by rankvisor", "dim"))
     return out
 
 
