@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Final, Iterator, Protocol
+from typing import Any, Final, Protocol
 
 from rich.segment import Segment
 from rich.style import Style
@@ -32,6 +32,7 @@ from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.strip import Strip
 
+from engine.logfile.search import Searchable
 from tui.widgets.ansi import display_text
 from tui.widgets.follow import FollowingScrollView
 
@@ -41,8 +42,9 @@ CHUNK: Final = 256
 """Lines fetched from the store at a time."""
 
 
-class LogSource(Protocol):
-    """What FileLog needs of ``engine.logfile.store.LogStore``."""
+class LogSource(Searchable, Protocol):
+    """What FileLog needs of ``engine.logfile.store.LogStore``: its search (``Searchable``),
+    its line count, and lines on demand."""
 
     @property
     def line_count(self) -> int: ...
@@ -50,17 +52,6 @@ class LogSource(Protocol):
     def refresh(self) -> int: ...
 
     def get_lines(self, start: int, stop: int) -> list[str]: ...
-
-    def search(
-        self,
-        pattern: str,
-        *,
-        regex: bool = False,
-        case_sensitive: bool = False,
-        start: int = 0,
-        backwards: bool = False,
-        cancel: Any = None,
-    ) -> Iterator[int]: ...
 
 
 def open_merged(stdout_path: str, stderr_path: str) -> LogSource:
