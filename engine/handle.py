@@ -1,8 +1,9 @@
 """The one interface a UI holds: commands in, events out, a snapshot for late subscribers.
 
-``Supervisor`` (a run in this process) and ``engine.testing.ScriptedSupervisor`` (a scripted
-run for UI tests) both implement ``SupervisorHandle``; a detached supervisor behind a Unix
-socket can implement it later. UI code must not care which one it holds.
+``Supervisor`` (a run in this process), ``engine.control.client.RemoteHandle`` (a run in a
+supervisor process of its own, over its Unix socket), ``engine.attach``'s handle (a torchrun job
+rankvisor did not start) and ``engine.testing.ScriptedSupervisor`` (a scripted run for UI
+tests) all implement ``SupervisorHandle``. UI code must not care which one it holds.
 
 Commands are plain data so they can be logged, compared in tests and sent over a wire.
 ``execute`` never blocks for the length of an escalation: it sends the signal, schedules the
@@ -150,8 +151,27 @@ class RunInfo:
 class SupervisorHandle(Protocol):
     """What the TUI (and the headless CLI) need of a supervisor."""
 
+    @property
+    def detachable(self) -> bool:
+        """True when the run goes on without this viewer (a supervisor process, a torchrun
+        job): quitting may leave it running. False for a run inside this process."""
+
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         """Add a sink for every later event; returns a function that removes it."""
+
+    def watch(self, sink: EventSink) -> tuple[RunInfo, Callable[[], None]]:
+        """Subscribe ``sink``; return the run as of the first event it gets, and the unsubscribe.
+
+        For a run in this process that is its snapshot now, then live events. For a run going
+        on elsewhere it is the run as it started: ``sink`` then gets every lifecycle event
+        since (state changes, restarts, attempts, escalations, notices, the finish), then each
+        rank's recent lines read from its files, then live events, no line twice and none
+        missing. A viewer that folds those events into the returned ``RunInfo`` ends where
+        one that watched from the start would be: that is what lets a person attach late.
+        """
+
+    def detach(self) -> None:
+        """Stop watching and let go of the run; never stops a rank (no-op in-process)."""
 
     def start(self) -> None:
         """Start the ranks (idempotent)."""

@@ -195,6 +195,8 @@ class ScriptedSupervisor:
         max_restarts: Whole-group restarts when a rank fails on its own, as the
             Supervisor's policy (torch's agent) does.
         teardown_on_failure: Stop the other ranks when one fails on its own.
+        detachable: What ``detachable`` says: True stands for a run in a supervisor
+            process of its own (quitting may leave it running).
     """
 
     def __init__(
@@ -208,7 +210,9 @@ class ScriptedSupervisor:
         write_files: bool = False,
         max_restarts: int = 0,
         teardown_on_failure: bool = True,
+        detachable: bool = False,
     ) -> None:
+        self._detachable = detachable
         self._info = info
         self._steps = _split(script)
         self._step = 0
@@ -241,6 +245,22 @@ class ScriptedSupervisor:
         self.emitted: list[Event] = []
 
     # -- SupervisorHandle ------------------------------------------------------------------
+
+    @property
+    def detachable(self) -> bool:
+        """As configured (``detachable=``): a script can stand for a run in this process or
+        for one in a supervisor process of its own."""
+        return self._detachable
+
+    def watch(self, sink: EventSink) -> tuple[RunInfo, Callable[[], None]]:
+        unsubscribe = self.subscribe(sink)
+        return self.snapshot(), unsubscribe
+
+    def detach(self) -> None:
+        with self._dispatch_lock:
+            self._sinks.clear()
+        with self._lock:
+            self.calls.append(("detach",))
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         with self._dispatch_lock:

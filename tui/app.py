@@ -7,9 +7,12 @@ Commands flow the other way: a key becomes a ``Command`` that a thread worker ha
 ``handle.execute``; the UI thread never waits on the engine, and this module never touches a
 process itself.
 
-Quitting while ranks run asks first, then ``handle.shutdown()`` (terminate with escalation,
-bounded wait) runs on a worker while the panes show the countdown; ``tui.run.run_tui`` prints
-the root-cause summary on the normal terminal afterwards and returns the exit code.
+Quitting while ranks run asks first. A run that goes on without its viewer (a supervisor
+process, ``handle.detachable``) is left running on "detach" (``d`` detaches at once); on
+"terminate", and always for a run inside this process, ``handle.shutdown()`` (terminate with
+escalation, bounded wait) runs on a worker while the panes show the countdown.
+``tui.run.run_tui`` prints the root-cause summary (or how to attach again) on the normal
+terminal afterwards and returns the exit code.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from tui.bridge import EngineBridge
 from tui.clip import file_log_lines, plural, traceback_text
 from tui.messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
 from tui.model import RunView
-from tui.screens.confirm import ConfirmScreen, RestartRankScreen
+from tui.screens.confirm import ConfirmScreen, QuitScreen, RestartRankScreen
 from tui.screens.errors import ErrorsScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
@@ -107,6 +110,7 @@ class RankvisorApp(App[int]):
         Binding("c", "copy", "Copy", show=False),
         Binding("m", "notices", "Notices", show=False),
         Binding("question_mark", "help", "Help"),
+        Binding("d", "detach", "Detach", show=False),
         Binding("q", "request_quit", "Quit"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
         Binding("ctrl+c", "request_quit", "Quit", show=False),
@@ -135,9 +139,10 @@ class RankvisorApp(App[int]):
         # Lines beyond what a pane keeps would be evicted from its ring at once: the bridge
         # need not hold them (the files keep every byte).
         self.bridge = EngineBridge(max_pending_lines=max(buffer_lines, 1))
-        # Subscribe before the snapshot, so that nothing between the two is lost.
-        self._unsubscribe = handle.subscribe(self.bridge)
-        self.run_view = RunView(handle.snapshot(), buffer_lines=buffer_lines)
+        # The run as of the first event the bridge gets: nothing between the two is lost,
+        # and a viewer attaching late replays the run's history on top of it.
+        info, self._unsubscribe = handle.watch(self.bridge)
+        self.run_view = RunView(info, buffer_lines=buffer_lines)
         for view in self.run_view.ranks:
             view.last_output_at = clock()  # quiet since we started watching
         self._drain_hz = drain_hz
@@ -156,6 +161,8 @@ class RankvisorApp(App[int]):
         self.ui_load = 0.0
         """Share of wall time the UI thread spent working, smoothed over about a second."""
         self.shutting_down = False
+        self.detached = False
+        """True once the viewer let go of a run that goes on without it."""
         self.shut_down = False
         """True once ``handle.shutdown()`` returned (run_tui calls it if the app did not)."""
         self.selected = 0
@@ -611,6 +618,19 @@ class RankvisorApp(App[int]):
                 )
             return
         alive = len(self.run_view.alive)
+        if self.handle.detachable:
+            if not alive:
+                self.action_detach()  # nothing to stop; the run's files stay the record
+                return
+
+            def answered(choice: str | None) -> None:
+                if choice == "detach":
+                    self.action_detach()
+                elif choice == "terminate":
+                    self._begin_shutdown()
+
+            self.push_screen(QuitScreen(alive, self.run_view.term_timeout_s), answered)
+            return
         if not alive:
             self._begin_shutdown()
             return
@@ -621,6 +641,21 @@ class RankvisorApp(App[int]):
             f"{timeout:g}s if still alive.",
             self._begin_shutdown,
         )
+
+    def action_detach(self) -> None:
+        """Let go of the run and quit the viewer; the ranks go on (where they can)."""
+        if not self.handle.detachable:
+            self.notify(
+                "this run lives inside this viewer (--foreground): quitting ends it; "
+                "runs started without --foreground can be detached",
+                severity="warning",
+            )
+            return
+        if self.shutting_down:
+            return
+        self.detached = True
+        self.handle.detach()
+        self.exit(0)
 
     def _begin_shutdown(self) -> None:
         self.shutting_down = True

@@ -17,13 +17,14 @@ engine (``engine.supervisor.core``), never here.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-from engine.supervisor.run_config import ConfigError, SupervisorConfig
-from tui.run_args import PROG, parse_job
+from engine.supervisor.run_config import ConfigError
+from tui.run_args import PROG, Job, parse_job
 
 __all__ = ["main"]
 
-_SUBCOMMANDS = ("run", "demo", "serve")
+_SUBCOMMANDS = ("run", "demo", "serve", "attach")
 
 
 def _fail(message: str) -> int:
@@ -39,17 +40,63 @@ def _serve(argv: list[str]) -> int:
     return int(serve.main(argv) or 0)
 
 
-def _launch(config: SupervisorConfig, headless: bool) -> int:
+def _launch(job: Job) -> int:
+    """Run ``job``: by default a supervisor process of its own with the TUI attached to it.
+
+    With no terminal (nohup, sbatch, a pipe) the run is headless, as torchrun is.
+    ``--foreground`` keeps the supervisor inside the TUI's process; ``--detach`` starts the
+    supervisor process and returns.
+    """
     from engine.supervisor.headless import run_headless, run_interactive
 
-    if not headless and sys.stdout.isatty():
+    if job.detach:
+        return _start_detached(job)
+    if not job.headless and sys.stdout.isatty():
         try:
-            from tui.run import run_tui
+            from tui.run import run_tui, run_viewer
         except ImportError:
             print(f"{PROG}: the TUI is not available here; running headless", file=sys.stderr)
         else:
-            return run_interactive(config, run_tui)
-    return run_headless(config)
+            if job.foreground:
+                return run_interactive(job.config, run_tui, on_failure=job.on_failure)
+            return _run_attached(job, run_viewer)
+    return run_headless(job.config, on_failure=job.on_failure)
+
+
+def _start_detached(job: Job) -> int:
+    from engine.control.daemon import Request
+    from engine.control.spawn import SpawnError, start_supervisor
+    from tui.run import attach_hint
+
+    try:
+        started = start_supervisor(
+            Request(job.config, on_failure=job.on_failure, expect_viewer=False)
+        )
+    except SpawnError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    print(attach_hint(started.run_dir).replace("detached; ", "started; "), end="")
+    return 0
+
+
+def _run_attached(job: Job, run_viewer: Any) -> int:
+    from engine.control.client import RemoteHandle
+    from engine.control.daemon import Request
+    from engine.control.spawn import SpawnError, start_supervisor
+
+    try:
+        started = start_supervisor(Request(job.config, on_failure=job.on_failure))
+        handle = RemoteHandle.connect(started.socket)
+    except (SpawnError, OSError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    return int(run_viewer(handle))
+
+
+def _attach(argv: list[str]) -> int:
+    from tui.attach import main as attach_main
+
+    return attach_main(argv)
 
 
 def _version() -> str:
@@ -76,11 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     command = argv.pop(0) if argv and argv[0] in _SUBCOMMANDS else "run"
     if command == "serve":
         return _serve(argv)
+    if command == "attach":
+        return _attach(argv)
     try:
-        config, headless = parse_job(command, argv)
+        job = parse_job(command, argv)
     except ConfigError as e:
         return _fail(str(e))
-    return _launch(config, headless)
+    return _launch(job)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from engine.process.signals import check_stop_signal, parse_signal
@@ -27,6 +28,7 @@ from engine.supervisor.run_config import (
 )
 
 __all__ = [
+    "Job",
     "build_demo_parser",
     "build_run_parser",
     "config_from_args",
@@ -39,6 +41,19 @@ DEMO_NPROCS = 4
 DEFAULT_DEMO_STDERR_FILTERS = ("WARNING",)
 DEMO_TERM_TIMEOUT = 10.0
 """The demo's SIGTERM -> SIGKILL timeout unless --term-timeout (or the env) says otherwise."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A run as the command line asks for it: the config and how to run it."""
+
+    config: SupervisorConfig
+    headless: bool = False
+    foreground: bool = False
+    """The supervisor inside the TUI's process (the run ends with the viewer)."""
+    detach: bool = False
+    """Start the supervisor process and return without a viewer."""
+    on_failure: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,6 +83,14 @@ def _add_logging_flags(p: argparse.ArgumentParser, *, term_timeout_default: floa
                    help=argparse.SUPPRESS)
     p.add_argument("--headless", action="store_true",
                    help="no TUI: print the ranks' output with prefixes, like torchrun --tee 3")
+    p.add_argument("--foreground", action="store_true",
+                   help="the TUI with the supervisor inside it: quitting it (or losing the "
+                        "terminal) ends the run, as before detachable runs")
+    p.add_argument("-D", "--detach", action="store_true",
+                   help="start the run's supervisor and return at once; attach later")
+    p.add_argument("--on-failure", metavar="CMD", default=None,
+                   help="shell command run once if the run fails (RANKVISOR_RUN_DIR and "
+                        "the root cause in its environment)")
 
 
 def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
@@ -392,8 +415,8 @@ def demo_config(args: argparse.Namespace) -> SupervisorConfig:
     return config
 
 
-def parse_job(command: str, argv: list[str]) -> tuple[SupervisorConfig, bool]:
-    """The run that ``rankvisor <command> <argv>`` asks for, and whether it is headless.
+def parse_job(command: str, argv: list[str]) -> Job:
+    """The run that ``rankvisor <command> <argv>`` asks for, and how to run it.
 
     Args:
         command: "run" or "demo".
@@ -404,6 +427,14 @@ def parse_job(command: str, argv: list[str]) -> tuple[SupervisorConfig, bool]:
     """
     if command == "demo":
         args = build_demo_parser().parse_args(argv)
-        return demo_config(args), bool(args.headless)
-    args = build_run_parser().parse_args(argv)
-    return config_from_args(args), bool(args.headless)
+        config = demo_config(args)
+    else:
+        args = build_run_parser().parse_args(argv)
+        config = config_from_args(args)
+    modes = [flag for flag, on in (("--headless", args.headless),
+                                   ("--foreground", args.foreground),
+                                   ("--detach", args.detach)) if on]
+    if len(modes) > 1:
+        raise ConfigError(f"{' and '.join(modes)} cannot be used together: pick one")
+    return Job(config, headless=bool(args.headless), foreground=bool(args.foreground),
+               detach=bool(args.detach), on_failure=args.on_failure or None)

@@ -148,7 +148,7 @@ def _session(argv: list[str]) -> int:
 
     command = argv.pop(0) if argv and argv[0] in ("run", "demo") else "run"
     try:
-        config, _headless = parse_job(command, argv)
+        config = parse_job(command, argv).config
     except ConfigError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2

@@ -163,9 +163,22 @@ class Supervisor:
 
     # -- events and commands --------------------------------------------------------------
 
+    @property
+    def detachable(self) -> bool:
+        """False: this run lives in this process and ends with it."""
+        return False
+
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         """Add ``sink`` for every later event; returns a function that removes it."""
         return self._events.subscribe(sink)
+
+    def watch(self, sink: EventSink) -> tuple[RunInfo, Callable[[], None]]:
+        """Subscribe, then snapshot: an event between the two is applied on top, never lost."""
+        unsubscribe = self._events.subscribe(sink)
+        return self.snapshot(), unsubscribe
+
+    def detach(self) -> None:
+        """Nothing to let go of: the run is in this process (``shutdown`` ends it)."""
 
     def execute(self, command: Command) -> CommandResult:
         """Carry out ``command`` without blocking for its escalation; safe from any thread.

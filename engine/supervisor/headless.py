@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
 from engine.logfile.tail import last_lines
@@ -32,6 +32,9 @@ from engine.output.sanitize import sanitize
 from engine.process.signals import signal_name
 from engine.supervisor.core import Supervisor
 from engine.supervisor.run_config import SupervisorConfig
+
+if TYPE_CHECKING:
+    from engine.control.host import RunHost
 
 __all__ = ["exit_status", "format_report", "run_headless", "run_interactive"]
 
@@ -187,18 +190,51 @@ class _HeadlessPrinter:
         )
 
 
+def _open_host(
+    sup: Supervisor, mode: str, on_failure: str | None, err: TextIO
+) -> RunHost | None:
+    """The run's socket, registry entry and status.json; a run goes on without them (with
+    a warning) where they cannot be made: an unusable state directory must not stop a job."""
+    from engine.control.host import RunHost
+
+    try:
+        return RunHost(
+            sup,
+            mode=mode,
+            exit_status=lambda: exit_status(sup.finished, sup.received_signal),
+            on_failure=on_failure,
+        )
+    except (OSError, ValueError) as e:
+        try:
+            err.write(f"[rankvisor] warning: this run cannot be reached by `rankvisor "
+                      f"status`/`attach` ({e}); it runs anyway\n")
+        except OSError:
+            pass
+        return None
+
+
 def run_headless(
-    config: SupervisorConfig, *, out: TextIO | None = None, err: TextIO | None = None
+    config: SupervisorConfig,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    on_failure: str | None = None,
 ) -> int:
-    """Run to the end, printing like ``torchrun --tee``; returns the exit status."""
+    """Run to the end, printing like ``torchrun --tee``; returns the exit status.
+
+    The run is registered with a control socket as any other (``rankvisor status``,
+    ``stop``, ``attach`` work on it); ``on_failure`` is ``--on-failure``'s command."""
     out = out or sys.stdout
     err = err or sys.stderr
     sup = Supervisor(config)
     printer = _HeadlessPrinter(config, sup.snapshot().log_line_prefixes, out, err)
     sup.subscribe(printer)
     restore = sup.install_signal_handlers()
+    host = _open_host(sup, "headless", on_failure, err)
     try:
         sup.start()
+        if host is not None:
+            host.started()
         printer.line(f"process tracking: {sup.snapshot().tracking_detail}")
         # Wait in slices: the main thread must come back to Python now and then so our
         # signal handlers run promptly.
@@ -212,6 +248,8 @@ def run_headless(
         if sup.received_signal is not None:
             printer.shutting_down()
         sup.shutdown()
+        if host is not None:
+            host.close()
         restore()
     finished = sup.finished
     status = exit_status(finished, sup.received_signal)
@@ -227,8 +265,13 @@ SUMMARY_FILE = "summary.txt"
 """Written in the run's directory when the terminal went away: nobody could read it there."""
 
 
-def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> int:
-    """Run under the TUI (which starts and shuts down the handle itself).
+def run_interactive(
+    config: SupervisorConfig, run_tui: Callable[..., int], *, on_failure: str | None = None
+) -> int:
+    """Run under the TUI (which starts and shuts down the handle itself): ``--foreground``.
+
+    The run is registered with a control socket as any other; ``on_failure`` is
+    ``--on-failure``'s command.
 
     SIGTERM and SIGHUP stop the ranks with escalation, as headless. Once they are gone the
     app must end cleanly (restoring the terminal, stopping its threads), and only its own
@@ -249,6 +292,10 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     restore = sup.install_signal_handlers(
         tuple(s for s in config.signals_to_handle if s != signal.SIGINT)
     )
+    host = _open_host(sup, "foreground", on_failure, sys.stderr)
+    if host is not None:
+        # The app starts the ranks; the run's directory exists from then on.
+        sup.subscribe(_RegisterOnStart(host))
     app_ended = threading.Event()
 
     def close_app_after_signal() -> None:
@@ -273,6 +320,8 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     finally:
         app_ended.set()
         sup.shutdown()
+        if host is not None:
+            host.close()
         restore()
     if sup.received_signal == signal.SIGHUP:
         # The terminal hung up: whatever the app printed on the way out went nowhere.
@@ -282,6 +331,19 @@ def run_interactive(config: SupervisorConfig, run_tui: Callable[..., int]) -> in
     if interrupted:
         return 128 + signal.SIGINT
     return int(status) if isinstance(status, int) else exit_status(sup.finished, None)
+
+
+class _RegisterOnStart:
+    """A sink that registers the run at its first event (the ranks were just started)."""
+
+    def __init__(self, host: RunHost) -> None:
+        self._host = host
+        self._done = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        if self._done.acquire(blocking=False):
+            threading.Thread(target=self._host.started, name="rankvisor-register",
+                             daemon=True).start()
 
 
 def _write_summary_file(sup: Supervisor, config: SupervisorConfig) -> None:

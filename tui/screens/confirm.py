@@ -1,5 +1,6 @@
 """ConfirmScreen: a yes/no question before anything destructive on all ranks (or quitting);
-RestartRankScreen: before one rank of several restarts alone, with restart-all offered."""
+RestartRankScreen: before one rank of several restarts alone, with restart-all offered;
+QuitScreen: quitting a viewer of a run that can go on without it (detach, or end the run)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-__all__ = ["ConfirmScreen", "RestartRankScreen"]
+__all__ = ["ConfirmScreen", "QuitScreen", "RestartRankScreen"]
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -34,8 +35,9 @@ class ConfirmScreen(ModalScreen[bool]):
             dialog.border_title = Text(self._title)
             yield Static(Text(self._question), id="question")
             with Horizontal(id="buttons"):
-                yield Button(f"{self._yes} [y]", variant="error", id="yes")
-                yield Button(f"{self._no} [n]", variant="primary", id="no")
+                # Text, not markup: "[y]" is the key to press, not a style.
+                yield Button(Text(f"{self._yes} [y]"), variant="error", id="yes")
+                yield Button(Text(f"{self._no} [n]"), variant="primary", id="no")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -96,6 +98,53 @@ class RestartRankScreen(ModalScreen[str]):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         self.dismiss({"rank": "rank", "all": "all"}.get(event.button.id or "", ""))
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer)
+
+
+class QuitScreen(ModalScreen[str]):
+    """Quitting a viewer whose run goes on without it: leave it running, or end it.
+
+    The safe answer is the default one (focused, and what enter picks): detach, since a run
+    that took a day to get where it is should not end because a viewer closed. Dismisses
+    with "detach" (d), "terminate" (t) or "" (n, escape, Cancel).
+    """
+
+    BINDINGS = [
+        Binding("d", "answer('detach')", "Detach"),
+        Binding("t", "answer('terminate')", "Terminate all"),
+        Binding("n,escape", "answer('')", "Cancel"),
+        Binding("left,right,tab,h,l", "app.focus_next", "Switch", show=False),
+    ]
+
+    def __init__(self, alive: int, term_timeout_s: float) -> None:
+        super().__init__(classes="dialog")
+        self._alive = alive
+        self._timeout = term_timeout_s
+
+    def compose(self) -> ComposeResult:
+        question = (
+            f"{self._alive} rank(s) still running.\n\n"
+            "Detach [d] leaves the run going: attach again later with `rankvisor attach`.\n"
+            f"Terminate [t] sends every rank SIGTERM, SIGKILL after {self._timeout:g}s, "
+            "then quits."
+        )
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = Text("Quit the viewer?")
+            yield Static(Text(question), id="question")
+            with Horizontal(id="buttons"):
+                yield Button(Text("Detach [d]"), variant="primary", id="detach")
+                yield Button(Text("Terminate all [t]"), variant="error", id="terminate")
+                yield Button(Text("Cancel [n]"), variant="default", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#detach", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        answers = {"detach": "detach", "terminate": "terminate"}
+        self.dismiss(answers.get(event.button.id or "", ""))
 
     def action_answer(self, answer: str) -> None:
         self.dismiss(answer)

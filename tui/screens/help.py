@@ -43,7 +43,9 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
         (
             ("T", "terminate all, with escalation"),
             ("R", "restart all as a new attempt"),
-            ("q", "quit: terminates running ranks with escalation"),
+            ("q", "quit: asks to detach (the run goes on) or to terminate the ranks with"
+                  " escalation (--foreground: terminates them)"),
+            ("d", "detach at once: the run goes on; `rankvisor attach` comes back"),
         ),
     ),
     (

@@ -1,0 +1,199 @@
+"""The supervisor process: one run, in a session of its own, reachable over its socket.
+
+``engine.control.spawn`` starts it (``python -c`` calling ``main`` with two pipe fds). It
+has no terminal: its stdin is /dev/null and, once the run's directory exists, its stdout and
+stderr go to ``supervisor.log`` there. It
+
+1. imports every module of the engine it could need, at once: upgrading or editing the
+   installed package while a run goes on must not change or break its supervisor;
+2. reads the run's request (a pickled ``Request``) from the request pipe;
+3. builds the Supervisor, its ``RunHost`` (socket, registry, status.json), starts the ranks;
+4. writes one JSON line on the ready pipe: the socket, the run's directory, its pid (or the
+   error, in words, when the run could not start);
+5. supervises until the run is finished and no viewer is attached; then it exits with the
+   run's exit code.
+
+SIGTERM, SIGINT, SIGHUP, SIGQUIT (``--signals-to-handle``) terminate the ranks with
+escalation, as torchrun's agent does; the status is written and the process exits without
+waiting for viewers. SIGKILL leaves the ranks to the guard, which kills them: nothing
+outlives a supervisor however it ends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import pickle
+import pkgutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.control.host import RunHost
+    from engine.supervisor.core import Supervisor
+    from engine.supervisor.run_config import SupervisorConfig
+
+__all__ = ["LOG_FILE", "Request", "main", "preload"]
+
+LOG_FILE = "supervisor.log"
+
+FIRST_VIEWER_WAIT_S = 15.0
+"""How long a finished run waits for the viewer that started it to connect (a run can end
+before the viewer's process gets to connect; it must still see the end)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What ``rankvisor run`` asks the supervisor process to run."""
+
+    config: SupervisorConfig
+    on_failure: str | None = None
+    expect_viewer: bool = True
+    """A viewer will connect: a run that ends before it does waits for it a while."""
+
+
+def preload() -> int:
+    """Import every module of the engine now; returns how many.
+
+    What the supervisor runs later (a restart, an escalation, the teardown) then uses the
+    code it started with, whatever happens to the files of the installed package.
+    """
+    import engine
+
+    count = 0
+    for module in pkgutil.walk_packages(engine.__path__, "engine."):
+        name = module.name
+        if name.endswith("__main__") or ".daemon" in name:
+            continue
+        try:
+            importlib.import_module(name)
+            count += 1
+        except Exception:  # noqa: BLE001 - an optional module (torch-only) may not import
+            logging.getLogger(__name__).debug("not preloaded: %s", name, exc_info=True)
+    return count
+
+
+def _say(fd: int, message: dict[str, object]) -> None:
+    try:
+        os.write(fd, (json.dumps(message) + "\n").encode())
+    except OSError:
+        pass  # the launcher is gone: it was told nothing, the registry still has the run
+    finally:
+        os.close(fd)
+
+
+def _read_request(fd: int) -> Request:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    request = pickle.loads(b"".join(chunks))
+    if not isinstance(request, Request):
+        raise TypeError(f"not a run request: {type(request).__name__}")
+    return request
+
+
+def _log_to(run_dir: str) -> None:
+    """stdout and stderr (ours, and any C library's) into the run's supervisor.log."""
+    path = os.path.join(run_dir, LOG_FILE) if run_dir else os.devnull
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def main(request_fd: int, ready_fd: int) -> int:
+    """Run one request to its end; the process's exit status."""
+    preload()
+    from engine.control.host import RunHost
+    from engine.supervisor.core import Supervisor
+    from engine.supervisor.headless import exit_status
+
+    try:
+        request = _read_request(request_fd)
+        sup = Supervisor(request.config, stdin=subprocess.DEVNULL)
+    except Exception as e:  # noqa: BLE001 - told to the launcher, which prints it
+        _say(ready_fd, {"ok": False, "error": f"{type(e).__name__}: {e}"})
+        return 2
+
+    viewers_seen = [0]
+
+    def clients_changed(count: int) -> None:
+        if count:
+            viewers_seen[0] += 1
+
+    restore = sup.install_signal_handlers()
+    host = RunHost(
+        sup,
+        mode="supervisor",
+        exit_status=lambda: exit_status(sup.finished, sup.received_signal),
+        on_failure=request.on_failure,
+        on_clients_changed=clients_changed,
+    )
+    try:
+        try:
+            sup.start()
+        except Exception as e:  # noqa: BLE001 - the launcher prints it; nothing runs
+            _say(ready_fd, {"ok": False, "error": f"the ranks could not start: {e}"})
+            raise
+        run_dir = host.started()
+        _log_to(run_dir)
+        logging.getLogger(__name__).info(
+            "supervising %s (%d ranks) in %s, socket %s",
+            request.config.run_id, request.config.nprocs, run_dir, host.socket_path,
+        )
+        _say(ready_fd, {
+            "ok": True, "socket": host.socket_path, "run_dir": run_dir,
+            "pid": os.getpid(), "run_id": str(request.config.run_id),
+        })
+        _supervise(sup, host, expect_viewer=request.expect_viewer, seen=viewers_seen)
+    finally:
+        sup.shutdown()
+        host.close()
+        restore()
+    return exit_status(sup.finished, sup.received_signal)
+
+
+def _supervise(sup: Supervisor, host: RunHost, *, expect_viewer: bool, seen: list[int]) -> None:
+    """Until the run is finished and nobody watches (or a signal said stop)."""
+    finished_at: float | None = None
+    while True:
+        # Slices: the main thread must come back to Python now and then so that the
+        # signal handlers run.
+        finished = sup.wait(0.5)
+        if sup.received_signal is not None:
+            sup.wait()
+            return
+        if finished is None:
+            finished_at = None
+            continue
+        if finished_at is None:
+            finished_at = time.monotonic()
+        if host.clients:
+            continue
+        waiting_for_first = expect_viewer and not seen[0]
+        if waiting_for_first and time.monotonic() - finished_at < FIRST_VIEWER_WAIT_S:
+            continue
+        return
+
+
+def _entry() -> None:
+    """``python -c`` target: ``main(request_fd, ready_fd)`` from argv, then exit."""
+    code = main(int(sys.argv[1]), int(sys.argv[2]))
+    sys.exit(code)

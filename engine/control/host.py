@@ -1,0 +1,222 @@
+"""``RunHost``: what makes a Supervisor reachable from outside the process that holds it.
+
+Every way of running (the supervisor process, ``--headless``, ``--foreground``) wraps its
+Supervisor in a RunHost, so that every run is in the registry, has a control socket, and
+keeps in its directory:
+
+- ``status.json``: rewritten atomically on every lifecycle event (a supervisor that was
+  SIGKILLed leaves its last status, which readers show as stale);
+- ``events.ndjson``: the run as it started, then every lifecycle event in wire form, appended
+  as it happens, so that a finished or stale run can be viewed as it was watched live.
+
+The writes happen on a thread of their own: the event sink only marks the status dirty and
+queues the encoded event, since sinks run on the engine's threads and must not block.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from engine.events import Event, RankOutput, RankStats, RunFinished
+from engine.control import registry, status, wire
+from engine.control.server import ControlServer
+
+if TYPE_CHECKING:
+    from engine.supervisor.core import Supervisor
+
+__all__ = ["EVENTS_FILE", "RunHost", "process_start_ticks"]
+
+log = logging.getLogger(__name__)
+
+EVENTS_FILE = "events.ndjson"
+"""The run's lifecycle record in its directory (the first line is the run as it started)."""
+
+
+def process_start_ticks(pid: int) -> int:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22).
+
+    With the pid it names one process for good: a reused pid has another start time."""
+    return registry.process_start(pid) or 0
+
+
+class RunHost:
+    """The control socket, registry entry, status.json and events.ndjson of one run.
+
+    Construct it before ``sup.start()`` (the server replays history from the run's start),
+    call ``started()`` once the ranks run (the run's directory exists then), ``close()`` at
+    the end.
+
+    Args:
+        sup: The run.
+        mode: How it runs, for ``ls``: "supervisor", "headless" or "foreground".
+        exit_status: The run's exit code once finished (torchrun's convention); called by
+            the status writer.
+        on_failure: A shell command run once when the run fails (``--on-failure``).
+    """
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        *,
+        mode: str,
+        exit_status: Callable[[], int | None],
+        on_failure: str | None = None,
+        on_clients_changed: Callable[[int], None] | None = None,
+    ) -> None:
+        self._sup = sup
+        self._mode = mode
+        self._exit_status = exit_status
+        self._on_failure = on_failure
+        self.socket_path = registry.new_socket_path()
+        self.started_at = time.time()
+        self.pid = os.getpid()
+        self._pid_start = process_start_ticks(self.pid)
+        self.server = ControlServer(sup, self.socket_path, on_clients_changed=on_clients_changed)
+        self._initial = sup.snapshot()
+        self._pending: deque[Event] = deque()
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._events_file: int | None = None
+        self._run_dir = ""
+        self._entry: object | None = None
+        self._hook_done = threading.Event()
+        self._hook_thread: threading.Thread | None = None
+        self._writer = threading.Thread(target=self._write_loop, name="rankvisor-status",
+                                        daemon=True)
+        self._unsubscribe = sup.subscribe(self._sink)
+        self.server.start()
+
+    # -- the sink (engine threads: never blocks) ---------------------------------------------
+
+    def _sink(self, event: Event) -> None:
+        if isinstance(event, (RankOutput, RankStats)):
+            return
+        self._pending.append(event)
+        self._dirty.set()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def started(self) -> str:
+        """The ranks run: open the run's record, register it; returns the run's directory."""
+        info = self._sup.snapshot()
+        self._run_dir = info.log_dir
+        if self._run_dir:
+            path = os.path.join(self._run_dir, EVENTS_FILE)
+            self._events_file = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
+            self._append(wire.encode_run_info(self._initial))
+        self._entry = registry.register(
+            run_dir=self._run_dir,
+            run_id=info.run_id,
+            socket=self.socket_path,
+            supervisor_pid=self.pid,
+            supervisor_start=self._pid_start,
+            started=self.started_at,
+            mode=self._mode,
+        )
+        self._writer.start()
+        self._dirty.set()
+        return self._run_dir
+
+    @property
+    def run_dir(self) -> str:
+        return self._run_dir
+
+    @property
+    def clients(self) -> int:
+        return self.server.clients
+
+    def close(self) -> None:
+        """Final status, the failure hook's end, the socket gone; the registry entry stays
+        (``ls`` lists finished runs until ``rankvisor rm``)."""
+        self._stop.set()
+        self._dirty.set()
+        if self._writer.is_alive():
+            self._writer.join(10)
+        else:
+            self._flush()
+        if self._hook_thread is not None:
+            self._hook_thread.join()
+        self._unsubscribe()
+        self.server.close()
+        if self._events_file is not None:
+            os.close(self._events_file)
+            self._events_file = None
+
+    # -- the writer thread --------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        while True:
+            self._dirty.wait()
+            self._dirty.clear()
+            self._flush()
+            if self._stop.is_set():
+                self._flush()
+                return
+
+    def _flush(self) -> None:
+        with self._lock:
+            finished: RunFinished | None = None
+            while self._pending:
+                event = self._pending.popleft()
+                self._append(wire.encode_event(event))
+                if isinstance(event, RunFinished):
+                    finished = event
+            self._write_status()
+            if finished is not None:
+                self._after_finish(finished)
+
+    def _append(self, message: dict[str, object]) -> None:
+        if self._events_file is None:
+            return
+        data = wire.dumps(message)
+        try:
+            os.write(self._events_file, data)
+        except OSError as e:  # a full disk: the status and the logs still matter more
+            log.warning("could not append to %s: %s", EVENTS_FILE, e)
+
+    def current_status(self) -> dict[str, object]:
+        """The status.json record as it would be written now."""
+        info = self._sup.snapshot()
+        return status.build_status(
+            info,
+            self._sup.finished,
+            socket=self.socket_path,
+            supervisor_pid=self.pid,
+            supervisor_start=self._pid_start,
+            exitcode=self._exit_status() if self._sup.finished is not None else None,
+            started=self.started_at,
+        )
+
+    def _write_status(self) -> None:
+        if not self._run_dir:
+            return
+        try:
+            status.write_status(self._run_dir, self.current_status())
+        except OSError as e:
+            log.warning("could not write status.json: %s", e)
+
+    def _after_finish(self, finished: RunFinished) -> None:
+        failed = bool(finished.result.failures)
+        if not failed or not self._on_failure or self._hook_thread is not None:
+            return
+        command, run_dir, record = self._on_failure, self._run_dir, self.current_status()
+
+        def run_hook() -> None:
+            from engine.control.hooks import run_on_failure
+
+            try:
+                code = run_on_failure(command, run_dir, record)
+                log.info("--on-failure command exited with %s", code)
+            except Exception:  # noqa: BLE001 - a hook must never take the supervisor down
+                log.exception("--on-failure command could not run")
+
+        self._hook_thread = threading.Thread(target=run_hook, name="rankvisor-on-failure")
+        self._hook_thread.start()

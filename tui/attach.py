@@ -1,0 +1,81 @@
+"""``rankvisor attach [RUN] [--read-only]``, ``attach --torchrun PID|LOG_DIR``: a viewer.
+
+A running run is watched through its supervisor's socket (commands allowed unless
+``--read-only``); a finished run, or one whose supervisor is gone (stale), is opened from
+its files as it was last recorded, read-only. With no RUN: this user's newest running run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tui.run_args import PROG, _Parser
+
+__all__ = ["build_attach_parser", "main", "open_handle"]
+
+NO_SUCH_RUN = 3
+STALE = 4
+
+
+def build_attach_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} attach", description="Watch a run (or a torchrun job) in the TUI.")
+    p.add_argument("run", nargs="?", default=None,
+                   help="a run dir, a log dir or a run id (default: the newest running run)")
+    p.add_argument("--read-only", action="store_true",
+                   help="watch only: every command is refused")
+    p.add_argument("--torchrun", metavar="PID|LOG_DIR", default=None,
+                   help="a torchrun job rankvisor did not start: its agent's pid or --log-dir")
+    return p
+
+
+def open_handle(run: str | None, *, read_only: bool) -> object:
+    """The handle a viewer of ``run`` holds: its socket's, or its record's when it is over.
+
+    Raises:
+        LookupError: no such run (the message says what was tried).
+    """
+    from engine.control import registry, status
+    from engine.control.client import RemoteHandle
+    from engine.control.replay import RecordedRun
+
+    entry = registry.resolve(run, running_only=run is None)
+    record = status.read_status(entry.run_dir) if entry.run_dir else None
+    state = status.effective_state(record) if record is not None else "stale"
+    if state == "running":
+        try:
+            return RemoteHandle.connect(entry.socket, read_only=read_only)
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass  # it ended between the two looks: its record is complete now
+    return RecordedRun.open(entry.run_dir)
+
+
+def main(argv: list[str]) -> int:
+    """``rankvisor attach``; returns the exit status."""
+    args = build_attach_parser().parse_args(argv)
+    if args.torchrun is not None:
+        if args.run is not None:
+            print(f"{PROG} attach: error: give a RUN or --torchrun, not both", file=sys.stderr)
+            return 2
+        from tui.torchrun_view import run_torchrun_view
+
+        return run_torchrun_view(args.torchrun, read_only=args.read_only)
+    from engine.control.client import NoAnswer, ProtocolMismatch
+    from engine.control.registry import NoSuchRun
+
+    try:
+        handle = open_handle(args.run, read_only=args.read_only)
+    except NoSuchRun as e:
+        print(f"{PROG} attach: {e}", file=sys.stderr)
+        return NO_SUCH_RUN
+    except (ProtocolMismatch, NoAnswer, OSError) as e:
+        print(f"{PROG} attach: {e}", file=sys.stderr)
+        return STALE if isinstance(e, NoAnswer) else 1
+    if not sys.stdout.isatty():
+        print(f"{PROG} attach: needs a terminal (use `{PROG} status` or `{PROG} logs` "
+              "in scripts)", file=sys.stderr)
+        handle.detach()  # type: ignore[attr-defined]
+        return 2
+    from tui.run import run_viewer
+
+    return int(run_viewer(handle))  # type: ignore[arg-type]
