@@ -136,6 +136,9 @@ def _ensure(path: str) -> None:
 def _ensure_state_dir() -> str:
     root = state_dir()
     _ensure(root)
+    problem = _problem(root)  # nothing is created inside a directory others may enter
+    if problem:
+        raise StateDirUnsafe(problem)
     for sub in ("s", "runs"):
         _ensure(os.path.join(root, sub))
     problem = state_dir_problem()

@@ -8,7 +8,8 @@ supervisor killed with SIGKILL leaves its last status behind. That status may st
 supervisor's pid still names the same process (its start time, /proc/<pid>/stat field 22,
 must match: pids are reused). The fields are described in ``STATUS.md`` beside this module.
 
-Standard library and ``engine.process`` (signal names, /proc reads) only: the CLI, the UI and
+Standard library, ``engine.process`` (signal names, /proc reads) and ``engine.logfile``
+(a failed rank's last stderr line) only: the CLI, the UI and
 the supervisor process all read and write it.
 """
 
@@ -20,6 +21,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from engine.logfile.tail import last_lines
 from engine.process.proc_table import stat_fields
 from engine.process.signals import exit_signal_name
 
@@ -82,13 +84,21 @@ def supervisor_alive(pid: object, start: object) -> bool:
     return start is None or now == start
 
 
-def failure_message(failure: ProcessFailure) -> str:
-    """What a person should read about a failed rank: its error file's message, else how it
-    ended in words ("exit code 1", "signal SIGKILL"), capped in length."""
+def failure_message(failure: ProcessFailure, stderr_path: str = "") -> str:
+    """What a person should read about a failed rank, capped in length.
+
+    The error file's message when the rank left one; else (torch's stock "To enable
+    traceback see ..." says nothing about this failure) the last line of the failing
+    incarnation's stderr; else how it ended in words ("exit code 1", "signal SIGKILL").
+    """
     message: Any = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
-    text = str(message or "").strip()
+    lines = [ln for ln in str(message or "").splitlines() if "To enable traceback" not in ln]
+    text = "\n".join(lines).strip()
+    if not text and stderr_path:
+        tail = last_lines(stderr_path, 1)
+        text = tail[-1].strip() if tail else ""
     if not text:
         name = exit_signal_name(failure.exitcode)
         text = f"signal {name}" if name else f"exit code {failure.exitcode}"
@@ -109,7 +119,7 @@ def _root_cause(finished: RunFinished | None) -> dict[str, Any] | None:
         "rank": rank,
         "exitcode": failure.exitcode,
         "signal": exit_signal_name(failure.exitcode),
-        "message": failure_message(failure),
+        "message": failure_message(failure, str(result.stderrs.get(rank, "") or "")),
     }
 
 
