@@ -248,6 +248,23 @@ def _entry_from(data: Any, key: str) -> RunEntry | None:
     return RunEntry(run_id, run_dir, socket, pid, start, float(started), mode, key)
 
 
+def _read_small(path: str) -> Any:
+    """Decoded JSON of a regular file, or None. O_NONBLOCK: a FIFO in its place must not
+    hang ``ls``; O_NOFOLLOW: an entry is never a link to elsewhere."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return json.loads(os.read(fd, 1 << 16))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def entries() -> list[RunEntry]:
     """Every readable entry, newest first. Torn, foreign or unreadable files are skipped."""
     found: list[RunEntry] = []
@@ -258,10 +275,8 @@ def entries() -> list[RunEntry]:
     for name in names:
         if not name.endswith(".json") or name.startswith("."):
             continue
-        try:
-            with open(os.path.join(runs_dir(), name), "rb") as f:
-                data = json.loads(f.read(1 << 16))
-        except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        data = _read_small(os.path.join(runs_dir(), name))
+        if data is None:
             continue
         entry = _entry_from(data, name[: -len(".json")])
         if entry is not None:

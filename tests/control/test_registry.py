@@ -85,6 +85,8 @@ def test_torn_and_foreign_entry_files_are_skipped(supervisors: Supervisors,
     (runs / "binary.json").write_bytes(b"\xff\x00\xfe")
     (runs / "dir.json").mkdir()
     (runs / "other.txt").write_text("hello")
+    os.mkfifo(runs / "fifo.json")  # must not hang the reader
+    os.symlink(runs / f"{good.key}.json", runs / "link.json")
     assert registry.entries() == [good]
 
 
