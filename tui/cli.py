@@ -1,4 +1,5 @@
-"""``rankvisor``: the command line. ``run`` takes torchrun's flags; ``demo``; ``serve``.
+"""``rankvisor``: the command line. ``run`` takes torchrun's flags; ``demo``; ``serve``; and
+the commands that reach a run from outside (``ls``, ``status``, ``stop``, ... in ``tui.ctl``).
 
 A torchrun command line works by changing its first word: ``torchrun --nproc-per-node 4
 train.py`` becomes ``rankvisor run --nproc-per-node 4 train.py`` (or, since ``run`` is the
@@ -25,6 +26,8 @@ from tui.run_args import PROG, Job, parse_job
 __all__ = ["main"]
 
 _SUBCOMMANDS = ("run", "demo", "serve", "attach")
+_CTL_COMMANDS = ("ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm")
+"""The commands that reach a run from outside (``tui.ctl``; kept equal to its ``COMMANDS``)."""
 
 
 def _fail(message: str) -> int:
@@ -112,14 +115,26 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rankvisor`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-h", "--help"):
-        print(f"usage: {PROG} {{run,demo,serve}} ...\n\n"
-              "  run    run a script's ranks (torchrun's flags; the default)\n"
-              "  demo   run the 4-rank demo job\n"
-              "  serve  serve the TUI in a browser")
+        from tui.ctl import HELP
+
+        names = ",".join(_SUBCOMMANDS + _CTL_COMMANDS)
+        lines = [f"usage: {PROG} {{{names}}} ...\n",
+                 "  run        run a script's ranks (torchrun's flags; the default)",
+                 "  demo       run the 4-rank demo job",
+                 "  serve      serve the TUI in a browser (a viewer of a run)",
+                 "  attach     the TUI on a running run (or a finished one, from its files)"]
+        lines += [f"  {name:<10} {HELP[name]}" for name in _CTL_COMMANDS]
+        lines.append(f"\n{PROG} COMMAND -h says more; a script named like a command runs as "
+                     f"`{PROG} run NAME`.")
+        print("\n".join(lines))
         return 0
     if argv and argv[0] in ("-V", "--version"):
         print(f"{PROG} {_version()}")
         return 0
+    if argv and argv[0] in _CTL_COMMANDS:
+        from tui.ctl import main as ctl_main
+
+        return ctl_main(argv[0], argv[1:])
     command = argv.pop(0) if argv and argv[0] in _SUBCOMMANDS else "run"
     if command == "serve":
         return _serve(argv)

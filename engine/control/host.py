@@ -29,19 +29,12 @@ from engine.control.server import ControlServer
 if TYPE_CHECKING:
     from engine.supervisor.core import Supervisor
 
-__all__ = ["EVENTS_FILE", "RunHost", "process_start_ticks"]
+__all__ = ["EVENTS_FILE", "RunHost"]
 
 log = logging.getLogger(__name__)
 
 EVENTS_FILE = "events.ndjson"
 """The run's lifecycle record in its directory (the first line is the run as it started)."""
-
-
-def process_start_ticks(pid: int) -> int:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22).
-
-    With the pid it names one process for good: a reused pid has another start time."""
-    return registry.process_start(pid) or 0
 
 
 class RunHost:
@@ -75,7 +68,8 @@ class RunHost:
         self.socket_path = registry.new_socket_path()
         self.started_at = time.time()
         self.pid = os.getpid()
-        self._pid_start = process_start_ticks(self.pid)
+        # With the pid, the start time names this process for good (a pid can be reused).
+        self._pid_start = status.process_start_time(self.pid) or 0
         self.server = ControlServer(sup, self.socket_path, on_clients_changed=on_clients_changed)
         self._initial = sup.snapshot()
         self._pending: deque[Event] = deque()

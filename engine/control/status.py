@@ -1,0 +1,233 @@
+"""status.json: a run's state on disk, for scripts, cron and viewers that come later.
+
+The supervisor process rewrites ``<run_dir>/status.json`` on every lifecycle event. It is
+written to a temporary file in the same directory, flushed to disk and renamed over the old
+one, so a reader sees the previous status or the new one, never half of either, and a
+supervisor killed with SIGKILL leaves its last status behind. That status may still say
+"running": ``effective_state`` tells a live run from a stale one by checking that the
+supervisor's pid still names the same process (its start time, /proc/<pid>/stat field 22,
+must match: pids are reused). The fields are described in ``STATUS.md`` beside this module.
+
+Standard library, ``engine.process`` (signal names, /proc reads) and ``engine.logfile``
+(a failed rank's last stderr line) only: the CLI, the UI and
+the supervisor process all read and write it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from engine.logfile.tail import last_lines
+from engine.process.proc_table import stat_fields
+from engine.process.signals import exit_signal_name
+
+if TYPE_CHECKING:
+    from engine.errors import ProcessFailure
+    from engine.events import RunFinished
+    from engine.handle import RunInfo
+
+__all__ = [
+    "FILENAME",
+    "SCHEMA",
+    "EffectiveState",
+    "build_status",
+    "effective_state",
+    "failure_message",
+    "process_start_time",
+    "read_status",
+    "supervisor_alive",
+    "write_status",
+]
+
+SCHEMA: Final = 1
+"""Bumped when a field changes meaning or goes away; new fields keep the number."""
+
+FILENAME: Final = "status.json"
+
+EffectiveState = Literal["running", "finished", "stale"]
+
+_MESSAGE_CAP: Final = 2000
+"""A root cause's message is a traceback's last line or an error file's message; a rank can
+write megabytes there, and status.json is rewritten on every event."""
+
+
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or None if
+    there is no such process, or it is a zombie (it has exited, only its record is left)."""
+    if pid <= 0:
+        return None
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
+        return None
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def supervisor_alive(pid: object, start: object) -> bool:
+    """Whether process ``pid`` exists and is the one that started at ``start``.
+
+    A pid alone is not enough: after the supervisor dies the number may be given to any new
+    process, which must not make a dead run look alive. With no start time recorded (None)
+    the pid alone decides.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    now = process_start_time(pid)
+    if now is None:
+        return False
+    return start is None or now == start
+
+
+def failure_message(failure: ProcessFailure, stderr_path: str = "") -> str:
+    """What a person should read about a failed rank, capped in length.
+
+    The error file's message when the rank left one; else (torch's stock "To enable
+    traceback see ..." says nothing about this failure) the last line of the failing
+    incarnation's stderr; else how it ended in words ("exit code 1", "signal SIGKILL").
+    """
+    message: Any = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    lines = [ln for ln in str(message or "").splitlines() if "To enable traceback" not in ln]
+    text = "\n".join(lines).strip()
+    if not text and stderr_path:
+        tail = last_lines(stderr_path, 1)
+        text = tail[-1].strip() if tail else ""
+    if not text:
+        name = exit_signal_name(failure.exitcode)
+        text = f"signal {name}" if name else f"exit code {failure.exitcode}"
+    if len(text) > _MESSAGE_CAP:
+        text = text[: _MESSAGE_CAP - 1] + "\u2026"
+    return text
+
+
+def _root_cause(finished: RunFinished | None) -> dict[str, Any] | None:
+    if finished is None or finished.root_cause_rank is None:
+        return None
+    rank = finished.root_cause_rank
+    result = finished.result
+    failure = result.failures.get(rank) or result.stopped.get(rank)
+    if failure is None:
+        return {"rank": rank, "exitcode": None, "signal": None, "message": ""}
+    return {
+        "rank": rank,
+        "exitcode": failure.exitcode,
+        "signal": exit_signal_name(failure.exitcode),
+        "message": failure_message(failure, str(result.stderrs.get(rank, "") or "")),
+    }
+
+
+def build_status(
+    info: RunInfo,
+    finished: RunFinished | None,
+    *,
+    socket: str,
+    supervisor_pid: int,
+    supervisor_start: int,
+    exitcode: int | None,
+    started: float,
+) -> dict[str, Any]:
+    """The status.json object of a run as ``info`` shows it (and ``finished`` once it ended).
+
+    Args:
+        info: the supervisor's snapshot (or the snapshot folded with later events).
+        finished: the run's end, None while it runs.
+        socket: the control socket's path.
+        supervisor_pid: the supervisor process.
+        supervisor_start: its start time (``process_start_time``), to tell a reused pid.
+        exitcode: the run's exit status as ``rankvisor run`` returns it; None while running.
+        started: when the run started (epoch seconds).
+    """
+    done = finished is not None or info.finished
+    ranks = []
+    for r in info.ranks:
+        signal = r.signal_name if r.signal_name else exit_signal_name(r.exitcode)
+        ranks.append({
+            "rank": r.rank,
+            # rankvisor runs one node: a rank's global and local numbers are the same.
+            "local_rank": r.rank,
+            "pid": r.pid,
+            "state": r.state.value,
+            "exitcode": r.exitcode,
+            "signal": signal,
+            "restart_count": r.restart_count,
+        })
+    return {
+        "schema": SCHEMA,
+        "run_id": info.run_id,
+        "run_dir": info.log_dir,
+        "socket": socket,
+        "supervisor_pid": supervisor_pid,
+        "supervisor_start": supervisor_start,
+        "state": "finished" if done else "running",
+        "attempt": finished.attempt if finished is not None else info.attempt,
+        "finished": done,
+        "exitcode": exitcode if done else None,
+        "ranks": ranks,
+        "root_cause": _root_cause(finished),
+        "started": started,
+        "updated": time.time(),
+        "tracking": info.tracking,
+    }
+
+
+def write_status(run_dir: str, status: dict[str, Any]) -> str:
+    """Replace ``<run_dir>/status.json`` with ``status`` atomically; returns its path.
+
+    The bytes go to a temporary file in the same directory (a rename is atomic only within
+    one file system), are flushed to disk, then renamed over the old file: a reader, or a
+    crash at any point, sees the old status or the new one, never a torn file.
+    """
+    path = os.path.join(run_dir, FILENAME)
+    data = json.dumps(status, indent=1, sort_keys=False).encode() + b"\n"
+    fd, tmp = tempfile.mkstemp(prefix=".status.", suffix=".tmp", dir=run_dir)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_status(run_dir: str) -> dict[str, Any] | None:
+    """The status in ``run_dir``, or None when there is none or it is not a status object
+    (a file of another program, another schema's shape): never raises for bad content."""
+    try:
+        with open(os.path.join(run_dir, FILENAME), "rb") as f:
+            data = json.loads(f.read(1 << 24))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("schema"), int):
+        return None
+    return data
+
+
+def effective_state(status: dict[str, Any]) -> EffectiveState:
+    """"finished" when the run ended, "running" while its supervisor lives, else "stale"
+    (the status says running but the supervisor is gone, or its pid is another process)."""
+    if status.get("finished") is True or status.get("state") == "finished":
+        return "finished"
+    if supervisor_alive(status.get("supervisor_pid"), status.get("supervisor_start")):
+        return "running"
+    return "stale"

@@ -1,0 +1,310 @@
+"""``rankvisor ls / status / logs / wait / rm``: real status.json files, real processes for
+the supervisors' liveness (a live ``sleep``; a killed one for a stale run), exit codes and the
+JSON shapes. ``stop`` / ``terminate`` / ``signal`` / ``restart`` are only checked here up to
+the point where they would connect to a supervisor."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.control import registry
+from engine.control.status import read_status, write_status
+from engine.states import RankState
+from tests.conftest import wait_until
+from tests.control.runs import Supervisors, failed_finish, make_run, state_dir, supervisors
+from tui import ctl
+from tui.cli import main
+
+__all__ = ["state_dir", "supervisors"]  # fixtures, used by name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _private_state_dir(state_dir: Path) -> Path:
+    return state_dir
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def finish(run_dir: str, exitcode: int) -> None:
+    status = read_status(run_dir)
+    assert status is not None
+    status.update(state="finished", finished=True, exitcode=exitcode)
+    for r in status["ranks"]:
+        r.update(state="succeeded", pid=None, exitcode=0)
+    write_status(run_dir, status)
+
+
+def cli(*argv: str, **kw: Any) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "tui.cli", *argv], env=env, **kw)
+
+
+def write_log(run_dir: str, rank: int, text: str, stream: str = "stdout",
+              sub: str = "") -> Path:
+    d = Path(run_dir) / "attempt_0" / str(rank) / sub
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{stream}.log"
+    with path.open("a") as f:
+        f.write(text)
+    return path
+
+
+def test_every_command_is_a_bare_word_and_listed_in_help(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-h")
+    assert code == 0
+    for name in ctl.COMMANDS:
+        assert f"\n  {name} " in out
+    from tui.cli import _CTL_COMMANDS
+    assert _CTL_COMMANDS == ctl.COMMANDS
+    code, out, _ = run(capsys, "ls", "-h")
+    assert code == 0 and "--json" in out
+
+
+def test_ls_lists_running_finished_and_stale_runs(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "ls")
+    assert code == 0 and "no runs" in out
+    assert run(capsys, "ls", "--json")[:2] == (0, "[]\n")
+    live = supervisors.live()
+    running = make_run(tmp_path, "alive", pid=live.pid, started=100.0,
+                       states=[RankState.RUNNING, RankState.SUCCEEDED, RankState.RUNNING])
+    pid, start = supervisors.dead()
+    stale = make_run(tmp_path, "gone", pid=pid, start=start, started=200.0)
+    done = make_run(tmp_path, "done", pid=pid, start=start, started=300.0,
+                    states=[RankState.FAILED], finished=failed_finish(0, 2, 1), exitcode=1)
+    code, out, _ = run(capsys, "ls", "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert [(r["run_id"], r["state"], r["ranks_running"], r["ranks_total"]) for r in rows] == [
+        ("done", "finished", 0, 1), ("gone", "stale", 0, 2), ("alive", "running", 2, 3)]
+    assert set(rows[0]) == {"run_id", "state", "ranks_running", "ranks_total", "attempt",
+                            "exitcode", "started", "run_dir", "socket", "supervisor_pid", "mode"}
+    assert [r["run_dir"] for r in rows] == [done.run_dir, stale.run_dir, running.run_dir]
+    assert rows[0]["exitcode"] == 1 and rows[2]["exitcode"] is None
+    code, out, _ = run(capsys, "ls")
+    lines = out.splitlines()
+    assert lines[0].split() == ["RUN", "ID", "STATE", "RANKS", "ATTEMPT", "STARTED", "RUN", "DIR"]
+    assert lines[3].split()[:4] == ["alive", "running", "2/3", "0"]
+    assert lines[3].endswith(running.run_dir)
+
+
+def test_ls_warns_about_a_state_dir_open_to_others(
+        capsys: pytest.CaptureFixture[str], state_dir: Path) -> None:
+    state_dir.mkdir(mode=0o700)
+    os.chmod(state_dir, 0o755)
+    code, _, err = run(capsys, "ls")
+    assert code == 0 and f"chmod 700 {state_dir}" in err and len(err.splitlines()) == 1
+
+
+def test_status_json_recomputes_the_state(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    live = supervisors.live()
+    entry = make_run(tmp_path, "job", pid=live.pid)
+    code, out, _ = run(capsys, "status", "--json")
+    s = json.loads(out)
+    assert code == 0 and s["state"] == "running" and s["run_dir"] == entry.run_dir
+    assert {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "state", "attempt",
+            "finished", "exitcode", "ranks", "root_cause"} <= set(s)
+    assert [r["state"] for r in s["ranks"]] == ["running", "running"]
+    live.kill()
+    live.wait()
+    code, out, _ = run(capsys, "status", "job", "--json")
+    assert code == ctl.EXIT_STALE and json.loads(out)["state"] == "stale"
+    # The file itself still says running: the reader decides.
+    assert read_status(entry.run_dir)["state"] == "running"  # type: ignore[index]
+
+
+def test_status_text_shows_ranks_and_the_root_cause(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    pid, start = supervisors.dead()
+    make_run(tmp_path, "job", pid=pid, start=start, exitcode=1,
+             states=[RankState.SUCCEEDED, RankState.FAILED], finished=failed_finish(1, 7, 2))
+    code, out, _ = run(capsys, "status", "job")
+    assert code == 0
+    assert out.startswith("run job  finished  exit code 1")
+    assert "root cause  rank 1 (exit code 7)" in out
+    assert any(line.split()[:4] == ["1", "-", "failed", "7"] for line in out.splitlines())
+
+
+def test_a_run_nobody_knows_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["status"], ["status", "nope"], ["logs", "nope"], ["wait", "nope"],
+                 ["rm", "nope"], ["stop"], ["terminate", "nope", "0"],
+                 ["signal", "nope", "all", "TERM"], ["restart", "nope", "all"]):
+        code, _, err = run(capsys, *argv)
+        assert code == ctl.EXIT_NO_RUN, argv
+        assert "rankvisor ls" in err and len(err.splitlines()) == 1, argv
+
+
+def test_usage_errors_exit_2_in_one_line(capsys: pytest.CaptureFixture[str],
+                                         supervisors: Supervisors, tmp_path: Path) -> None:
+    make_run(tmp_path, "job", pid=supervisors.live().pid)
+    for argv in (["ls", "--nope"], ["rm"], ["terminate", "job"], ["terminate", "job", "x"],
+                 ["terminate", "job", "3-1"], ["signal", "job", "0", "NOPE"],
+                 ["signal", "job", "0", "0"], ["restart", "job", "0,1"],
+                 ["stop", "--timeout", "-1"], ["terminate", "job", "5"],
+                 ["logs", "job", "--rank", "9"], ["restart", "job", "2"]):
+        code, out, err = run(capsys, *argv)
+        assert code == ctl.EXIT_USAGE, argv
+        assert out == "" and len(err.splitlines()) == 1 and "error:" in err, (argv, err)
+
+
+def test_parse_ranks() -> None:
+    assert ctl.parse_ranks("2") == (2,)
+    assert ctl.parse_ranks("0,2") == (0, 2)
+    assert ctl.parse_ranks("0-3") == (0, 1, 2, 3)
+    assert ctl.parse_ranks("1, 4-5,1") == (1, 4, 5)
+    assert ctl.parse_ranks("ALL") is None
+    for bad in ("", "a", "-1", "3-1", "1-", "0,,1"):
+        with pytest.raises(ValueError):
+            ctl.parse_ranks(bad)
+    with pytest.raises(ValueError, match="'all' is not accepted"):
+        ctl.parse_ranks("all", allow_all=False)
+
+
+def test_commands_on_a_stale_or_finished_run(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    pid, start = supervisors.dead()
+    stale = make_run(tmp_path, "gone", pid=pid, start=start)
+    for argv in (["stop", "gone"], ["terminate", "gone", "0"], ["signal", "gone", "1", "USR1"],
+                 ["restart", "gone", "all"], ["stop", stale.run_dir]):
+        code, _, err = run(capsys, *argv)
+        assert code == ctl.EXIT_STALE, argv
+        assert "is stale" in err and len(err.splitlines()) == 1
+    make_run(tmp_path, "done", pid=pid, start=start, states=[RankState.SUCCEEDED],
+             finished=failed_finish(0, 1, 1), exitcode=1)
+    code, out, _ = run(capsys, "stop", "done")
+    assert code == 0 and "already finished" in out
+    code, _, err = run(capsys, "signal", "done", "0", "TERM")
+    assert code == ctl.EXIT_REFUSED and "has finished" in err
+    # With nothing given, stop looks for a running run only.
+    code, _, err = run(capsys, "stop")
+    assert code == ctl.EXIT_NO_RUN and "no running run" in err
+
+
+def test_logs_prints_the_current_incarnation(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
+    code, _, err = run(capsys, "logs", "job")
+    assert code == ctl.EXIT_REFUSED and "no stdout file" in err
+    write_log(entry.run_dir, 0, "zero\n")
+    write_log(entry.run_dir, 1, "one out\n")
+    write_log(entry.run_dir, 1, "one err\n", "stderr")
+    assert run(capsys, "logs", "job")[:2] == (0, "zero\n")
+    assert run(capsys, "logs", "job", "--rank", "1")[:2] == (0, "one out\n")
+    assert run(capsys, "logs", entry.run_dir, "--rank", "1", "--stderr")[:2] == (0, "one err\n")
+    write_log(entry.run_dir, 1, "again\n", sub="restart_1")
+    write_log(entry.run_dir, 1, "and again\n", sub="restart_2")
+    assert run(capsys, "logs", "job", "--rank", "1")[:2] == (0, "and again\n")
+
+
+def test_logs_follow_stops_once_the_run_finished_and_the_file_is_drained(
+        supervisors: Supervisors, tmp_path: Path) -> None:
+    entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
+    log = write_log(entry.run_dir, 0, "first\n")
+    out = tmp_path / "out"
+    err = tmp_path / "err"
+    with out.open("wb") as o, err.open("wb") as e:
+        proc = cli("logs", "job", "-f", stdout=o, stderr=e)
+    try:
+        wait_until(lambda: out.read_bytes() == b"first\n", timeout=30)
+        with log.open("a") as f:
+            f.write("second\npartial")
+        wait_until(lambda: out.read_bytes() == b"first\nsecond\npartial", timeout=30)
+        # The rank is restarted alone: logs moves on to the new incarnation's file.
+        write_log(entry.run_dir, 0, "reborn\n", sub="restart_1")
+        wait_until(lambda: out.read_bytes().endswith(b"reborn\n"), timeout=30)
+        # The last bytes land just before the run is marked finished: they are printed.
+        write_log(entry.run_dir, 0, "last\n", sub="restart_1")
+        finish(entry.run_dir, 0)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out.read_bytes() == b"first\nsecond\npartialreborn\nlast\n"
+    assert "restart_1" in err.read_text()
+
+
+def test_logs_follow_exits_4_when_the_supervisor_dies(
+        supervisors: Supervisors, tmp_path: Path) -> None:
+    live = supervisors.live()
+    entry = make_run(tmp_path, "job", pid=live.pid)
+    write_log(entry.run_dir, 0, "x\n")
+    proc = cli("logs", "job", "-f", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    live.kill()
+    live.wait()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == ctl.EXIT_STALE
+    assert out == b"x\n" and b"is stale" in err
+
+
+def test_wait_exits_with_the_runs_exit_status(
+        supervisors: Supervisors, tmp_path: Path) -> None:
+    entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
+    proc = cli("wait", "job", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # It blocks while the run runs: write a running status again, still no exit.
+        write_status(entry.run_dir, read_status(entry.run_dir))  # type: ignore[arg-type]
+        assert proc.poll() is None
+        finish(entry.run_dir, 3)
+        assert proc.wait(timeout=30) == 3
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_wait_on_a_finished_run_returns_at_once_and_a_stale_one_exits_4(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    pid, start = supervisors.dead()
+    make_run(tmp_path, "done", pid=pid, start=start, states=[RankState.SUCCEEDED],
+             finished=failed_finish(0, 1, 1), exitcode=1)
+    assert run(capsys, "wait", "done")[0] == 1
+    make_run(tmp_path, "gone", pid=pid, start=start)
+    code, _, err = run(capsys, "wait", "gone")
+    assert code == ctl.EXIT_STALE and "is stale" in err
+    live = supervisors.live()
+    make_run(tmp_path, "dies", pid=live.pid)
+    proc = cli("wait", "dies", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    live.kill()
+    live.wait()
+    _, err_bytes = proc.communicate(timeout=30)
+    assert proc.returncode == ctl.EXIT_STALE and b"is stale" in err_bytes
+
+
+def test_rm_refuses_a_running_run_and_removes_a_finished_one(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    live = supervisors.live()
+    running = make_run(tmp_path, "job", pid=live.pid)
+    code, _, err = run(capsys, "rm", "job")
+    assert code == ctl.EXIT_REFUSED and "is running" in err and "rankvisor stop" in err
+    assert registry.entries() == [running]
+    pid, start = supervisors.dead()
+    done = make_run(tmp_path, "done", pid=pid, start=start, states=[RankState.SUCCEEDED],
+                    finished=failed_finish(0, 1, 1), exitcode=1)
+    Path(done.socket).touch()  # left behind by a supervisor that was killed
+    code, out, _ = run(capsys, "rm", "done")
+    assert code == 0 and "removed its entry" in out
+    assert registry.entries() == [running] and not Path(done.socket).exists()
+    assert Path(done.run_dir).is_dir()  # the logs stay
+    # By its path the run still resolves; --logs removes the run dir.
+    code, out, _ = run(capsys, "rm", done.run_dir, "--logs")
+    assert code == 0 and "removed its run directory" in out
+    assert not Path(done.run_dir).exists()
+    stale = make_run(tmp_path, "gone", pid=pid, start=start)
+    assert run(capsys, "rm", "gone", "--logs")[0] == 0
+    assert not Path(stale.run_dir).exists() and registry.entries() == [running]
