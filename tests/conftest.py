@@ -19,6 +19,19 @@ collect_ignore = ["bench"]
 """Benchmarks print figures; they are run by hand, never collected as tests."""
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_state_dir() -> None:
+    """Every run a test starts registers here, never in the home directory's state dir.
+
+    Short (sockets live in it: a Unix socket's path has room for 107 bytes) and 0700, as
+    rankvisor wants it. Tests that need a state dir of their own set it themselves."""
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="rv-state-", dir="/tmp")
+    os.chmod(path, 0o700)
+    os.environ["RANKVISOR_STATE_DIR"] = path
+
+
 def wait_until(
     predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02
 ) -> object:

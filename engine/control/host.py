@@ -71,7 +71,6 @@ class RunHost:
         # With the pid, the start time names this process for good (a pid can be reused).
         self._pid_start = status.process_start_time(self.pid) or 0
         self.server = ControlServer(sup, self.socket_path, on_clients_changed=on_clients_changed)
-        self._initial = sup.snapshot()
         self._pending: deque[Event] = deque()
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -105,7 +104,9 @@ class RunHost:
             self._events_file = os.open(
                 path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
             )
-            self._append(wire.encode_run_info(self._initial))
+            # The run as its ranks started: the events queued since come after it, and a
+            # replay folds them in (one already reflected here changes nothing).
+            self._append(wire.encode_message({"t": "run", "run": wire.run_info_to_wire(info)}))
         self._entry = registry.register(
             run_dir=self._run_dir,
             run_id=info.run_id,
@@ -141,6 +142,9 @@ class RunHost:
         self._unsubscribe()
         self.server.close()
         if self._events_file is not None:
+            # The run as it ended closes the record (a stale run's record has none).
+            info = self._sup.snapshot()
+            self._append(wire.encode_message({"t": "run", "run": wire.run_info_to_wire(info)}))
             os.close(self._events_file)
             self._events_file = None
 
@@ -167,10 +171,9 @@ class RunHost:
             if finished is not None:
                 self._after_finish(finished)
 
-    def _append(self, message: dict[str, object]) -> None:
+    def _append(self, data: bytes) -> None:
         if self._events_file is None:
             return
-        data = wire.dumps(message)
         try:
             os.write(self._events_file, data)
         except OSError as e:  # a full disk: the status and the logs still matter more
