@@ -1,8 +1,9 @@
 """A torchrun worker for the attach tests: numbered lines, slowly, until told to stop.
 
 Options: ``--lines N`` (then exit 0; default: for ever), ``--interval S``,
-``--ignore-sigterm``, ``--fail-attempt0`` (attempt 0 exits 3 after its lines, with an
-error.json), ``--gloo`` (an all_reduce on CPU first: the ranks really form a group),
+``--ignore-sigterm RANK`` (that rank ignores SIGTERM), ``--fail-attempt0`` (attempt 0
+raises after 5 lines, through torch's ``record``: an error.json), ``--gloo`` (an
+all_reduce on CPU first: the ranks really form a group),
 ``--ready-dir D`` (touch ``D/<rank>.<attempt>.ready`` once running).
 """
 
@@ -19,14 +20,14 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--lines", type=int, default=-1)
     p.add_argument("--interval", type=float, default=0.05)
-    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--ignore-sigterm", type=int, default=-1)
     p.add_argument("--fail-attempt0", action="store_true")
     p.add_argument("--gloo", action="store_true")
     p.add_argument("--ready-dir", default="")
     a = p.parse_args()
     rank = int(os.environ["RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if a.ignore_sigterm:
+    if a.ignore_sigterm == rank:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if a.gloo:
         import torch
@@ -39,7 +40,9 @@ def main() -> int:
         dist.destroy_process_group()
     if a.ready_dir:
         open(os.path.join(a.ready_dir, f"{rank}.{attempt}.ready"), "w").close()
-    count = a.lines if a.lines >= 0 else (5 if a.fail_attempt0 and attempt == 0 else 1 << 30)
+    count = a.lines if a.lines >= 0 else 1 << 30
+    if a.fail_attempt0 and attempt == 0:
+        count = 5
     for i in range(count):
         print(f"rank {rank} attempt {attempt} line {i}", flush=True)
         if i % 5 == 0:
