@@ -122,6 +122,17 @@ def _open_pidfd(w: Worker) -> int | None:
     return fd
 
 
+def _is_live(w: Worker) -> bool:
+    """``w`` still runs (not gone, not a zombie, not a recycled pid)."""
+    fields = stat_fields(w.pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
+        return False
+    try:
+        return int(fields[19]) == w.starttime
+    except (ValueError, IndexError):
+        return False
+
+
 def _zombie_status(w: Worker) -> int | None:
     """The exit code of ``w`` (negative: its signal) while it is a zombie, else None."""
     fields = stat_fields(w.pid)
@@ -195,6 +206,8 @@ class TorchrunHandle:
         self._thread: threading.Thread | None = None
         self._started = False
         self._closed = False
+        self._done = threading.Event()
+        self._agent_exited = False
         self._to_follow: list[tuple[int, StdStream, str, int, str]] = []
 
     @classmethod
@@ -341,11 +354,7 @@ class TorchrunHandle:
 
     def wait(self, timeout_s: float | None = None) -> RunFinished | None:
         """Wait until the agent has exited (or ``timeout_s``); the outcome, or None."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while self._finished is None and not self._stop.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            self._stop.wait(0.05)  # the watcher sets _finished; no event to wait on here
+        self._done.wait(timeout_s)
         return self._finished
 
     # -- internals -------------------------------------------------------------------------
@@ -583,6 +592,10 @@ class TorchrunHandle:
         self._emit(self._state_event(rank, old))
         for esc in self._esc.rank_gone(n):
             self._emit(EscalationFinished(esc.ranks, tuple(esc.killed)))
+        if self._agent_exited and self._finished is None and not any(
+            r.state.is_alive for r in self._ranks.values()
+        ):
+            self._finish()  # the last orphan of a dead agent is gone
 
     def _escalate(self, now: float) -> None:
         for esc, survivors in self._esc.due(now):
@@ -634,10 +647,26 @@ class TorchrunHandle:
         self._emit(AttemptStarted(attempt, attempt_dir, tuple(w.pid for w in workers)))
 
     def _agent_gone(self) -> None:
-        # Its workers die with it or before it: settle any still marked alive.
+        """The agent exited: settle its workers; finish once none is left."""
+        if self._agent_fd is not None:
+            os.close(self._agent_fd)
+            self._agent_fd = None
+        self._agent_exited = True
         for n, rank in self._ranks.items():
-            if rank.state.is_alive:
+            if rank.state.is_alive and not _is_live(rank.worker):
                 self._exited(n)
+        orphans = [n for n, r in self._ranks.items() if r.state.is_alive]
+        if orphans:
+            # An agent that was SIGKILLed cannot stop its workers: they run on, re-parented.
+            self._notice(
+                f"torchrun agent {self.job.agent_pid} has exited, but rank(s) "
+                f"{', '.join(map(str, orphans))} still run (orphaned): terminate them here",
+                "warning",
+            )
+            return
+        self._finish()
+
+    def _finish(self) -> None:
         failures = {
             n: r.failure for n, r in self._ranks.items() if r.failure and not r.caused_by_us
         }
@@ -652,6 +681,7 @@ class TorchrunHandle:
             result.return_values.update({n: None for n in self._ranks})
         root = root_cause_rank(failures) if failures else None  # type: ignore[arg-type]
         self._finished = RunFinished(result, self._attempt, root)
+        self._done.set()
         self._emit(self._finished)
         self._notice(f"torchrun agent {self.job.agent_pid} has exited", "information")
 
