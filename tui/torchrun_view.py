@@ -1,0 +1,56 @@
+"""``run_torchrun_view``: the app on a torchrun job that rankvisor did not start.
+
+The job goes on when the viewer quits: the handle's ``shutdown`` only detaches (torchrun
+owns its workers). Errors before the app starts (no such pid, no workers, not a torchrun
+log dir) are one line on stderr and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from engine.attach import AttachError, TorchrunHandle
+from engine.handle import CommandResult
+from tui.app import RankvisorApp
+
+__all__ = ["READ_ONLY_REFUSAL", "run_torchrun_view"]
+
+READ_ONLY_REFUSAL = "read-only viewer: commands are refused (attach without --read-only)"
+
+
+class _ReadOnly(TorchrunHandle):
+    """A handle that watches only: every command is refused with the same words."""
+
+    def execute(self, command: object) -> CommandResult:  # type: ignore[override]
+        return CommandResult(False, READ_ONLY_REFUSAL)
+
+
+def build_handle(target: str, *, read_only: bool = False, **kwargs: Any) -> TorchrunHandle:
+    """The handle ``target`` (agent pid, worker pid or log dir) names; raises AttachError."""
+    job_cls = _ReadOnly if read_only else TorchrunHandle
+    return job_cls.attach(target, **kwargs)
+
+
+def run_torchrun_view(target: str, *, read_only: bool = False, **app_kwargs: Any) -> int:
+    """Attach the app to the torchrun job ``target`` names; return the exit code.
+
+    Returns 1 (with one line on stderr) when there is nothing to attach to; else the app's
+    code once the user quits (the job keeps running).
+    """
+    try:
+        handle = build_handle(target, read_only=read_only)
+    except AttachError as e:
+        sys.stderr.write(f"rankvisor attach --torchrun: {e}\n")
+        return 1
+    try:
+        app = RankvisorApp(handle, **app_kwargs)
+        code = app.run()
+    finally:
+        handle.detach()
+    sys.stdout.write(
+        f"detached from torchrun agent {handle.job.agent_pid}"
+        + ("" if handle.finished else " (the job goes on)")
+        + "\n"
+    )
+    return code if isinstance(code, int) else 0
