@@ -32,6 +32,7 @@ def run_tui(
     headless: bool = False,
     auto_pilot: AutopilotCallbackType | None = None,
     on_app: Callable[[RankvisorApp], None] | None = None,
+    detach_message: str | None = None,
     **kwargs: Any,
 ) -> int:
     """Run the app until the user quits; print the summary; return the exit code.
@@ -42,7 +43,8 @@ def run_tui(
     person chose to terminate it: then this prints the root-cause summary as for a run here;
     after a detach it prints how to attach again and returns 0. ``headless`` and
     ``auto_pilot`` are Textual's (tests drive the app with them); other keyword arguments
-    go to ``RankvisorApp``; ``on_app`` is given the app before it runs.
+    go to ``RankvisorApp``; ``on_app`` is given the app before it runs; ``detach_message``
+    replaces the attach hint printed after a detach.
     """
     app = RankvisorApp(handle, **kwargs)
     if on_app is not None:
@@ -69,7 +71,7 @@ def run_tui(
             app.run_view.apply(event)
     try:
         if app.detached:
-            sys.stdout.write(attach_hint(app.run_view.log_dir))
+            sys.stdout.write(detach_message or attach_hint(app.run_view.log_dir))
         else:
             sys.stdout.write(format_summary(app.run_view))
         sys.stdout.flush()

@@ -12,7 +12,6 @@ from typing import Any
 
 from engine.attach import AttachError, TorchrunHandle
 from engine.handle import CommandResult
-from tui.app import RankvisorApp
 
 __all__ = ["READ_ONLY_REFUSAL", "run_torchrun_view"]
 
@@ -43,14 +42,13 @@ def run_torchrun_view(target: str, *, read_only: bool = False, **app_kwargs: Any
     except AttachError as e:
         sys.stderr.write(f"rankvisor attach --torchrun: {e}\n")
         return 1
+    from tui.run import run_viewer
+
+    message = (
+        f"detached from torchrun agent {handle.job.agent_pid} (the job goes on)\n"
+        f"  attach again:  rankvisor attach --torchrun {handle.job.agent_pid}\n"
+    )
     try:
-        app = RankvisorApp(handle, **app_kwargs)
-        code = app.run()
+        return run_viewer(handle, detach_message=message, **app_kwargs)
     finally:
         handle.detach()
-    sys.stdout.write(
-        f"detached from torchrun agent {handle.job.agent_pid}"
-        + ("" if handle.finished else " (the job goes on)")
-        + "\n"
-    )
-    return code if isinstance(code, int) else 0

@@ -221,6 +221,11 @@ class TorchrunHandle:
 
     # -- SupervisorHandle ------------------------------------------------------------------
 
+    @property
+    def detachable(self) -> bool:
+        """True: torchrun owns the job; quitting the viewer leaves it running."""
+        return True
+
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         """Add a sink for every later event (lines already delivered are not repeated)."""
         with self._lock:
