@@ -351,10 +351,8 @@ def event_to_wire(event: Event) -> dict[str, Any]:
     name = type(event).__name__
     if name not in EVENT_TYPES:
         raise WireError(f"not an event: {event!r}")
-    message = _to_wire(event)
-    message["t"] = "ev"
-    message["type"] = name
-    return message
+    # The fields apart ("e"): an event's own "t" (its time) must not meet the message's.
+    return {"t": "ev", "type": name, "e": _to_wire(event)}
 
 
 def encode_event(event: Event) -> bytes:
@@ -395,7 +393,7 @@ def event_from_wire(message: dict[str, Any]) -> Event | None:
     cls = EVENT_TYPES.get(message.get("type", ""))
     if cls is None:
         return None
-    event: Event = _dataclass_from_wire(cls, message)
+    event: Event = _dataclass_from_wire(cls, message.get("e"))
     return event
 
 
