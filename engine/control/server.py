@@ -241,6 +241,18 @@ class ControlServer:
         with self._lock:
             return len(self._clients)
 
+    @property
+    def queued_bytes(self) -> list[int]:
+        """Bytes waiting in each client's queue now (what a slow viewer costs us)."""
+        with self._lock:
+            return [c.queued for c in self._clients]
+
+    @property
+    def dropped_lines(self) -> int:
+        """Output lines dropped for slow clients so far (each told by a skipped marker)."""
+        with self._lock:
+            return sum(c.dropped_lines for c in self._clients)
+
     def _accept_loop(self) -> None:
         assert self._listener is not None
         while not self._closing:
