@@ -21,7 +21,7 @@ import pytest
 from engine.control import wire
 from engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
 from engine.control.server import READ_ONLY_REFUSAL, ControlServer
-from engine.events import Event, RankOutput, RankStateChanged, RunFinished, SupervisorNotice
+from engine.events import Event, RankOutput, RankStateChanged, SupervisorNotice
 from engine.handle import (
     CommandResult,
     KillRanks,
