@@ -1,10 +1,15 @@
-"""A run's supervisor process seen from outside: the registry of runs, status.json, hooks.
+"""A run's supervisor process and how everything else reaches it.
 
-``registry``: this user's state directory (sockets, one entry per run) and how RUN, as a
-person types it, names a run; ``status``: status.json, written atomically on every
-lifecycle event, and how a reader tells a running run from a finished or stale one (the
-supervisor's pid and start time); ``hooks``: the ``--on-failure`` command. Imports the
-standard library and ``engine.process`` (signal names, /proc reads); never textual.
+``wire``: the control protocol (newline-delimited JSON, versioned; ``PROTOCOL.md``);
+``server``: ``ControlServer``, the socket a supervisor answers on; ``client``:
+``RemoteHandle``, a ``SupervisorHandle`` over that socket; ``host``: ``RunHost``, which gives
+any run (supervisor process, headless, foreground) its socket, registry entry, status.json
+and events.ndjson; ``daemon``: the supervisor process itself; ``spawn``: starting it from
+``rankvisor run``; ``replay``: ``RecordedRun``, a finished or stale run viewed from its
+record; ``registry``: this user's state directory (sockets, one entry per run) and how RUN,
+as a person types it, names a run; ``status``: status.json (``STATUS.md``) and how a reader
+tells a running run from a finished or stale one; ``hooks``: the ``--on-failure`` command.
+Never imports textual.
 """
 
 from __future__ import annotations
@@ -12,8 +17,15 @@ from __future__ import annotations
 from engine._lazy import face
 
 __all__ = [
+    "PROTOCOL_VERSION",
+    "ControlServer",
+    "NoAnswer",
     "NoSuchRun",
+    "ProtocolMismatch",
+    "RecordedRun",
+    "RemoteHandle",
     "RunEntry",
+    "RunHost",
     "StateDirUnsafe",
     "build_status",
     "effective_state",
@@ -22,6 +34,7 @@ __all__ = [
     "register",
     "resolve",
     "run_on_failure",
+    "start_supervisor",
     "unregister",
     "write_status",
 ]
@@ -29,8 +42,15 @@ __all__ = [
 __getattr__, __dir__ = face(
     __name__,
     {
+        "PROTOCOL_VERSION": "wire",
+        "ControlServer": "server",
+        "NoAnswer": "client",
         "NoSuchRun": "registry",
+        "ProtocolMismatch": "client",
+        "RecordedRun": "replay",
+        "RemoteHandle": "client",
         "RunEntry": "registry",
+        "RunHost": "host",
         "StateDirUnsafe": "registry",
         "build_status": "status",
         "effective_state": "status",
@@ -39,6 +59,7 @@ __getattr__, __dir__ = face(
         "register": "registry",
         "resolve": "registry",
         "run_on_failure": "hooks",
+        "start_supervisor": "spawn",
         "unregister": "registry",
         "write_status": "status",
     },

@@ -1,0 +1,505 @@
+"""``RemoteHandle``: a run's supervisor in another process, held like one in this process.
+
+It speaks the control protocol (``engine.control.wire``) over the supervisor's Unix socket
+and implements ``SupervisorHandle``: commands are round trips, events arrive on one reader
+thread that calls the sinks (as engine threads do in-process). ``watch`` gives a viewer that
+comes late the whole story: the run as it started, every lifecycle event since, the recent
+lines of each rank's current files (the files are the record), then the live events, with
+no line twice and none missing. Lines the server had to drop for us (we read too slowly) are
+announced by a "skipped" marker and read back from the files here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import select
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from engine.control import wire
+from engine.events import (
+    AttemptStarted,
+    Event,
+    EventSink,
+    RankOutput,
+    RankRestarted,
+    RankStats,
+    RunFinished,
+    SupervisorNotice,
+)
+from engine.handle import Command, CommandResult, RunInfo, TerminateRanks, command_problem
+from engine.logfile.arrival import arrival_path
+from engine.logfile.merged import MergedSource
+from engine.logfile.store import LogStore
+
+__all__ = ["NoAnswer", "ProtocolMismatch", "RemoteHandle"]
+
+log = logging.getLogger(__name__)
+
+RECENT_LINES: Final = 5000
+"""Lines of each rank's files a watcher gets before the live events (and at most this many
+of a skipped stretch)."""
+ANSWER_TIMEOUT_S: Final = 10.0
+
+
+class ProtocolMismatch(ConnectionError):
+    """The supervisor speaks another protocol version; ``str()`` is one line naming both."""
+
+
+class NoAnswer(ConnectionError):
+    """Connected, but no welcome came (the peer check refused us, or the supervisor hangs)."""
+
+
+class _Pending:
+    __slots__ = ("done", "message")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.message: dict[str, Any] | None = None
+
+
+class _Watcher:
+    """A sink subscribed with ``watch``: replayed first, then live with duplicates trimmed."""
+
+    __slots__ = ("replayed", "seen", "sink")
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+        self.replayed = False
+        self.seen: dict[tuple[int, str], tuple[int, int]] = {}
+        """(rank, stream) -> (attempt, lines of that file already delivered from it), kept
+        until the live stream has passed that point."""
+
+
+class RemoteHandle:
+    """A ``SupervisorHandle`` over a control socket; make one with ``connect``."""
+
+    def __init__(self, sock: socket.socket, welcome: dict[str, Any], rest: bytearray,
+                 *, read_only: bool, recent_lines: int = RECENT_LINES,
+                 answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+        self._sock = sock
+        self._buf = rest
+        self.read_only = read_only
+        self.supervisor_pid: int = int(welcome.get("supervisor_pid", 0))
+        self.recent_lines = recent_lines
+        self.answer_timeout_s = answer_timeout_s
+        self._initial = wire.run_info_from_wire(welcome["initial"])
+        now = wire.run_info_from_wire(welcome["now"])
+        self._now = now
+        self.run_dir: str = now.log_dir
+        self._history: list[Event] = []
+        self.finished: RunFinished | None = None
+        self._finished_event = threading.Event()
+        self._gone = threading.Event()
+        self._over = threading.Event()
+        """Set when the run finished or the connection ended: what ``wait`` waits for."""
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._sinks: tuple[EventSink, ...] = ()
+        self._watchers: tuple[_Watcher, ...] = ()
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._detached = False
+        self._reason = ""
+        self._stores: dict[str, LogStore] = {}
+        # Where each rank's lines go now (updated by RankRestarted), for re-reading.
+        self._paths: dict[int, tuple[int, str, str]] = {
+            r.rank: (r.attempt, r.stdout_path, r.stderr_path) for r in now.ranks
+        }
+        self._filtered = {"filtered_stdout": now.filtered_stdout_path,
+                          "filtered_stderr": now.filtered_stderr_path}
+        for data in welcome.get("history", ()):
+            event = wire.event_from_wire(data)
+            if event is not None:
+                self._take(event)
+        self._wake_r, self._wake_w = os.pipe()
+        self._reader = threading.Thread(target=self._read_loop, name="rankvisor-remote",
+                                        daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def connect(cls, socket_path: str, *, read_only: bool = False, timeout_s: float = 5.0,
+                name: str = "", recent_lines: int = RECENT_LINES) -> RemoteHandle:
+        """Connect, say hello, read the welcome.
+
+        Raises FileNotFoundError / ConnectionRefusedError when nobody listens (a stale run),
+        ProtocolMismatch when the supervisor speaks another version, NoAnswer when no
+        welcome comes within ``timeout_s``.
+        """
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(socket_path)
+            except (TimeoutError, socket.timeout):
+                raise NoAnswer(f"no answer from {socket_path} within {timeout_s} s") from None
+            sock.sendall(wire.encode_message({
+                "t": "hello", "protocol": wire.PROTOCOL_VERSION,
+                "version": wire.package_version(), "read_only": read_only, "name": name,
+            }))
+            buf = bytearray()
+            line = _read_line(sock, buf)
+            if line is None:
+                raise NoAnswer(
+                    f"the supervisor at {socket_path} closed the connection or said nothing "
+                    f"within {timeout_s} s (is it another user's?)"
+                )
+            message = wire.decode_message(line)
+            theirs = message.get("protocol")
+            if theirs != wire.PROTOCOL_VERSION:
+                raise ProtocolMismatch(
+                    f"this rankvisor speaks protocol {wire.PROTOCOL_VERSION} "
+                    f"(rankvisor {wire.package_version()}), the supervisor {theirs} "
+                    f"(rankvisor {message.get('version', '?')}): attach with the version "
+                    "that started the run"
+                )
+            if message["t"] != "welcome":
+                raise NoAnswer(f"the supervisor refused us: {message.get('message', message)}")
+            sock.settimeout(None)
+            return cls(sock, message, buf, read_only=read_only, recent_lines=recent_lines)
+        except BaseException:
+            sock.close()
+            raise
+
+    # -- SupervisorHandle ------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """False once the connection is gone (the supervisor exited, or detach())."""
+        return not self._gone.is_set()
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        """Add ``sink`` for every later live event (on the reader thread)."""
+        with self._lock:
+            self._sinks = (*self._sinks, sink)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._sinks = tuple(s for s in self._sinks if s is not sink)
+
+        return unsubscribe
+
+    def watch(self, sink: EventSink) -> tuple[RunInfo, Callable[[], None]]:
+        """The run as it started; ``sink`` then gets the history, recent file lines, live."""
+        watcher = _Watcher(sink)
+        with self._lock:
+            self._watchers = (*self._watchers, watcher)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._watchers = tuple(w for w in self._watchers if w is not watcher)
+
+        if self._gone.is_set():
+            self._replay(watcher)  # the reader is gone: nothing can overtake the replay
+            self._tell_gone((watcher.sink,))
+        else:
+            os.write(self._wake_w, b"w")  # the reader replays before its next message
+        return self._initial, unsubscribe
+
+    def start(self) -> None:
+        """Nothing to do: the supervisor process started its ranks itself."""
+
+    def execute(self, command: Command) -> CommandResult:
+        """Send ``command``, wait for its result (CommandResult(False, ...) without one)."""
+        problem = command_problem(command)
+        if problem is not None:
+            return CommandResult(False, problem)
+        try:
+            data = wire.command_to_wire(command)
+        except wire.WireError as e:
+            return CommandResult(False, str(e))
+        answer = self._ask({"t": "command", "command": data})
+        if answer is None:
+            return CommandResult(False, self._no_answer())
+        return wire.result_from_wire(answer)
+
+    def snapshot(self) -> RunInfo:
+        """The run now, asked of the supervisor (NoAnswer when it does not answer)."""
+        answer = self._ask({"t": "snapshot?"})
+        if answer is None:
+            raise NoAnswer(self._no_answer())
+        return wire.run_info_from_wire(answer["run"])
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Terminate every rank (with escalation), wait for the run's end, disconnect."""
+        self.execute(TerminateRanks(None, timeout_s=timeout_s))
+        t = self._initial.term_timeout_s if timeout_s is None else timeout_s
+        self.wait(2 * t + 5)
+        self.detach()
+
+    def detach(self) -> None:
+        """Stop watching and close the connection; never stops a rank."""
+        with self._lock:
+            self._detached = True
+            self._sinks = ()
+            self._watchers = ()
+        if not self._gone.is_set():
+            try:
+                with self._send_lock:
+                    self._sock.sendall(wire.encode_message({"t": "bye"}))
+            except OSError:
+                pass
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if threading.current_thread() is not self._reader:
+            self._reader.join(timeout=5)
+
+    def wait(self, timeout_s: float | None = None) -> RunFinished | None:
+        """The run's RunFinished once it came; None at the timeout or if the link went."""
+        self._over.wait(timeout_s)
+        return self.finished
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        if self._gone.is_set():
+            return None
+        request_id = next(self._ids)
+        pending = _Pending()
+        with self._lock:
+            self._pending[request_id] = pending
+        try:
+            with self._send_lock:
+                self._sock.sendall(wire.encode_message({**message, "id": request_id}))
+            pending.done.wait(self.answer_timeout_s)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._pending.pop(request_id, None)
+        return pending.message
+
+    def _no_answer(self) -> str:
+        if self._gone.is_set():
+            return f"not carried out: the supervisor went away ({self._reason or 'closed'})"
+        return f"no answer from the supervisor within {self.answer_timeout_s:g} s"
+
+    # -- the reader thread -----------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        sock, buf = self._sock, self._buf
+        try:
+            while True:
+                self._replay_new()
+                end = buf.find(b"\n")
+                if end < 0:
+                    ready, _, _ = select.select([sock.fileno(), self._wake_r], [], [])
+                    if self._wake_r in ready:
+                        os.read(self._wake_r, 4096)
+                    if sock.fileno() in ready:
+                        data = sock.recv(1 << 20)
+                        if not data:
+                            break
+                        buf += data
+                    continue
+                line = bytes(buf[: end + 1])
+                del buf[: end + 1]
+                try:
+                    self._handle(wire.decode_message(line))
+                except wire.WireError as e:
+                    log.warning("ignored a bad line from the supervisor: %s", e)
+        except OSError as e:
+            self._reason = self._reason or str(e)
+        except Exception:  # noqa: BLE001 - the reader must always report the end
+            log.exception("the control connection's reader failed")
+        finally:
+            self._gone.set()
+            self._over.set()
+            self._sock.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            with self._lock:
+                for pending in self._pending.values():
+                    pending.done.set()
+                detached = self._detached
+                sinks = (*self._sinks, *(w.sink for w in self._watchers if w.replayed))
+            for store in self._stores.values():
+                store.close()
+            if not detached:
+                self._tell_gone(sinks)
+
+    def _tell_gone(self, sinks: tuple[EventSink, ...]) -> None:
+        finished = " after the run finished" if self.finished is not None else ""
+        notice = SupervisorNotice(
+            f"the supervisor (pid {self.supervisor_pid}) went away{finished}"
+            + (f": {self._reason}" if self._reason else ""),
+            "information" if self.finished is not None else "error",
+        )
+        for sink in sinks:
+            _call(sink, notice)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message["t"]
+        if kind in ("o", "ev"):
+            event = wire.event_from_wire(message)
+            if event is not None:
+                self._take(event)
+                self._deliver(event)
+        elif kind == "skipped":
+            self._skipped(message)
+        elif kind in ("result", "snapshot"):
+            with self._lock:
+                pending = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+            if pending is not None:
+                pending.message = message
+                pending.done.set()
+        elif kind in ("bye", "error"):
+            self._reason = str(message.get("reason") or message.get("message") or "")
+        # Any other type is from a newer supervisor: nothing for us in it.
+
+    def _take(self, event: Event) -> None:
+        """Keep what a later watcher replays, and where each rank writes now."""
+        if isinstance(event, (RankOutput, RankStats)):
+            return
+        self._history.append(event)
+        if isinstance(event, RankRestarted):
+            self._paths[event.rank] = (event.attempt, event.stdout_path, event.stderr_path)
+        elif isinstance(event, AttemptStarted):
+            for stream, path in self._filtered.items():
+                if path:
+                    self._filtered[stream] = os.path.join(event.log_dir, os.path.basename(path))
+        elif isinstance(event, RunFinished):
+            self.finished = event
+            self._finished_event.set()
+            self._over.set()
+
+    def _deliver(self, event: Event) -> None:
+        sinks, watchers = self._sinks, self._watchers
+        for sink in sinks:
+            _call(sink, event)
+        for watcher in watchers:
+            if not watcher.replayed:
+                continue
+            if isinstance(event, RankOutput):
+                trimmed = _trim(watcher, event)
+                if trimmed is not None:
+                    _call(watcher.sink, trimmed)
+                continue
+            if isinstance(event, (RankRestarted,)):
+                # A new file: its line numbers start again.
+                for key in [k for k in watcher.seen if k[0] == event.rank]:
+                    del watcher.seen[key]
+            _call(watcher.sink, event)
+
+    def _skipped(self, message: dict[str, Any]) -> None:
+        try:
+            rank, stream = int(message["rank"]), str(message["stream"])
+            attempt, first = int(message.get("attempt", 0)), int(message["first_line"])
+            count = int(message["count"])
+        except (KeyError, TypeError, ValueError):
+            return
+        path = self._path_of(rank, stream)
+        start = max(first, first + count - self.recent_lines)
+        lines = self._read_lines(path, start, first + count) if path else []
+        if not lines:
+            return
+        self._deliver(RankOutput(rank, stream, tuple(lines), attempt=attempt,  # type: ignore[arg-type]
+                                 first_line=start))
+
+    def _path_of(self, rank: int, stream: str) -> str:
+        if stream.startswith("filtered_"):
+            return self._filtered.get(stream, "")
+        _, out, err = self._paths.get(rank, (0, "", ""))
+        return out if stream == "stdout" else err
+
+    def _read_lines(self, path: str, start: int, stop: int) -> list[str]:
+        store = self._stores.get(path)
+        if store is None:
+            store = self._stores[path] = LogStore(path, tail_lines=0)
+        store.refresh()
+        return store.get_lines(start, stop)
+
+    # -- replay ---------------------------------------------------------------------------
+
+    def _replay_new(self) -> None:
+        for watcher in self._watchers:
+            if not watcher.replayed:
+                self._replay(watcher)
+
+    def _replay(self, watcher: _Watcher) -> None:
+        """History, then each rank's recent file lines in arrival order (reader thread)."""
+        for event in list(self._history):
+            _call(watcher.sink, event)
+        for rank in sorted(self._paths):
+            attempt, out, err = self._paths[rank]
+            if not out and not err:
+                continue
+            for batch in self._recent(rank, attempt, out, err, watcher):
+                _call(watcher.sink, batch)
+        watcher.replayed = True
+
+    def _recent(self, rank: int, attempt: int, out: str, err: str,
+                watcher: _Watcher) -> list[RankOutput]:
+        source = MergedSource(out, err, arrival_path(out, err))
+        try:
+            rows = source.refresh()
+            for stream, store in zip(("stdout", "stderr"), source.stores, strict=True):
+                watcher.seen[(rank, stream)] = (attempt, store.line_count)
+            batches: list[RankOutput] = []
+            row = max(0, rows - self.recent_lines)
+            order = source.order
+            while row < rows:
+                stream_no, line = order.locate(row)
+                count = 1
+                while row + count < rows and order.locate(row + count) == (stream_no,
+                                                                            line + count):
+                    count += 1
+                lines = source.stores[stream_no].get_lines(line, line + count)
+                batches.append(RankOutput(rank, "stderr" if stream_no else "stdout",
+                                          tuple(lines), attempt=attempt,
+                                          first_line=line))
+                row += count
+            return batches
+        finally:
+            source.close()
+
+
+def _trim(watcher: _Watcher, event: RankOutput) -> RankOutput | None:
+    """``event`` without the lines the watcher already got from the files (None: all)."""
+    key = (event.rank, event.stream)
+    seen = watcher.seen.get(key)
+    if seen is None:
+        return event
+    attempt, upto = seen
+    if attempt != event.attempt:
+        del watcher.seen[key]
+        return event
+    end = event.first_line + len(event.lines)
+    if end >= upto:
+        del watcher.seen[key]  # the live stream has caught up with what the files gave
+    if event.first_line >= upto:
+        return event
+    skip = upto - event.first_line
+    if skip >= len(event.lines) and not (end >= upto and event.partial):
+        return None
+    return RankOutput(event.rank, event.stream, event.lines[skip:], event.partial,
+                      event.attempt, event.first_line + min(skip, len(event.lines)))
+
+
+def _call(sink: EventSink, event: Event) -> None:
+    try:
+        sink(event)
+    except Exception:  # noqa: BLE001 - one bad sink must not stop the others
+        log.exception("event sink %r failed on %r", sink, type(event).__name__)
+
+
+def _read_line(sock: socket.socket, buf: bytearray) -> bytes | None:
+    while True:
+        end = buf.find(b"\n")
+        if end >= 0:
+            line = bytes(buf[: end + 1])
+            del buf[: end + 1]
+            return line
+        try:
+            data = sock.recv(1 << 20)
+        except (TimeoutError, socket.timeout):
+            return None
+        if not data:
+            return None
+        buf += data
