@@ -260,7 +260,7 @@ class ScriptedSupervisor:
         with self._dispatch_lock:
             self._sinks.clear()
         with self._lock:
-            self.calls.append(("detach",))
+            self.calls.append(("detach", None))
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         with self._dispatch_lock:

@@ -36,7 +36,7 @@ from engine.logfile.arrival import arrival_path
 from engine.logfile.merged import MergedSource
 from engine.logfile.store import LogStore
 
-__all__ = ["NoAnswer", "ProtocolMismatch", "RemoteHandle"]
+__all__ = ["NoAnswer", "ProtocolMismatch", "RemoteHandle", "recent_output"]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +171,11 @@ class RemoteHandle:
     def connected(self) -> bool:
         """False once the connection is gone (the supervisor exited, or detach())."""
         return not self._gone.is_set()
+
+    @property
+    def detachable(self) -> bool:
+        """True: the run lives in its supervisor process; closing this handle leaves it."""
+        return True
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         """Add ``sink`` for every later live event (on the reader thread)."""
@@ -436,28 +441,39 @@ class RemoteHandle:
 
     def _recent(self, rank: int, attempt: int, out: str, err: str,
                 watcher: _Watcher) -> list[RankOutput]:
-        source = MergedSource(out, err, arrival_path(out, err))
-        try:
-            rows = source.refresh()
-            for stream, store in zip(("stdout", "stderr"), source.stores, strict=True):
-                watcher.seen[(rank, stream)] = (attempt, store.line_count)
-            batches: list[RankOutput] = []
-            row = max(0, rows - self.recent_lines)
-            order = source.order
-            while row < rows:
-                stream_no, line = order.locate(row)
-                count = 1
-                while row + count < rows and order.locate(row + count) == (stream_no,
-                                                                            line + count):
-                    count += 1
-                lines = source.stores[stream_no].get_lines(line, line + count)
-                batches.append(RankOutput(rank, "stderr" if stream_no else "stdout",
-                                          tuple(lines), attempt=attempt,
-                                          first_line=line))
-                row += count
-            return batches
-        finally:
-            source.close()
+        batches, counts = recent_output(rank, attempt, out, err, self.recent_lines)
+        for stream, count in counts.items():
+            watcher.seen[(rank, stream)] = (attempt, count)
+        return batches
+
+
+def recent_output(rank: int, attempt: int, out: str, err: str,
+                  lines: int) -> tuple[list[RankOutput], dict[str, int]]:
+    """The last ``lines`` lines of a rank's two files, interleaved as they arrived (the
+    arrival index beside them), as RankOutput batches with their line numbers; and how many
+    complete lines each file held when read (live lines from there on are new)."""
+    source = MergedSource(out, err, arrival_path(out, err))
+    try:
+        rows = source.refresh()
+        counts = {
+            stream: store.line_count
+            for stream, store in zip(("stdout", "stderr"), source.stores, strict=True)
+        }
+        batches: list[RankOutput] = []
+        row = max(0, rows - lines)
+        order = source.order
+        while row < rows:
+            stream_no, line = order.locate(row)
+            count = 1
+            while row + count < rows and order.locate(row + count) == (stream_no, line + count):
+                count += 1
+            text = source.stores[stream_no].get_lines(line, line + count)
+            batches.append(RankOutput(rank, "stderr" if stream_no else "stdout",
+                                      tuple(text), attempt=attempt, first_line=line))
+            row += count
+        return batches, counts
+    finally:
+        source.close()
 
 
 def _trim(watcher: _Watcher, event: RankOutput) -> RankOutput | None:

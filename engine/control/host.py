@@ -22,9 +22,9 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
-from engine.events import Event, RankOutput, RankStats, RunFinished
 from engine.control import registry, status, wire
 from engine.control.server import ControlServer
+from engine.events import Event, RankOutput, RankStats, RunFinished
 
 if TYPE_CHECKING:
     from engine.supervisor.core import Supervisor

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.control.daemon import Request
 
@@ -105,7 +106,7 @@ def start_supervisor(request: Request, *, timeout_s: float = READY_TIMEOUT_S) ->
     )
 
 
-def _read_answer(fd: int, timeout_s: float) -> dict[str, object] | None:
+def _read_answer(fd: int, timeout_s: float) -> dict[str, Any] | None:
     deadline = time.monotonic() + timeout_s
     data = b""
     while b"\n" not in data:
