@@ -211,55 +211,71 @@ def test_help_mentions_the_torchrun_flags() -> None:
         assert flag in res.stdout
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_tui_mode_on_a_terminal_stops_ranks_and_exits_on_a_signal(
-    tmp_path: Path, sig: int
-) -> None:
-    import tui.app  # noqa: F401 - our own module: a broken import fails, never skips
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    argv = [sys.executable, "-m", "tui", "run", "--nproc-per-node", "2", "--term-timeout", "3",
-            "--log-dir", str(tmp_path / "logs"), SV_RANK, "--pid-dir", str(pid_dir),
-            "--child", "both"]
+def _tui_on_a_terminal(argv: list[str]) -> tuple[int, int]:
+    """``rankvisor`` on a pseudo-terminal of its own (so the TUI runs): (pid, pty fd)."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: rankvisor on a terminal, so the TUI runs
         os.chdir(ROOT)
         os.environ["TERM"] = "xterm-256color"
         os.execv(sys.executable, argv)
-    screen = bytearray()
+    return pid, fd
 
-    def read_screen() -> bool:
-        # Keep the terminal drained, or the app blocks writing to it.
-        while select.select([fd], [], [], 0)[0]:
+
+class _Screen:
+    """What the terminal got; reading keeps it drained, or the app blocks writing to it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.data = bytearray()
+
+    def read(self) -> bool:
+        while select.select([self.fd], [], [], 0)[0]:
             try:
-                screen.extend(os.read(fd, 1 << 16))
+                self.data.extend(os.read(self.fd, 1 << 16))
             except OSError:
                 return True
         return False
 
+
+def _exit_of(pid: int, screen: _Screen) -> int:
+    status: list[int] = []
+
+    def exited() -> bool:
+        screen.read()
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status.append(os.waitstatus_to_exitcode(st))
+        return bool(done)
+
+    wait_until(exited, timeout=30)
+    return status[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_foreground_tui_on_a_signal_stops_the_ranks_and_exits(tmp_path: Path, sig: int) -> None:
+    """The table's last row: the TUI with the supervisor inside ends the run with it."""
+    import tui.app  # noqa: F401 - our own module: a broken import fails, never skips
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    pid, fd = _tui_on_a_terminal(
+        [sys.executable, "-m", "tui", "run", "--foreground", "--nproc-per-node", "2",
+         "--term-timeout", "3", "--log-dir", str(tmp_path / "logs"), SV_RANK,
+         "--pid-dir", str(pid_dir), "--child", "both"])
+    screen = _Screen(fd)
     try:
-        wait_until(lambda: read_screen() or len(list(pid_dir.glob("*.pids"))) == 2, timeout=60)
+        wait_until(lambda: screen.read() or len(list(pid_dir.glob("*.pids"))) == 2, timeout=60)
         pids = [int(x) for f in pid_dir.glob("*.pids") for x in f.read_text().split()]
         assert len(pids) == 6
-        wait_until(lambda: read_screen() or b"running" in screen, timeout=30)
+        wait_until(lambda: screen.read() or b"running" in screen.data, timeout=30)
         os.kill(pid, sig)
-        status: list[int] = []
-
-        def exited() -> bool:
-            read_screen()
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status.append(os.waitstatus_to_exitcode(st))
-            return bool(done)
-
-        wait_until(exited, timeout=30)
+        status = _exit_of(pid, screen)
         if sig == signal.SIGINT:
             # Left to the app's event loop (it ends the app, which shuts the ranks down).
-            assert status[0] != 0
+            assert status != 0
         else:
-            assert status == [128 + sig]
+            assert status == 128 + sig
         wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
-        assert b"\x1b[?1049l" in screen  # the app left the alternate screen: terminal restored
+        assert b"\x1b[?1049l" in screen.data  # the app left the alternate screen
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -267,6 +283,49 @@ def test_tui_mode_on_a_terminal_stops_ranks_and_exits_on_a_signal(
         except (ProcessLookupError, ChildProcessError):
             pass
         os.close(fd)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_viewer_ends_on_a_signal_and_the_run_goes_on(tmp_path: Path, sig: int) -> None:
+    """The table's first row: the default ``run`` is a viewer of a supervisor process; a
+    signal (or a lost terminal) ends the viewer only. ``stop`` then ends the run, with no
+    process of it left."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    log_dir = tmp_path / "logs"
+    pid, fd = _tui_on_a_terminal(
+        [sys.executable, "-m", "tui", "run", "--nproc-per-node", "2", "--term-timeout", "3",
+         "--log-dir", str(log_dir), SV_RANK, "--pid-dir", str(pid_dir), "--child", "both"])
+    screen = _Screen(fd)
+    pids: list[int] = []
+    try:
+        wait_until(lambda: screen.read() or len(list(pid_dir.glob("*.pids"))) == 2, timeout=60)
+        pids = [int(x) for f in pid_dir.glob("*.pids") for x in f.read_text().split()]
+        assert len(pids) == 6
+        wait_until(lambda: screen.read() or b"running" in screen.data, timeout=30)
+        os.kill(pid, sig)
+        status = _exit_of(pid, screen)
+        assert status in (0, 128 + sig) or sig == signal.SIGINT
+        assert all(pid_alive(p) for p in pids), "the run must outlive its viewer"
+        run_dir = next(log_dir.iterdir())
+        supervisor = int(__import__("json").loads((run_dir / "status.json").read_text())[
+            "supervisor_pid"])
+        res = rankvisor("stop", str(run_dir))
+        assert res.returncode == 0, res.stderr
+        wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
+        wait_until(lambda: not pid_alive(supervisor), timeout=30)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path) -> None:
