@@ -1,8 +1,10 @@
 """A terminal that goes away never leaves a process of rankvisor behind.
 
-``rankvisor run`` (the TUI) runs in a tmux session; the test kills the session, as a dropped
-SSH connection would take the terminal: the ranks stop, rankvisor and its guard end, and the
-report is in the run directory (there was no terminal left to print it on).
+``rankvisor run --foreground`` (the TUI with the supervisor inside it) runs in a tmux session;
+the test kills the session, as a dropped SSH connection would take the terminal: the ranks
+stop, rankvisor and its guard end, and the report is in the run directory (there was no
+terminal left to print it on). Without ``--foreground`` the run outlives its terminal:
+``test_detach_tmux.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def test_killing_the_terminal_ends_rankvisor_its_guard_and_the_ranks(tmp_path: P
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     command = (
-        f"cd {ROOT} && exec {sys.executable} -m tui run --nproc-per-node 2 --term-timeout 3 "
+        f"cd {ROOT} && exec {sys.executable} -m tui run --foreground --nproc-per-node 2 --term-timeout 3 "
         f"--log-dir {tmp_path / 'logs'} {BIN / 'sv_rank.py'} --pid-dir {pid_dir}"
     )
     out = subprocess.run(
