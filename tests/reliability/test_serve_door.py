@@ -4,8 +4,10 @@ Each test starts ``rankvisor serve`` as the console script would (no working dir
 ``sys.path``) in a directory holding a hostile ``engine.py`` and ``tui.py`` that raise at
 import, and talks to it with aiohttp as a browser would: the page, then the websocket URL
 the page names, with an Origin header. The job is one tiny Python rank that records its pid
-and, on SIGTERM, that it got one. Every process a test starts is killed at the end, even on
-failure: serve and each process seen in its tree.
+and, on SIGTERM, that it got one; or, for ``serve RUN``, a run that is already running (its
+control socket served from the test's process, or a real supervisor process), of which each
+session is a viewer. Every process a test starts is killed at the end, even on failure:
+serve and each process seen in its tree.
 """
 
 from __future__ import annotations
