@@ -50,8 +50,13 @@ def open_handle(run: str | None, *, read_only: bool) -> object:
     return RecordedRun.open(entry.run_dir)
 
 
-def main(argv: list[str]) -> int:
-    """``rankvisor attach``; returns the exit status."""
+def main(argv: list[str], *, need_terminal: bool = True) -> int:
+    """``rankvisor attach``; returns the exit status.
+
+    ``need_terminal``: the command line refuses to draw the TUI into a pipe (a script wants
+    ``status`` or ``logs``); ``rankvisor serve``'s browser sessions pass False, since their
+    stdout is a pipe to textual-serve, which hands Textual a web driver.
+    """
     args = build_attach_parser().parse_args(argv)
     if args.torchrun is not None:
         if args.run is not None:
@@ -71,7 +76,7 @@ def main(argv: list[str]) -> int:
     except (ProtocolMismatch, NoAnswer, OSError) as e:
         print(f"{PROG} attach: {e}", file=sys.stderr)
         return STALE if isinstance(e, NoAnswer) else 1
-    if not sys.stdout.isatty():
+    if need_terminal and not sys.stdout.isatty():
         print(f"{PROG} attach: needs a terminal (use `{PROG} status` or `{PROG} logs` "
               "in scripts)", file=sys.stderr)
         handle.detach()  # type: ignore[attr-defined]

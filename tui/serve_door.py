@@ -2,7 +2,8 @@
 
 A page of any web site the user opens in a browser on the same machine can reach
 127.0.0.1, and a websocket is not bound by the same-origin policy: the server itself must
-refuse. Every session it starts runs the job, and its keys signal and restart ranks. So:
+refuse. Every session it starts shows a run's output, and (with ``--control``, or a run of
+its own) its keys signal and restart ranks. So:
 
 * **Origin**: a websocket handshake must carry the Origin of the URL the page is served
   from (``--public-url``, else ``http://HOST:PORT``); any other request carrying an Origin
@@ -14,10 +15,11 @@ refuse. Every session it starts runs the job, and its keys signal and restart ra
 * **Viewers**: at most ``max_viewers`` sessions at a time, counted from the handshake until
   the session's app has exited; one more gets 503 with the reason, and no app.
 * **Shutdown**: on SIGTERM/SIGINT every session is told to quit, as the app's own quit
-  would (its ranks are terminated with escalation), and is waited for up to
-  ``SESSION_END_GRACE`` seconds. Beyond that, and on SIGKILL of serve, the sessions die with
-  it: each session app asks the kernel for a death signal tied to serve (see
-  ``tui.serve``), and its run's guard then removes its ranks.
+  would (a viewer lets go of the run it watches; a session's own run has its ranks
+  terminated with escalation), and is waited for up to ``SESSION_END_GRACE`` seconds.
+  Beyond that, and on SIGKILL of serve, the sessions die with it: each session app asks the
+  kernel for a death signal tied to serve (see ``tui.serve``); a run of its own is then
+  removed by that run's guard, a watched run goes on.
 
 The page, the static files and the download route are textual-serve's; this module only
 puts the checks in front of them and starts the sessions with textual-serve's
@@ -42,8 +44,8 @@ from textual_serve.server import Server, to_int
 __all__ = ["SESSION_END_GRACE", "DoorServer", "origin_of"]
 
 SESSION_END_GRACE = 60.0
-"""Seconds serve waits, at SIGTERM/SIGINT, for its sessions to end their runs (a run's
-ranks get ``--term-timeout``, 30 s by default, before SIGKILL)."""
+"""Seconds serve waits, at SIGTERM/SIGINT, for its sessions to end (a session's own run's
+ranks get ``--term-timeout``, 30 s by default, before SIGKILL; a viewer only lets go)."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 

@@ -4,8 +4,10 @@ Each test starts ``rankvisor serve`` as the console script would (no working dir
 ``sys.path``) in a directory holding a hostile ``engine.py`` and ``tui.py`` that raise at
 import, and talks to it with aiohttp as a browser would: the page, then the websocket URL
 the page names, with an Origin header. The job is one tiny Python rank that records its pid
-and, on SIGTERM, that it got one. Every process a test starts is killed at the end, even on
-failure: serve and each process seen in its tree.
+and, on SIGTERM, that it got one; or, for ``serve RUN``, a run that is already running (its
+control socket served from the test's process, or a real supervisor process), of which each
+session is a viewer. Every process a test starts is killed at the end, even on failure:
+serve and each process seen in its tree.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Callable, Iterator
 import pytest
 
 from tests.conftest import wait_until
+from tests.tui.hosted_run import HostedRun, hosted_run
 from tui.serve import python_module_argv
 
 aiohttp = pytest.importorskip("aiohttp")
@@ -140,7 +143,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    """``serve(*flags)`` starts ``rankvisor serve FLAGS run --nproc-per-node 1 RANK``."""
+    """``serve(*flags)`` starts ``rankvisor serve FLAGS run --nproc-per-node 1 RANK``;
+    ``serve(*flags, job=[...])`` serves that instead (a RUN, or nothing)."""
     started: list[Served] = []
     workdir = tmp_path / "user-repo"
     workdir.mkdir()
@@ -151,13 +155,14 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     rank.parent.mkdir()
     rank.write_text(RANK)
 
-    def start(*flags: str) -> Served:
+    def start(*flags: str, job: list[str] | None = None) -> Served:
         port = _free_port()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p
         )
-        job = ["run", "--nproc-per-node", "1", str(rank), str(workdir / "rank.pid")]
+        if job is None:
+            job = ["run", "--nproc-per-node", "1", str(rank), str(workdir / "rank.pid")]
         argv = [*python_module_argv("tui.cli"), "serve", "--port", str(port), *flags, *job]
         proc = subprocess.Popen(
             argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
@@ -355,3 +360,129 @@ def test_sigterm_of_serve_quits_each_session_as_its_quit_would(
     # The rank was terminated (SIGTERM first), not killed with serve.
     assert (served.workdir / "rank.pid.term").read_text() == "SIGTERM"
     wait_until(lambda: not any(_alive(p) for p in snapshot), timeout=BOUND)
+
+
+# -- serve RUN: every session a viewer of a run that goes on without it ---------------------
+
+
+@pytest.fixture
+def hosted(tmp_path: Path) -> Iterator[HostedRun]:
+    """A running run of two ranks whose control socket is served from this process."""
+    yield from hosted_run(tmp_path / "logs")
+
+
+async def _open_viewer(
+    served: Served,
+) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse, asyncio.Task[None]]:
+    client = aiohttp.ClientSession()
+    ws_url = _page_websocket_url((await _get(served.url))[1])
+    ws = await _handshake(f"{ws_url}?width=100&height=30", served.origin, client)
+    assert await _first_frame(ws)
+    return client, ws, _keep_reading(ws)
+
+
+def test_serve_run_sessions_are_viewers_and_a_closed_tab_leaves_the_run(
+    serve: Callable[..., Served], hosted: HostedRun
+) -> None:
+    served = serve(job=[hosted.run_dir])
+    assert served.token
+    assert any(
+        f"each browser session shows a viewer of run {hosted.run_id} ({hosted.run_dir}), "
+        "read-only" in line for line in served.lines
+    ), served.lines
+    pids = hosted.rank_pids()
+    assert hosted.clients == 0
+
+    async def sessions() -> None:
+        first, first_ws, first_reader = await _open_viewer(served)
+        await _until(lambda: hosted.clients == 1)
+        (app,) = served.session_apps()
+        assert _cmdline(app)[-3:] == ["attach", hosted.run_dir, "--read-only"]
+        second, _, second_reader = await _open_viewer(served)
+        # Two sessions are two viewers of this one run, not two runs.
+        await _until(lambda: hosted.clients == 2)
+        assert len(served.session_apps()) == 2
+        assert hosted.rank_pids() == pids and hosted.all_running()
+        # Closing a tab ends that viewer only.
+        await first_ws.close()
+        await first_reader
+        await first.close()
+        await _until(lambda: hosted.clients == 1 and len(served.session_apps()) == 1)
+        assert hosted.rank_pids() == pids and hosted.all_running()
+        # SIGTERM of serve quits the other session as its quit would: it lets go.
+        served.proc.terminate()
+        await asyncio.to_thread(served.proc.wait, BOUND)
+        second_reader.cancel()
+        await second.close()
+
+    asyncio.run(sessions())
+    assert served.proc.returncode == 0, served.lines
+    wait_until(lambda: hosted.clients == 0 and not served.tree(), timeout=BOUND)
+    assert hosted.rank_pids() == pids and hosted.all_running()
+
+
+RUN_WAIT = "import signal\nsignal.pause()\n"
+
+
+def test_serve_with_no_run_views_the_running_one_else_the_demo(
+    serve: Callable[..., Served], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real supervisor process (``run -D``) in a state dir of this test's own."""
+    from engine.control.client import RemoteHandle
+    from engine.control.status import read_status
+
+    monkeypatch.setenv("RANKVISOR_STATE_DIR", str(tmp_path / "state"))
+    demo = serve(job=[])
+    assert demo.token and any(
+        "each browser session shows a run of its own: demo" in line for line in demo.lines
+    ), demo.lines
+    demo.proc.terminate()
+    demo.proc.wait(BOUND)
+
+    script = tmp_path / "wait.py"
+    script.write_text(RUN_WAIT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    logs = tmp_path / "logs"
+    started = subprocess.run(
+        [*python_module_argv("tui.cli"), "run", "-D", "--nproc-per-node", "2",
+         "--term-timeout", "5", "--log-dir", str(logs), str(script)],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+    (run_dir,) = [str(p) for p in logs.iterdir()]
+    status = read_status(run_dir)
+    assert status is not None
+    supervisor = psutil.Process(int(status["supervisor_pid"]))
+    try:
+        pids = sorted(r["pid"] for r in status["ranks"])
+        served = serve(job=[])
+        assert served.token and any(
+            f"a viewer of run {status['run_id']} ({run_dir}), read-only" in line
+            for line in served.lines
+        ), served.lines
+
+        async def session() -> None:
+            client, ws, reader = await _open_viewer(served)
+            (app,) = served.session_apps()
+            assert _cmdline(app)[-3:] == ["attach", run_dir, "--read-only"]
+            await ws.close()
+            await reader
+            await client.close()
+            await _until(lambda: not served.tree())
+
+        asyncio.run(session())
+        # The viewer is gone; the run is not.
+        handle = RemoteHandle.connect(str(status["socket"]), read_only=True)
+        try:
+            ranks = handle.snapshot().ranks
+            assert sorted(r.pid or 0 for r in ranks) == pids
+            assert all(r.state.is_alive for r in ranks)
+        finally:
+            handle.detach()
+    finally:
+        subprocess.run([*python_module_argv("tui.cli"), "stop", run_dir], env=env,
+                       capture_output=True, timeout=60)
+        try:
+            supervisor.wait(BOUND)
+        except psutil.Error:
+            supervisor.kill()

@@ -1,5 +1,6 @@
-"""``rankvisor serve``: loopback by default, a door (origin, token, viewer cap), and session
-processes that never import from the user's working directory.
+"""``rankvisor serve``: loopback by default, a door (origin, token, viewer cap), session
+processes that never import from the user's working directory, and what each session runs:
+a viewer of a run (``attach RUN_DIR``, read-only unless ``--control``) or a run of its own.
 
 The real server, its sessions and what SIGKILL leaves behind are tested in
 tests/reliability/test_serve_door.py.
@@ -11,10 +12,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from tui import serve
+from engine.control.server import READ_ONLY_REFUSAL
+from engine.handle import TerminateRanks
+from engine.states import RankState
+from tests.conftest import wait_until
+from tests.control.runs import Supervisors, failed_finish, make_run
+from tests.tui.hosted_run import HostedRun, hosted_run
+from tui import attach, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,8 +117,23 @@ def test_door_checks(tmp_path: Path) -> None:
         door.DoorServer("true", host="h", port=1, public_url="ftp://h", token="t", max_viewers=1)
 
 
+@pytest.fixture
+def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A state directory of this test's own: only the runs it makes are there."""
+    path = tmp_path / "state"
+    monkeypatch.setenv("RANKVISOR_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def supervisors() -> Iterator[Supervisors]:
+    s = Supervisors()
+    yield s
+    s.close()
+
+
 def test_non_loopback_host_warns(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], private_state: Path
 ) -> None:
     door = pytest.importorskip("tui.serve_door")
     started: list[door.DoorServer] = []
@@ -121,3 +144,125 @@ def test_non_loopback_host_warns(
     assert server.host == "0.0.0.0" and server.port == 9001 and server.max_viewers == 2
     assert server.command.endswith("--session --serve-pid %d demo" % os.getpid())
     assert server.public_url == "http://0.0.0.0:9001"
+
+
+def test_viewer_session_is_attach_of_the_run_dir_read_only_unless_control() -> None:
+    assert serve.viewer_session_args("/r/x_1", control=False) == [
+        "attach", "/r/x_1", "--read-only"]
+    assert serve.viewer_session_args("/r/x_1", control=True) == ["attach", "/r/x_1"]
+    command = serve.session_command(serve.viewer_session_args("/r/x_1", control=False), 7)
+    assert command.endswith("tui.serve --session --serve-pid 7 attach /r/x_1 --read-only")
+
+
+def test_plan_a_running_run_by_dir_or_id(
+    private_state: Path, supervisors: Supervisors, tmp_path: Path
+) -> None:
+    entry = make_run(tmp_path / "logs", "job7", pid=supervisors.live().pid)
+    for named in (entry.run_dir, "job7", str(tmp_path / "logs")):
+        plan = serve.plan_sessions([named], control=False)
+        assert plan.session_args == ["attach", entry.run_dir, "--read-only"], named
+        assert plan.shows == f"a viewer of run job7 ({entry.run_dir}), read-only"
+        assert "watch run job7" in plan.reach
+    plan = serve.plan_sessions([entry.run_dir], control=True)
+    assert plan.session_args == ["attach", entry.run_dir]
+    assert "with control" in plan.shows and "signal, terminate and restart" in plan.reach
+
+
+def test_plan_a_finished_or_stale_run_is_its_record_read_only(
+    private_state: Path, supervisors: Supervisors, tmp_path: Path
+) -> None:
+    pid, start = supervisors.dead()
+    finished = make_run(tmp_path / "logs", "done", pid=pid, start=start,
+                        states=[RankState.FAILED, RankState.SUCCEEDED],
+                        finished=failed_finish(0, 3, 2), exitcode=1)
+    stale = make_run(tmp_path / "logs", "gone", pid=pid, start=start)
+    for entry, state in ((finished, "finished"), (stale, "stale")):
+        plan = serve.plan_sessions([entry.run_dir], control=True)
+        assert plan.session_args == ["attach", entry.run_dir, "--read-only"]
+        assert plan.shows.endswith(f"({entry.run_dir}), {state}, read-only")
+
+
+def test_plan_with_no_run_picks_the_newest_running_else_the_demo(
+    private_state: Path, supervisors: Supervisors, tmp_path: Path
+) -> None:
+    pid, start = supervisors.dead()
+    make_run(tmp_path / "logs", "old", pid=pid, start=start)  # stale: not running
+    plan = serve.plan_sessions([], control=False)
+    assert plan.session_args == ["demo"] and "none of your runs is running" in plan.shows
+    live = make_run(tmp_path / "logs", "live", pid=supervisors.live().pid)
+    assert serve.plan_sessions([], control=False).session_args == [
+        "attach", live.run_dir, "--read-only"]
+    # demo and run ARGS keep a run per session, whatever runs.
+    assert serve.plan_sessions(["demo"], control=True).session_args == ["demo"]
+    job = ["run", "--nproc-per-node", "2", "train.py"]
+    assert serve.plan_sessions(["--", *job], control=False).session_args == job
+
+
+def test_a_run_that_names_nothing_is_one_line_and_exit_3(
+    private_state: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("textual_serve")
+    script = tmp_path / "train.py"
+    script.write_text("")
+    for named in ("nosuch", str(script)):
+        assert serve.main([named, "--control"]) == serve.NO_SUCH_RUN
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "serve run ARGS" in err, err
+    with pytest.raises(SystemExit) as exit_info:
+        serve.main(["one", "two"])
+    assert exit_info.value.code == 2
+
+
+def test_serve_of_a_run_announces_the_viewer_and_warns_of_control(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    private_state: Path, supervisors: Supervisors, tmp_path: Path,
+) -> None:
+    door = pytest.importorskip("tui.serve_door")
+    entry = make_run(tmp_path / "logs", "job9", pid=supervisors.live().pid)
+    started: list[door.DoorServer] = []
+    monkeypatch.setattr(door.DoorServer, "serve", lambda self, debug=False: started.append(self))
+    assert serve.main(["--host", "0.0.0.0", "job9", "--control"]) == 0
+    err = capsys.readouterr().err
+    assert "can signal, terminate and restart the ranks of run job9" in err
+    (server,) = started
+    assert server.command.endswith(f"--serve-pid {os.getpid()} attach {entry.run_dir}")
+    server._announce()
+    assert f"each browser session shows a viewer of run job9 ({entry.run_dir}), with control" in (
+        capsys.readouterr().out)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[HostedRun]:
+    yield from hosted_run(tmp_path / "logs")
+
+
+def test_the_serve_session_views_without_a_terminal_and_read_only_refuses(
+    run: HostedRun, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tui.run
+    from engine.control.client import RemoteHandle
+
+    viewed: list[RemoteHandle] = []
+
+    def view(handle: RemoteHandle, **_kw: object) -> int:
+        viewed.append(handle)
+        return 0
+
+    monkeypatch.setattr(tui.run, "run_viewer", view)
+    # The command line still refuses a stdout that is no terminal (pytest's is not).
+    assert attach.main([run.run_dir]) == 2 and not viewed
+    assert "needs a terminal" in capsys.readouterr().err
+    pids = run.rank_pids()
+    for read_only in (True, False):
+        args = serve.viewer_session_args(run.run_dir, control=not read_only)
+        assert serve.main(["--session", *args]) == 0
+        handle = viewed.pop()
+        assert isinstance(handle, RemoteHandle) and handle.detachable
+        assert handle.read_only is read_only
+        wait_until(lambda: run.clients == 1)
+        if read_only:
+            result = handle.execute(TerminateRanks([0]))
+            assert not result.ok and result.message == READ_ONLY_REFUSAL
+        handle.detach()
+        wait_until(lambda: run.clients == 0)
+    assert run.all_running() and run.rank_pids() == pids
