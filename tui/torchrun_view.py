@@ -11,11 +11,10 @@ import sys
 from typing import Any
 
 from engine.attach import AttachError, TorchrunHandle
+from engine.control.server import READ_ONLY_REFUSAL
 from engine.handle import CommandResult
 
 __all__ = ["READ_ONLY_REFUSAL", "run_torchrun_view"]
-
-READ_ONLY_REFUSAL = "read-only viewer: commands are refused (attach without --read-only)"
 
 
 class _ReadOnly(TorchrunHandle):

@@ -231,9 +231,11 @@ class RemoteHandle:
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Terminate every rank (with escalation), wait for the run's end, disconnect."""
-        self.execute(TerminateRanks(None, timeout_s=timeout_s))
-        t = self._initial.term_timeout_s if timeout_s is None else timeout_s
-        self.wait(2 * t + 5)
+        result = self.execute(TerminateRanks(None, timeout_s=timeout_s))
+        if result.ok:
+            t = self._initial.term_timeout_s if timeout_s is None else timeout_s
+            self.wait(2 * t + 5)
+        # Refused (a read-only viewer, no rank running): nothing will end, nothing to wait for.
         self.detach()
 
     def detach(self) -> None:

@@ -39,7 +39,9 @@ __all__ = ["READ_ONLY_REFUSAL", "ControlServer"]
 
 log = logging.getLogger(__name__)
 
-READ_ONLY_REFUSAL: Final = "read-only viewer: commands are refused (attach without --read-only)"
+READ_ONLY_REFUSAL: Final = (
+    "read-only viewer: commands are refused (attach without --read-only, or serve with --control)"
+)
 OUTPUT_QUEUE_BYTES: Final = 4 << 20
 """A client's queue past which its output batches are dropped (and marked skipped)."""
 LIFECYCLE_QUEUE_BYTES: Final = 64 << 20

@@ -298,7 +298,7 @@ def test_follows_torchrun_to_its_next_attempt(torchrun: Any) -> None:
 async def test_the_app_shows_a_torchrun_jobs_panes(torchrun: Any) -> None:
     from tests.tui.conftest import wait_for
     from tui.app import make_app
-    from tui.screens.confirm import ConfirmScreen
+    from tui.screens.confirm import QuitScreen
 
     job = torchrun("--interval", "0.05")
     job.workers()
@@ -320,9 +320,11 @@ async def test_the_app_shows_a_torchrun_jobs_panes(torchrun: Any) -> None:
             rows = [log.render_line(y).text for y in range(log.size.height)]  # type: ignore[attr-defined]
             assert any(f"rank {rank} attempt 0 line" in row for row in rows), rows
         await pilot.press("q")
-        if isinstance(app.screen, ConfirmScreen):
-            await pilot.press("y")
+        # The job is torchrun's: quitting asks to detach (the default) or to end it.
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("d")
         await wait_for(pilot, lambda: app.return_value is not None, timeout=30)
+        assert app.detached
     # Quitting the viewer only detached: the job runs on.
     assert job.proc.poll() is None
     assert len(workers_of(job.pid)) == 2
