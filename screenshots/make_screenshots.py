@@ -126,6 +126,17 @@ def help_screen(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]
     return app, drive
 
 
+def detach(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """q on a run that has a supervisor process of its own: detach (the default) or end it."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), detachable=True)
+    app = make_app(engine)
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("q")
+
+    return app, drive
+
+
 SCENES: dict[str, Scene] = {
     "grid": grid,
     "countdown": countdown,
@@ -135,6 +146,7 @@ SCENES: dict[str, Scene] = {
     "filtered": filtered,
     "ranks-32": ranks_32,
     "help": help_screen,
+    "detach": detach,
 }
 
 

@@ -86,3 +86,12 @@ def test_help_screen(snap_compare, size) -> None:  # type: ignore[no-untyped-def
     """The ? screen over the grid: every key, grouped."""
     engine = ScriptedSupervisor(scripted_info(4), running_script(4))
     assert snap_compare(make_app(engine), press=["question_mark"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_quit_asks_to_detach(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """q while ranks run in a supervisor process of their own: a dialog whose focused,
+    default answer is Detach [d] (the run goes on), then Terminate all [t] and Cancel [n],
+    each with its key shown literally (not eaten as markup)."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), detachable=True)
+    assert snap_compare(make_app(engine), press=["q"], terminal_size=size)
