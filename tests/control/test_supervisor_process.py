@@ -168,13 +168,17 @@ def test_sigkill_of_the_supervisor_leaves_no_process_and_a_stale_run(
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
                          ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_to_the_supervisor_stops_the_ranks_with_escalation_and_it_exits(
-        daemons: Daemons, sig: int) -> None:
+        daemons: Daemons, viewers: list[RemoteHandle], sig: int) -> None:
     # Rank 0 ignores the signal (SIGKILL must follow at the term timeout); rank 1 dies of it.
     run = daemons.start("--child", "group", only={0: ("--ignore", str(int(sig)))},
                         term_timeout=1.0)
     run.wait_status(running)
     pids = run.all_pids()
+    viewer = RemoteHandle.connect(run.started.socket, name="test")  # does not hold it back
+    viewers.append(viewer)
     os.kill(run.pid, sig)
+    finished = viewer.wait(START_S)
+    assert finished is not None and sorted(finished.result.stopped) == [0, 1]
     assert run.process.wait(START_S) == 128 + sig
     wait_until(lambda: not [p for p in pids if pid_alive(p)], START_S)
     status = run.status()
