@@ -150,7 +150,8 @@ def main(request_fd: int, ready_fd: int) -> int:
         try:
             sup.start()
         except Exception as e:  # noqa: BLE001 - the launcher prints it; nothing runs
-            _say(ready_fd, {"ok": False, "error": f"the ranks could not start: {e}"})
+            _say(ready_fd, {"ok": False,
+                                 "error": f"the ranks could not start: {type(e).__name__}: {e}"})
             raise
         run_dir = host.started()
         _log_to(run_dir)

@@ -99,6 +99,8 @@ class RunHost:
         """The ranks run: open the run's record, register it; returns the run's directory."""
         info = self._sup.snapshot()
         self._run_dir = info.log_dir
+        # Viewers start from the run as its ranks started (with their files), as the record.
+        self.server.rebase(info)
         if self._run_dir:
             path = os.path.join(self._run_dir, EVENTS_FILE)
             self._events_file = os.open(

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from engine.control import wire
 from engine.events import Event, RankOutput, RankStats
-from engine.handle import CommandResult, SupervisorHandle
+from engine.handle import CommandResult, RunInfo, SupervisorHandle
 
 __all__ = ["READ_ONLY_REFUSAL", "ControlServer"]
 
@@ -236,6 +236,15 @@ class ControlServer:
         finally:
             probe.close()
         raise FileExistsError(f"another supervisor listens on {self.socket_path}")
+
+    def rebase(self, info: RunInfo) -> None:
+        """Give viewers ``info`` as the run's beginning from now on: the run as its ranks
+        started, with their files (the snapshot taken at construction has none, the run's
+        directory did not exist yet, and without them a viewer cannot keep a restarted
+        rank's first files as an earlier incarnation). The history stays whole: the events
+        already reflected in ``info`` fold into it again to the same place."""
+        with self._lock:
+            self._initial = wire.run_info_to_wire(info)
 
     @property
     def clients(self) -> int:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.control.live import daemons  # noqa: F401  (fixture)
 from tests.control.runs import state_dir, supervisors  # noqa: F401  (fixtures)
 
 
