@@ -146,6 +146,9 @@ class RunInfo:
     token)."""
     tracking_detail: str = ""
     """The same in words: which cgroup hierarchy, or why none could be used."""
+    started_at: float = 0.0
+    """Wall-clock time (``time.time()``) the ranks were first started; 0.0 before. A viewer
+    that attaches late counts the run's elapsed time from here, not from its own start."""
 
 
 class SupervisorHandle(Protocol):

@@ -149,6 +149,9 @@ class RankvisorApp(App[int]):
         self._start_handle = start_handle
         self._sync_start = sync_start
         self._started_at = clock()
+        if info.started_at:
+            # Attached to a run that was going already: its elapsed time, not ours.
+            self._started_at -= max(0.0, time.time() - info.started_at)
         self._paused = False
         self._status = ""
         self._last_second = -1

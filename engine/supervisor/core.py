@@ -202,6 +202,7 @@ class Supervisor:
             if state.started:
                 return
             state.started = True
+            state.started_at = time.time()
             # Before the guard starts: a run left by an owner killed with its guard is
             # swept here (see engine.process.cgroups).
             self._cgroups, self._tracking_detail = _cgroups.open_run(str(self.config.run_id))
@@ -352,6 +353,7 @@ class Supervisor:
                     else _cgroups.TRACKING_TREE
                 ),
                 tracking_detail=self._tracking_detail,
+                started_at=state.started_at,
             )
 
     @property

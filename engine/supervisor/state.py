@@ -34,6 +34,8 @@ class RunState:
         on it for the ranks to end)."""
         self.slots = slots
         self.started = False
+        self.started_at = 0.0
+        """``time.time()`` when ``start`` ran (what a late viewer counts elapsed time from)."""
         self.closed = False
         self.shutting_down = False
         """Set by ``shutdown`` or a handled signal: nothing may start again."""
