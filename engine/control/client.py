@@ -41,8 +41,12 @@ __all__ = ["NoAnswer", "ProtocolMismatch", "RemoteHandle", "recent_output"]
 log = logging.getLogger(__name__)
 
 RECENT_LINES: Final = 5000
-"""Lines of each rank's files a watcher gets before the live events (and at most this many
-of a skipped stretch)."""
+"""Lines of each rank's files a watcher gets before the live events."""
+REREAD_LINES: Final = 500
+"""At most this many lines of a skipped stretch (the last ones) are read back from the file.
+A stretch is skipped because we read too slowly; reading thousands of lines back on the
+reader thread (under the viewer's GIL) for each one would keep us behind for good, while a
+pane shows the last few dozen. The files keep every line."""
 ANSWER_TIMEOUT_S: Final = 10.0
 
 
@@ -80,12 +84,14 @@ class RemoteHandle:
 
     def __init__(self, sock: socket.socket, welcome: dict[str, Any], rest: bytearray,
                  *, read_only: bool, recent_lines: int = RECENT_LINES,
+                 reread_lines: int = REREAD_LINES,
                  answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         self._sock = sock
         self._buf = rest
         self.read_only = read_only
         self.supervisor_pid: int = int(welcome.get("supervisor_pid", 0))
         self.recent_lines = recent_lines
+        self.reread_lines = reread_lines
         self.answer_timeout_s = answer_timeout_s
         self._initial = wire.run_info_from_wire(welcome["initial"])
         now = wire.run_info_from_wire(welcome["now"])
@@ -123,7 +129,8 @@ class RemoteHandle:
 
     @classmethod
     def connect(cls, socket_path: str, *, read_only: bool = False, timeout_s: float = 5.0,
-                name: str = "", recent_lines: int = RECENT_LINES) -> RemoteHandle:
+                name: str = "", recent_lines: int = RECENT_LINES,
+                reread_lines: int = REREAD_LINES) -> RemoteHandle:
         """Connect, say hello, read the welcome.
 
         Raises FileNotFoundError / ConnectionRefusedError when nobody listens (a stale run),
@@ -160,7 +167,8 @@ class RemoteHandle:
             if message["t"] != "welcome":
                 raise NoAnswer(f"the supervisor refused us: {message.get('message', message)}")
             sock.settimeout(None)
-            return cls(sock, message, buf, read_only=read_only, recent_lines=recent_lines)
+            return cls(sock, message, buf, read_only=read_only, recent_lines=recent_lines,
+                       reread_lines=reread_lines)
         except BaseException:
             sock.close()
             raise
@@ -402,7 +410,7 @@ class RemoteHandle:
         except (KeyError, TypeError, ValueError):
             return
         path = self._path_of(rank, stream)
-        start = max(first, first + count - self.recent_lines)
+        start = max(first, first + count - self.reread_lines)
         lines = self._read_lines(path, start, first + count) if path else []
         if not lines:
             return

@@ -73,6 +73,12 @@ _SKIP_SIZE: Final = 120
 """What a marker counts for in a queue's bytes."""
 
 
+def _estimate(event: RankOutput) -> int:
+    """About the bytes ``event`` takes encoded (it is encoded only if some client takes it):
+    the text, a separator per line, the fields around it."""
+    return sum(map(len, event.lines)) + len(event.lines) + len(event.partial) + 64
+
+
 class _Client:
     def __init__(self, server: ControlServer, sock: socket.socket, peer_pid: int) -> None:
         self.sock = sock
@@ -83,6 +89,8 @@ class _Client:
         self.queued = 0
         self.skips: dict[tuple[int, str], _Skip] = {}
         self.dropped_lines = 0
+        self.dropping = False
+        """Output is being dropped until the queue drains to half its bound."""
         self.closed = False
         """No more queueing; the writer sends what is queued (the reason line) then stops."""
         self.give_up = 0.0
@@ -134,13 +142,15 @@ class ControlServer:
     # -- the sink (engine threads) -------------------------------------------------------
 
     def _sink(self, event: Event) -> None:
-        data = wire.encode_event(event)
         kind = type(event)
+        if kind is RankOutput:
+            self._sink_output(event)  # type: ignore[arg-type]
+            return
+        if kind is RankStats and not self._clients:
+            return  # superseded by the next sample: nobody to send this one to
+        data = wire.encode_event(event)
         with self._lock:
-            if kind is RankOutput:
-                for client in self._clients:
-                    self._offer_output(client, event, data)  # type: ignore[arg-type]
-            elif kind is RankStats:
+            if kind is RankStats:
                 for client in self._clients:
                     # A sample is superseded by the next: a full queue just goes without.
                     if not client.closed and client.queued + len(data) <= self._queue_bytes:
@@ -150,18 +160,55 @@ class ControlServer:
                 for client in self._clients:
                     self._offer_lifecycle(client, data)
 
+    def _sink_output(self, event: RankOutput) -> None:
+        """Queue a batch for every client that takes it; encode it only if one does.
+
+        Under a flood the pump calls this for every batch of every rank: a batch no client
+        can take (none connected, or every queue is over its bound and being drained) is
+        only counted into the clients' skipped markers, never encoded."""
+        with self._lock:
+            if not self._clients:
+                return
+            size = _estimate(event)
+            takers = [c for c in self._clients if self._takes(c, size)]
+            for client in self._clients:
+                if not client.closed and client not in takers:
+                    self._drop_output(client, event)
+        if not takers:
+            return
+        data = wire.encode_event(event)
+        with self._lock:
+            for client in takers:
+                if client.closed:
+                    continue
+                if client in self._clients:
+                    self._put(client, data)
+
+    def _takes(self, client: _Client, size: int) -> bool:
+        """Whether ``client``'s queue takes another output batch of ``size`` bytes (lock held).
+
+        Once its queue overflowed, a client takes no output until the queue has drained to
+        half the bound: one long skipped stretch per rank instead of many short ones, each
+        of which the viewer would read back from the files."""
+        if client.closed:
+            return False
+        if client.dropping:
+            if client.queued > self._queue_bytes // 2:
+                return False
+            client.dropping = False
+        if client.queued + size <= self._queue_bytes:
+            return True
+        client.dropping = True
+        return False
+
     def _put(self, client: _Client, item: bytes | _Skip) -> None:
         client.queue.append(item)
         client.queued += _SKIP_SIZE if isinstance(item, _Skip) else len(item)
         if len(client.queue) == 1:
             client.wake.notify()
 
-    def _offer_output(self, client: _Client, event: RankOutput, data: bytes) -> None:
-        if client.closed:
-            return
-        if client.queued + len(data) <= self._queue_bytes:
-            self._put(client, data)
-            return
+    def _drop_output(self, client: _Client, event: RankOutput) -> None:
+        """Count ``event``'s lines into the client's skipped marker for its stream."""
         if not event.lines:
             return  # only a progress bar's redraw: the next batch carries a newer one
         client.dropped_lines += len(event.lines)

@@ -1,28 +1,44 @@
 """UI benchmark: does the app keep up while every rank floods its log? (not collected)
 
-    python tests/bench/bench_tui.py                      # 8x10k, 64x1.25k, 64x10k lines/s
-    python tests/bench/bench_tui.py --config 8x10000 --seconds 10 --json
+    python tests/bench/bench_tui.py                      # both modes, 8x10k, 64x1.25k, 64x10k
+    python tests/bench/bench_tui.py --mode attached --config 8x10000 --seconds 10 --json
 
-The real thing, in one process: the Supervisor (engine) runs N ranks of
-``tests/bench/tui_writer.py``, each writing timestamped numbered lines at the given rate; the
-log pipeline tails them; the app (headless, 160x48, drain tick 15 Hz) draws them. Measured
-while the writers run:
+Two ways to run the same app over the same ranks, one after the other in one invocation:
+
+- ``inprocess``: the Supervisor (engine) in the app's process, as ``--foreground`` runs it;
+- ``attached``: the Supervisor in a supervisor process of its own
+  (``engine.control.spawn.start_supervisor``), the app a client through ``RemoteHandle``
+  over the control socket, as a plain ``rankvisor run`` does.
+
+N ranks of ``tests/bench/tui_writer.py`` each write timestamped numbered lines at the given
+rate; the log pipeline tails them; the app (headless, 160x48, drain tick 15 Hz) draws them.
+Measured while the writers run:
 
 - key to screen: a selection move pressed through the Pilot, until the first frame drawn
   with the move in it (frames are rendered to escape sequences as the terminal driver would,
   minus the write to a tty);
-- app CPU: the UI thread alone, and the whole process (UI + supervisor + log pump + stats),
-  in % of one core (writers are other processes, not counted);
+- CPU in % of one core: the UI thread alone; the app's whole process (in-process that
+  includes the supervisor and its log pump); the supervisor process alone when attached (its
+  own threads, not its children: the ranks are writers, not counted);
 - pane lag: at each drain tick, now minus the timestamp inside the newest line drawn for each
   rank that got lines (how far the panes are behind the files);
-- lines drawn vs skipped: when the UI falls behind, the bridge drops the oldest batches for
-  the panes (marked in the pane) and never the files;
+- lines drawn vs skipped: lines that reached the panes in the window, and lines the bridge
+  dropped for the panes (marked in the pane); attached, lines the server dropped for a slow
+  viewer are neither (the viewer reads the last of each skipped stretch back from the files);
 - how busy the whole machine was (all cores: writers, app and anything else running), and
   how far the files themselves are behind the writers' intent (a CPU-starved writer writes
   late; no reader can make that up);
 - files intact: afterwards every rank's stdout.log holds lines 0..n-1, in order, none missing.
 
-Goals: key to screen < 100 ms, panes within 250 ms of the files, no byte missing.
+Then (attached modes only) what an idle viewer costs the supervisor process: a run of
+sleeping ranks, the supervisor's CPU over a window with no viewer, one subscribed
+RemoteHandle, the headless app attached, and no viewer again (per-thread schedstat, finer
+than clock ticks).
+
+Goals: key to screen < 100 ms, panes within 250 ms of the files, no byte missing; attached
+(printed with the figures): 8x10k key to screen p90 < 100 ms; 64x10k pane lag p99 < 1 s and
+at most a third of the in-process figure in the same run, key to screen p90 < 150 ms; an
+idle viewer costs the supervisor < 0.1 % of a core.
 """
 
 from __future__ import annotations
@@ -47,6 +63,9 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from textual._compositor import CompositorUpdate  # noqa: E402
 
+from engine.control.client import RemoteHandle  # noqa: E402
+from engine.control.daemon import Request  # noqa: E402
+from engine.control.spawn import start_supervisor  # noqa: E402
 from engine.states import RankState  # noqa: E402
 from engine.supervisor import Supervisor  # noqa: E402
 from engine.supervisor.run_config import SupervisorConfig  # noqa: E402
@@ -179,29 +198,86 @@ def _machine_busy() -> tuple[float, float]:
     return (sum(values) - idle) / tick, sum(values) / tick
 
 
-async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dict[str, Any]:
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` itself, all its threads, no children
+    (the ranks are its children: writers, not counted)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_ns(pid: int) -> dict[int, int]:
+    """Nanoseconds on a CPU of each thread of ``pid`` (schedstat: finer than clock ticks)."""
+    out: dict[int, int] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
+def _ns_between(before: dict[int, int], after: dict[int, int]) -> int:
+    """CPU ns spent between two ``_proc_ns`` looks (threads born meanwhile from zero)."""
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items())
+
+
+def _writer_config(nprocs: int, rate: float, seconds: float, log_dir: str) -> SupervisorConfig:
+    delay = 1.0 + nprocs * 0.05
+    return SupervisorConfig(
+        entrypoint=sys.executable,
+        args=(
+            "-u",
+            str(WRITER),
+            "--rate",
+            str(rate),
+            "--seconds",
+            str(seconds),
+            "--delay",
+            str(delay),
+        ),
+        nprocs=nprocs,
+        log_dir=log_dir,
+        term_timeout=5.0,
+        sample_interval=1.0,
+    )
+
+
+async def run_config(
+    nprocs: int, rate: float, seconds: float, keys: int, mode: str = "inprocess"
+) -> dict[str, Any]:
+    """One config in one mode: ``inprocess`` (Supervisor in this process, as with
+    ``--foreground``) or ``attached`` (a supervisor process of its own, the app a client
+    through ``RemoteHandle``, as ``rankvisor run`` does by default)."""
     with tempfile.TemporaryDirectory(prefix="rankvisor-bench-tui-") as tmp:
+        # The supervisor process registers its run: keep the user's registry out of it.
+        os.environ["RANKVISOR_STATE_DIR"] = os.path.join(tmp, "state")
         delay = 1.0 + nprocs * 0.05
-        config = SupervisorConfig(
-            entrypoint=sys.executable,
-            args=(
-                "-u",
-                str(WRITER),
-                "--rate",
-                str(rate),
-                "--seconds",
-                str(seconds),
-                "--delay",
-                str(delay),
-            ),
-            nprocs=nprocs,
-            log_dir=tmp,
-            term_timeout=5.0,
-            sample_interval=1.0,
-        )
-        sup = Supervisor(config)
-        app = BenchApp(sup)
-        result: dict[str, Any] = {"ranks": nprocs, "rate_per_rank": rate, "seconds": seconds}
+        config = _writer_config(nprocs, rate, seconds, os.path.join(tmp, "logs"))
+        started: Any = None
+        handle: Any
+        if mode == "attached":
+            started = start_supervisor(Request(config, expect_viewer=True))
+            handle = RemoteHandle.connect(started.socket, name="bench")
+        else:
+            handle = Supervisor(config)
+        app = BenchApp(handle)
+        skipped_lines = [0]
+        drain = app.bridge.drain
+
+        def counting_drain(upto: int | None = None) -> Any:
+            drained = drain(upto)
+            skipped_lines[0] += sum(drained.skipped.values())
+            return drained
+
+        app.bridge.drain = counting_drain  # type: ignore[method-assign]
+        result: dict[str, Any] = {
+            "ranks": nprocs,
+            "rate_per_rank": rate,
+            "seconds": seconds,
+            "mode": mode,
+        }
         try:
             async with app.run_test(size=(160, 48)) as pilot:
                 ranks = app.run_view.ranks
@@ -211,10 +287,13 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                 # Steady state: measure CPU, lag and key latency while the writers write.
                 app.measuring = True
                 usage0 = resource.getrusage(resource.RUSAGE_SELF)
+                sup0 = _proc_cpu(started.pid) if started else 0.0
                 busy0, all0 = _machine_busy()
                 thread0 = time.thread_time()
                 wall0 = time.perf_counter()
                 lines0 = app.bridge.lines_seen
+                drawn0 = sum(v.lines_seen for v in ranks)
+                skipped0 = skipped_lines[0]
                 latencies: list[float] = []
                 screen = app.main_screen
                 for i in range(keys):
@@ -228,10 +307,13 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                     await pilot.pause(random.uniform(0.05, 0.15))
                 measured = time.perf_counter() - wall0
                 usage1 = resource.getrusage(resource.RUSAGE_SELF)
+                sup1 = _proc_cpu(started.pid) if started else 0.0
                 busy1, all1 = _machine_busy()
                 thread_cpu = time.thread_time() - thread0
                 app.measuring = False
                 lines = app.bridge.lines_seen - lines0
+                drawn_window = sum(v.lines_seen for v in ranks) - drawn0
+                skipped_window = skipped_lines[0] - skipped0
                 skipped = sum(
                     1 for v in ranks for i in range(len(v.buffer)) if v.buffer[i][0] == "marker"
                 )
@@ -246,6 +328,7 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                 drawn = sum(v.lines_seen for v in ranks)
                 proc_cpu = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
                 machine_busy = busy1 - busy0
+                sup_cpu = sup1 - sup0
                 result.update(
                     measured_s=round(measured, 2),
                     lines_per_s_seen=round(lines / measured),
@@ -255,75 +338,237 @@ async def run_config(nprocs: int, rate: float, seconds: float, keys: int) -> dic
                     key_to_screen_ms_max=round(max(latencies) * 1000, 1),
                     ui_thread_cpu_pct=round(100 * thread_cpu / measured, 1),
                     process_cpu_pct=round(100 * proc_cpu / measured, 1),
+                    supervisor_cpu_pct=(
+                        round(100 * sup_cpu / measured, 1) if started else "in app"
+                    ),
+                    total_cpu_pct=round(100 * (proc_cpu + sup_cpu) / measured, 1),
                     machine_busy_pct=round(100 * machine_busy / max(1e-9, all1 - all0), 1),
                     writer_late_ms_p99=round(_pct(late, 0.99) * 1000, 1),
                     writer_late_ms_max=round(max(late, default=float("nan")) * 1000, 1),
                     pane_lag_ms_p50=round(_pct(app.lags, 0.5) * 1000, 1),
+                    pane_lag_ms_p90=round(_pct(app.lags, 0.9) * 1000, 1),
                     pane_lag_ms_p99=round(_pct(app.lags, 0.99) * 1000, 1),
                     pane_lag_ms_max=round(max(app.lags, default=float("nan")) * 1000, 1),
                     frames_per_s=round(
                         sum(1 for t in app.frames if wall0 <= t <= wall0 + measured) / measured, 1
                     ),
+                    lines_drawn_window=drawn_window,
+                    lines_skipped_window=skipped_window,
                     lines_on_disk=on_disk,
                     lines_received=drawn,
                     skip_markers=skipped,
                     ranks_intact=f"{intact}/{nprocs}",
                     bad_lines=bad,
                 )
-                await pilot.press("q")
-                await _wait(pilot, lambda: app.shut_down, 30)
+                await pilot.press("q")  # no rank alive: in-process it closes, attached detaches
+                await _wait(pilot, lambda: app.shut_down or app.detached, 30)
         finally:
-            sup.shutdown()
+            handle.shutdown()
+            if started is not None:
+                # The run is over and its only viewer gone: the supervisor exits by itself.
+                started.process.wait(timeout=30)
+        return result
+
+
+async def idle_cost(nprocs: int, window: float, rate: float) -> dict[str, Any]:
+    """What an idle attached viewer costs the supervisor process, in % of one core.
+
+    A run of ``nprocs`` ranks writing ``rate`` lines/s each (0: sleeping); the supervisor
+    process's CPU over ``window`` seconds with no viewer, with one subscribed RemoteHandle
+    (no app), with the headless app attached, and with no viewer again (the baseline is the
+    mean of the two viewer-less windows, so a drift of the machine shows)."""
+    with tempfile.TemporaryDirectory(prefix="rankvisor-bench-idle-") as tmp:
+        os.environ["RANKVISOR_STATE_DIR"] = os.path.join(tmp, "state")
+        if rate > 0:
+            args: tuple[str, ...] = (
+                "-u", str(WRITER), "--rate", str(rate), "--seconds", "600"
+            )
+        else:
+            args = ("-c", "import time; time.sleep(600)")
+        config = SupervisorConfig(
+            entrypoint=sys.executable,
+            args=args,
+            nprocs=nprocs,
+            log_dir=os.path.join(tmp, "logs"),
+            term_timeout=5.0,
+            sample_interval=1.0,
+        )
+        started = start_supervisor(Request(config, expect_viewer=False))
+        pid = started.pid
+        control = RemoteHandle.connect(started.socket, name="bench-control")
+        control.detach()  # only to know the run started; measured without it
+
+        def window_pct() -> float:
+            before = _proc_ns(pid)
+            time.sleep(window)
+            return 100 * _ns_between(before, _proc_ns(pid)) / 1e9 / window
+
+        result: dict[str, Any] = {"ranks": nprocs, "rate_per_rank": rate, "window_s": window}
+        try:
+            time.sleep(2.0)  # the ranks' start settles
+            result["no_viewer_pct"] = window_pct()
+            viewer = RemoteHandle.connect(started.socket, name="bench-idle")
+            got: list[int] = [0]
+
+            def sink(event: Any) -> None:
+                got[0] += 1
+
+            viewer.watch(sink)
+            time.sleep(1.0)  # past the welcome and the replay
+            result["handle_pct"] = window_pct()
+            result["handle_events"] = got[0]
+            viewer.detach()
+            app_handle = RemoteHandle.connect(started.socket, name="bench-app")
+            app = BenchApp(app_handle)
+            async with app.run_test(size=(160, 48)) as pilot:
+                await pilot.pause(1.0)
+                before = _proc_ns(pid)
+                await pilot.pause(window)
+                result["app_pct"] = 100 * _ns_between(before, _proc_ns(pid)) / 1e9 / window
+                app_handle.detach()
+                app.exit(0)
+            time.sleep(1.0)  # the server notices the viewer left
+            result["no_viewer_again_pct"] = window_pct()
+        finally:
+            stopper = RemoteHandle.connect(started.socket, name="bench-stop")
+            stopper.shutdown()
+            started.process.wait(timeout=30)
+        base = (result["no_viewer_pct"] + result["no_viewer_again_pct"]) / 2
+        result["handle_cost_pct"] = result["handle_pct"] - base
+        result["app_cost_pct"] = result["app_pct"] - base
+        for key, value in list(result.items()):
+            if key.endswith("_pct"):
+                result[key] = round(value, 3)
         return result
 
 
 COLUMNS = [
     ("ranks", "ranks"),
     ("rate_per_rank", "lines/s per rank"),
+    ("mode", "mode"),
     ("lines_per_s_written", "lines/s written"),
     ("lines_per_s_seen", "lines/s seen by UI"),
     ("key_to_screen_ms_p50", "key→screen p50 ms"),
     ("key_to_screen_ms_p90", "key→screen p90 ms"),
-    ("key_to_screen_ms_max", "key→screen max ms"),
     ("pane_lag_ms_p50", "pane lag p50 ms"),
+    ("pane_lag_ms_p90", "pane lag p90 ms"),
     ("pane_lag_ms_p99", "pane lag p99 ms"),
     ("ui_thread_cpu_pct", "UI thread CPU %"),
     ("process_cpu_pct", "app process CPU %"),
-    ("machine_busy_pct", "machine busy % (2 cores)"),
-    ("writer_late_ms_p99", "files behind writers p99 ms"),
-    ("frames_per_s", "frames/s"),
+    ("supervisor_cpu_pct", "supervisor process CPU %"),
+    ("machine_busy_pct", "machine busy % (all cores)"),
+    ("lines_drawn_window", "lines drawn"),
+    ("lines_skipped_window", "lines skipped"),
     ("ranks_intact", "files intact"),
-    ("bad_lines", "bad lines"),
 ]
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    head = "| " + " | ".join(title for _, title in COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    rows = ["| " + " | ".join(str(r.get(key, "")) for key, _ in COLUMNS) + " |" for r in results]
+def table(results: list[dict[str, Any]], columns: list[tuple[str, str]] = COLUMNS) -> str:
+    head = "| " + " | ".join(title for _, title in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    rows = ["| " + " | ".join(str(r.get(key, "")) for key, _ in columns) + " |" for r in results]
     return "\n".join([head, rule, *rows])
+
+
+def _find(results: list[dict[str, Any]], ranks: int, rate: float, mode: str) -> dict[str, Any]:
+    for r in results:
+        if r["ranks"] == ranks and r["rate_per_rank"] == rate and r["mode"] == mode:
+            return r
+    return {}
+
+
+def targets(results: list[dict[str, Any]]) -> list[str]:
+    """The goals for an attached viewer, each with the figure measured in this run."""
+    out: list[str] = []
+
+    def row(what: str, figure: Any, goal: str, met: bool) -> None:
+        out.append(f"- {what}: {figure} (goal {goal}): {'met' if met else 'NOT MET'}")
+
+    small = _find(results, 8, 10000.0, "attached")
+    if small:
+        p90 = small["key_to_screen_ms_p90"]
+        row("8x10000 attached key→screen p90", f"{p90} ms", "< 100 ms", p90 < 100)
+    big = _find(results, 64, 10000.0, "attached")
+    if big:
+        p99 = big["pane_lag_ms_p99"]
+        row("64x10000 attached pane lag p99", f"{p99} ms", "< 1000 ms", p99 < 1000)
+        inproc = _find(results, 64, 10000.0, "inprocess")
+        if inproc:
+            ref = inproc["pane_lag_ms_p99"]
+            row(
+                "64x10000 attached pane lag p99 vs in-process in this run",
+                f"{p99} vs {ref} ms ({p99 / max(ref, 1e-9):.2f}x)",
+                "<= 1/3",
+                p99 <= ref / 3,
+            )
+        p90 = big["key_to_screen_ms_p90"]
+        row("64x10000 attached key→screen p90", f"{p90} ms", "< 150 ms", p90 < 150)
+    return out
+
+
+IDLE_COLUMNS = [
+    ("ranks", "ranks"),
+    ("rate_per_rank", "lines/s per rank"),
+    ("window_s", "window s"),
+    ("no_viewer_pct", "no viewer %"),
+    ("handle_pct", "1 idle RemoteHandle %"),
+    ("app_pct", "headless app attached %"),
+    ("no_viewer_again_pct", "no viewer again %"),
+    ("handle_cost_pct", "RemoteHandle costs %"),
+    ("app_cost_pct", "app costs %"),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="rankvisor UI benchmark")
     p.add_argument("--config", action="append", help="RANKSxRATE, e.g. 8x10000 (repeatable)")
+    p.add_argument(
+        "--mode",
+        choices=("inprocess", "attached", "both"),
+        default="both",
+        help="supervisor in the app's process, in a process of its own, or both in turn",
+    )
     p.add_argument("--seconds", type=float, default=10.0, help="how long each writer writes")
     p.add_argument("--keys", type=int, default=20, help="key presses timed per config")
+    p.add_argument("--idle-ranks", type=int, default=8, help="ranks of the idle-viewer run")
+    p.add_argument("--idle-window", type=float, default=10.0, help="seconds per idle window")
+    p.add_argument(
+        "--idle-rate", type=float, default=0.0, help="lines/s per idle rank (0: sleeping)"
+    )
+    p.add_argument("--no-idle", action="store_true", help="skip the idle-viewer cost")
     p.add_argument("--json", action="store_true", help="print JSON only")
     a = p.parse_args(argv)
     configs = a.config or ["8x10000", "64x1250", "64x10000"]
+    modes = ["inprocess", "attached"] if a.mode == "both" else [a.mode]
     results = []
     for spec in configs:
         nprocs, rate = spec.lower().split("x")
-        result = asyncio.run(run_config(int(nprocs), float(rate), a.seconds, a.keys))
-        results.append(result)
+        for mode in modes:
+            result = asyncio.run(run_config(int(nprocs), float(rate), a.seconds, a.keys, mode))
+            results.append(result)
+            if not a.json:
+                print(json.dumps(result), flush=True)
+    idle = None
+    if not a.no_idle and a.mode != "inprocess":
+        idle = asyncio.run(idle_cost(a.idle_ranks, a.idle_window, a.idle_rate))
         if not a.json:
-            print(json.dumps(result), flush=True)
+            print(json.dumps(idle), flush=True)
     if a.json:
-        print(json.dumps(results, indent=2))
-    else:
+        print(json.dumps({"runs": results, "idle_viewer": idle}, indent=2))
+        return 0
+    print()
+    print(table(results))
+    goals = targets(results)
+    if goals:
         print()
-        print(table(results))
+        print("\n".join(goals))
+    if idle is not None:
+        print()
+        print("Idle viewer: the supervisor process's CPU, % of one core")
+        print(table([idle], IDLE_COLUMNS))
+        worst = max(idle["handle_cost_pct"], idle["app_cost_pct"])
+        print(f"- idle attached viewer costs the supervisor {worst:.3f} % of a core "
+              f"(goal < 0.1 %): {'met' if worst < 0.1 else 'NOT MET'}")
     return 0
 
 

@@ -17,7 +17,8 @@ from engine.control.client import RemoteHandle
 from engine.events import Event, RankOutput
 
 sock_path, out_path = sys.argv[1], sys.argv[2]
-handle = RemoteHandle.connect(sock_path, name="slow", recent_lines=10**7)
+handle = RemoteHandle.connect(sock_path, name="slow", recent_lines=10**7,
+                               reread_lines=10**7)
 seen: dict[str, list[int]] = {}
 lock = threading.Lock()
 skipped = [0]

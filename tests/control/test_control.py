@@ -384,3 +384,22 @@ def test_a_viewer_that_never_reads_is_cut_off_with_a_reason(serve: Any) -> None:
     # Everything before the cut arrived whole and in order.
     numbers = [int(json.loads(x)["e"]["message"].split()[1]) for x in data.splitlines()[1:-1]]
     assert numbers == list(range(len(numbers)))
+
+
+def test_a_skipped_stretch_is_read_back_only_for_its_last_lines(serve: Any,
+                                                                  tmp_path: Path) -> None:
+    n = 2000
+    release = tmp_path / "release"
+    s = serve(("-u", "-c", TWO_STREAMS, str(n), str(release)), nprocs=1)
+    wait_until(lambda: sum(len(e.lines) for e in s.rec.of(RankOutput)) >= n, timeout=30)
+    viewer = s.connect(reread_lines=25)
+    got: list[RankOutput] = []
+    viewer.subscribe(lambda e: got.append(e) if isinstance(e, RankOutput) else None)
+    on_disk = Path(s.sup.snapshot().ranks[0].stdout_path).read_text().splitlines()
+    # As the reader would on a marker from the server (the stretch is the whole file).
+    viewer._skipped({"t": "skipped", "rank": 0, "stream": "stdout", "attempt": 0,
+                     "first_line": 0, "count": len(on_disk)})
+    assert len(got) == 1
+    assert got[0].first_line == len(on_disk) - 25
+    assert list(got[0].lines) == on_disk[-25:]
+    release.touch()
