@@ -149,7 +149,7 @@ class RemoteHandle:
                 "version": wire.package_version(), "read_only": read_only, "name": name,
             }))
             buf = bytearray()
-            line = _read_line(sock, buf)
+            line = wire.read_line(sock, buf)
             if line is None:
                 raise NoAnswer(
                     f"the supervisor at {socket_path} closed the connection or said nothing "
@@ -513,19 +513,3 @@ def _call(sink: EventSink, event: Event) -> None:
         sink(event)
     except Exception:  # noqa: BLE001 - one bad sink must not stop the others
         log.exception("event sink %r failed on %r", sink, type(event).__name__)
-
-
-def _read_line(sock: socket.socket, buf: bytearray) -> bytes | None:
-    while True:
-        end = buf.find(b"\n")
-        if end >= 0:
-            line = bytes(buf[: end + 1])
-            del buf[: end + 1]
-            return line
-        try:
-            data = sock.recv(1 << 20)
-        except (TimeoutError, socket.timeout):
-            return None
-        if not data:
-            return None
-        buf += data

@@ -362,7 +362,7 @@ class ControlServer:
         sock = client.sock
         sock.settimeout(HELLO_TIMEOUT_S)
         buf = bytearray()
-        line = _read_line(sock, buf)
+        line = wire.read_line(sock, buf, max_line=MAX_LINE, chunk=65536)
         if line is None:
             return False
         try:
@@ -418,7 +418,7 @@ class ControlServer:
     def _read_loop(self, client: _Client) -> None:
         buf: bytearray = client.rest  # type: ignore[attr-defined]
         while True:
-            line = _read_line(client.sock, buf)
+            line = wire.read_line(client.sock, buf, max_line=MAX_LINE, chunk=65536)
             if line is None:
                 return
             try:
@@ -560,22 +560,3 @@ class ControlServer:
             self._accepter.join(timeout=5)
         for reader in list(self._readers):
             reader.join(timeout=_GIVE_UP_S + 3)
-
-
-def _read_line(sock: socket.socket, buf: bytearray) -> bytes | None:
-    """The next line from ``sock`` (``buf`` keeps what follows it); None at the end."""
-    while True:
-        end = buf.find(b"\n")
-        if end >= 0:
-            line = bytes(buf[: end + 1])
-            del buf[: end + 1]
-            return line
-        if len(buf) > MAX_LINE:
-            return None  # no message of a viewer is this long: not one of ours
-        try:
-            data = sock.recv(65536)
-        except (TimeoutError, socket.timeout):
-            return None
-        if not data:
-            return None
-        buf += data

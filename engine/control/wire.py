@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import socket
 import sys
 import types
 import typing
@@ -137,6 +138,31 @@ def is_lifecycle(event: object) -> bool:
 
 
 # -- framing -------------------------------------------------------------------------------
+
+
+def read_line(
+    sock: socket.socket, buf: bytearray, *, max_line: int | None = None, chunk: int = 1 << 20
+) -> bytes | None:
+    """The next message line from ``sock`` (``buf`` keeps what follows it).
+
+    None at the end of the stream, on a read timeout, or (with ``max_line``) when more than
+    that many bytes came without a newline: no message of ours is that long.
+    """
+    while True:
+        end = buf.find(b"\n")
+        if end >= 0:
+            line = bytes(buf[: end + 1])
+            del buf[: end + 1]
+            return line
+        if max_line is not None and len(buf) > max_line:
+            return None
+        try:
+            data = sock.recv(chunk)
+        except (TimeoutError, socket.timeout):
+            return None
+        if not data:
+            return None
+        buf += data
 
 
 def encode_message(message: dict[str, Any]) -> bytes:
