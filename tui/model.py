@@ -27,6 +27,7 @@ from engine.events import (
     RankStats,
     RunFinished,
     SupervisorNotice,
+    Suspect,
     TimerExpired,
 )
 from engine.handle import RankInfo, RunInfo
@@ -270,6 +271,8 @@ class RunView:
         self.prefixes = {r: sanitize(p) for r, p in info.log_line_prefixes.items()}
         self.finished = info.finished
         self.root_cause_rank: int | None = None
+        self.suspect: Suspect | None = None
+        """The rank most likely to have started the failure (the supervisor's reading)."""
         self.result: Any = None
         self.notices: deque[SupervisorNotice] = deque(maxlen=100)
         self.earlier_attempts: list[str] = []
@@ -436,6 +439,7 @@ class RunView:
             self.attempt = event.attempt
             self.finished = False
             self.root_cause_rank = None
+            self.suspect = None
             self.result = None
             return {-1}
         if isinstance(event, TimerExpired):
@@ -446,6 +450,7 @@ class RunView:
             self.finished = True
             self.result = event.result
             self.root_cause_rank = event.root_cause_rank
+            self.suspect = event.suspect
             return {-1} | {view.rank for view in self.ranks}
         if isinstance(event, SupervisorNotice):
             self.notices.append(event)
