@@ -14,7 +14,9 @@ evidence read here needs nothing from the training code:
 - *a person's signal*: a rank that a person killed, stopped or signalled through rankvisor
   (not the whole run at once) before the first failure, when it ended or fell silent after;
 - *its own failure*: the earliest exit that is not a knock-on (``engine.forensics.knockon``:
-  a collective that timed out, a peer that closed its connection).
+  a collective that timed out, a peer that closed its connection); a rank the teardown
+  stopped counts here only when it had recorded its own error (torch's error file) before
+  the teardown's signal reached it.
 
 Each piece of evidence has a time (the last output, the signal, the exit); the earliest
 wins, and any other within ``TOGETHER_S`` of it is named too, the earlier first. Being
@@ -71,6 +73,10 @@ class RankFacts:
     activity: RankActivity
     said: str = ""
     """The one line of its error worth quoting ("" when none is: a bare signal's stderr)."""
+    raised_before_stop: bool = False
+    """Stopped by the teardown, but its error file (``message``) was written before the
+    teardown's signal reached it: it was failing on its own already (two ranks that raise
+    together; the second's exit is seen after the first's teardown began)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,13 +196,15 @@ def find_suspect(
             )
             evidence.append(_Evidence(s.t_ns, r, "signal", words + "; the others failed after"))
 
-    for f in sorted(real, key=lambda f: (f.exit_time_ns or 0, f.rank)):
+    own = real + [f for f in facts if f.raised_before_stop and f.exit_time_ns is not None]
+    for f in sorted(own, key=lambda f: (f.exit_time_ns or 0, f.rank)):
         if knock_on_reason(f.message) is not None:
             continue
         said = f.said
         later = (f.exit_time_ns or first_ns) - first_ns
         when = "first" if later < 1e7 else f"{later / 1e9:.1f} s after the first failure"
-        words = f"rank {f.rank}: failed on its own {when} ({_how(f)})"
+        how = _how(f) if f.failed else "its error recorded before the teardown reached it"
+        words = f"rank {f.rank}: failed on its own {when} ({how})"
         if said:
             words += f": {_quote(said)}"
         evidence.append(_Evidence(f.exit_time_ns or first_ns, f.rank, "failure", words))

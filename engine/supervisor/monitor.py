@@ -278,7 +278,8 @@ class Monitor:
         facts = []
         for s in slots:
             failed = s.failure is not None and not s.failure.caused_by_us
-            message, said = _error_text(s) if failed else ("", "")
+            raised = not failed and _raised_before_stop(s)
+            message, said = _error_text(s) if failed or raised else ("", "")
             facts.append(RankFacts(
                 rank=s.rank,
                 failed=failed,
@@ -288,6 +289,7 @@ class Monitor:
                 stopped_by=s.stop_reason if s.caused_by_us else None,
                 activity=activity.reading(s.rank, until_ns=first_ns),
                 said=said,
+                raised_before_stop=raised,
             ))
         try:
             return find_suspect(
@@ -303,6 +305,23 @@ class Monitor:
 
 _ERROR_TAIL = 8
 """Last stderr lines read for a failure without an error file's message."""
+
+
+def _raised_before_stop(slot: RankSlot) -> bool:
+    """Whether a rank the teardown stopped had written its own error file before the
+    teardown's signal reached it (its ``timestamp``, in whole seconds, is not later)."""
+    failure = slot.failure
+    if failure is None or slot.stop_reason != "teardown" or slot.stop_signal_ns is None:
+        return False
+    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
+    message = data.get("message")
+    extra = message.get("extraInfo") if isinstance(message, dict) else None
+    stamp = extra.get("timestamp") if isinstance(extra, dict) else data.get("timestamp")
+    try:
+        seconds = int(str(stamp))
+    except ValueError:
+        return False
+    return 0 < seconds <= -(-slot.stop_signal_ns // 1_000_000_000)
 
 
 def _error_text(slot: RankSlot) -> tuple[str, str]:
