@@ -56,7 +56,9 @@ def test_a_silent_hang_names_the_silent_rank_not_the_first_timeout(tmp_path: Pat
     finished = _run(tmp_path, "--hang", "1", "--timeout", "3")
     s = finished.suspect
     assert s is not None and s.rank == 1 and s.kind == "silence", s
-    assert re.match(r"rank 1: silent \d+\.\d s before the first failure; last line: step 4", s.reason)
+    assert re.match(
+        r"rank 1: silent \d+\.\d s before the first failure; last line: step 4", s.reason
+    )
     # torch's root cause is unchanged: a rank whose collective timed out first.
     assert finished.root_cause_rank in (0, 2)
     assert 1 not in finished.result.failures  # stopped by the teardown: not a failure

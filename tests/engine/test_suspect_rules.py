@@ -12,7 +12,9 @@ S = 1_000_000_000
 T0 = 1_700_000_000 * S
 
 
-def _act(rank: int, last_s: float | None, gap: float | None = 0.1, line: str = "step") -> RankActivity:
+def _act(
+    rank: int, last_s: float | None, gap: float | None = 0.1, line: str = "step"
+) -> RankActivity:
     last = None if last_s is None else T0 + int(last_s * S)
     return RankActivity(rank, last, gap, 50 if gap else 0, last_line=line)
 
