@@ -5,7 +5,8 @@ here): ``knockon`` tells a failure that only echoes another rank's (a collective
 peer that closed its connection) from one of a rank's own; ``activity`` keeps, per rank, when
 its output last moved and how often it usually does; ``suspect`` combines them with the
 signals a person sent into the rank most likely to have started it, with its evidence in
-words; ``progress`` reads training progress (step, iteration, tqdm's N/M) from output lines.
+words; ``progress`` reads training progress (step, iteration, tqdm's N/M) from output lines;
+``timeline`` merges every rank's lines from the files in the order they arrived.
 Imports ``engine.events`` and the standard library only; the Supervisor imports it.
 """
 
@@ -18,8 +19,10 @@ __all__ = [
     "ProgressReader",
     "RankFacts",
     "SignalRecord",
+    "TimelineLine",
     "find_suspect",
     "knock_on_reason",
+    "merge_ranks",
     "stragglers",
 ]
 
@@ -30,8 +33,10 @@ __getattr__, __dir__ = face(
         "ProgressReader": "progress",
         "RankFacts": "suspect",
         "SignalRecord": "suspect",
+        "TimelineLine": "timeline",
         "find_suspect": "suspect",
         "knock_on_reason": "knockon",
+        "merge_ranks": "timeline",
         "stragglers": "progress",
     },
 )
