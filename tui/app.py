@@ -103,7 +103,7 @@ class RankvisorApp(App[int]):
         Binding("r", "restart", "Restart"),
         Binding("e", "errors", "Errors"),
         Binding("f", "filtered", "Filtered"),
-        Binding("a", "timeline", "Timeline"),
+        Binding("a", "timeline", "Timeline", show=False),
         Binding("slash", "search", "Search", show=False),
         Binding("T,shift+t", "terminate_all", "Term all", show=False),
         Binding("R,shift+r", "restart_all", "Restart all", show=False),
