@@ -93,3 +93,15 @@ async def test_the_suspect_comes_first_in_the_error_view_and_in_the_header(
         assert "SUSPECT" in text and SUSPECT_REASON in text.replace("\n  ", " ")
         assert "torch's root cause is rank 2" in text
         assert isinstance(blocks[1], Static) and blocks[1].has_class("-root-cause")
+
+
+async def test_each_rank_s_progress_is_read_from_its_output() -> None:
+    from tests.scenarios import running_script
+
+    app = make_app(ScriptedSupervisor(scripted_info(4), running_script(4)))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.run_view.ranks[0].progress is not None)
+        # Rank 0 redraws a tqdm bar last; the others' last lines are step lines.
+        bar = app.run_view.ranks[0].progress
+        assert bar is not None and (bar.kind, bar.step, bar.total) == ("tqdm", 62, 100)
+        assert all(app.run_view.ranks[r].progress is not None for r in range(4))
