@@ -145,6 +145,54 @@ class TimerExpired:
 
 
 @dataclass(frozen=True, slots=True)
+class RanksSignalled:
+    """A signal went to ``ranks``: who sent it (a person's command, or rankvisor's own
+    teardown, shutdown or escalation), why, and when. What a person did before the first
+    failure is evidence (see ``Suspect``); what rankvisor did never counts against a rank."""
+
+    ranks: tuple[int, ...]
+    signal_name: str
+    by: Literal["person", "rankvisor"]
+    reason: str
+    """"signal", "terminate", "kill", "restart", "attempt" (a person's commands);
+    "shutdown" (the whole run stopped: quit, ``rankvisor stop``, a signal to rankvisor);
+    "teardown" (after a rank failed) or "escalation" (SIGKILL at the deadline)."""
+    t: float
+    """Wall-clock time it was sent (``time.time()``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """The rank most likely to have started a failure, with its evidence in words.
+
+    rankvisor's own reading, beside torch's root cause (the earliest failure, kept as it is):
+    a rank whose output stopped well before the first failure while its peers went on, a
+    rank a person signalled before it, or the earliest failure that is not a knock-on of
+    another rank's (a collective timeout, a peer gone). Two ranks that failed on their own
+    within a second are both named, the earlier first.
+    """
+
+    rank: int
+    reason: str
+    """One line for a person: "rank 3: silent 6.1 s before the first failure; last line: ..."."""
+    ranks: tuple[int, ...] = ()
+    """Every rank named, ``rank`` first."""
+    evidence: tuple[str, ...] = ()
+    """One line per rank named (``reason`` joins them)."""
+    kind: str = ""
+    """What named ``rank``: "silence", "signal", "failure", "outlived" or "knock-on"."""
+    first_failure_ns: int = 0
+    """When the first failure happened (``time.time_ns()``)."""
+    last_line: str = ""
+    """The suspect's last line before the first failure ("" if it wrote none)."""
+    last_line_stream: str = ""
+    last_line_no: int = -1
+    """0-based number of ``last_line`` in its stream's file (-1: unfinished or none)."""
+    last_output_ns: int = 0
+    """When the suspect's output last moved before the first failure (0: never)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished:
     """Every rank of the attempt reached a final state and no restart is pending."""
 
@@ -152,6 +200,8 @@ class RunFinished:
     attempt: int
     root_cause_rank: int | None
     """The rank whose failure came first (earliest real exit time), None on success."""
+    suspect: Suspect | None = None
+    """The rank most likely to have started the failure, None on success or a stopped run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +223,7 @@ Event = Union[
     TimerExpired,
     RunFinished,
     SupervisorNotice,
+    RanksSignalled,
 ]
 
 

@@ -24,7 +24,13 @@ from engine.events import RankStateChanged  # noqa: E402
 from engine.handle import TerminateRanks  # noqa: E402
 from engine.states import RankState  # noqa: E402
 from engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
-from tests.scenarios import failure_script, running_script, scripted_info  # noqa: E402
+from tests.scenarios import (  # noqa: E402
+    failure_script,
+    running_script,
+    scripted_info,
+    suspect_script,
+    write_timeline_files,
+)
 from tui.app import RankvisorApp, make_app  # noqa: E402
 
 Scene = Callable[[Path], tuple[RankvisorApp, Callable[..., Awaitable[None]] | None]]
@@ -137,6 +143,20 @@ def detach(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
     return app, drive
 
 
+def timeline(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """The timeline (a): every rank's lines as they arrived, opened at the suspect's last line
+    (rank 3 stalled), the first-failure rule, rank 2's traceback and the knock-on errors."""
+    run_dir = tmp / "timeline"
+    write_timeline_files(run_dir)
+    app = make_app(ScriptedSupervisor(scripted_info(4, run_dir=run_dir), suspect_script()))
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("a")
+        await _settle(pilot)
+
+    return app, drive
+
+
 SCENES: dict[str, Scene] = {
     "grid": grid,
     "countdown": countdown,
@@ -147,6 +167,7 @@ SCENES: dict[str, Scene] = {
     "ranks-32": ranks_32,
     "help": help_screen,
     "detach": detach,
+    "timeline": timeline,
 }
 
 

@@ -22,13 +22,16 @@ from engine.testing import BASE_PID, EPOCH, ScriptedFailure, ScriptItem, rank_pa
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
+    from engine.result import RunProcsResult
 
 __all__ = [
     "TRACEBACK",
     "failure_script",
+    "suspect_script",
     "running_script",
     "scripted_info",
     "training_lines",
+    "write_timeline_files",
 ]
 
 
@@ -196,3 +199,84 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
         SupervisorNotice("rank 2 failed (exit 1): FloatingPointError: loss is nan", "error")
     )
     return items
+
+
+SUSPECT_REASON = (
+    "rank 3: silent 6.1 s before the first failure; last line: "
+    "UserWarning: rank 3: WARNING data loader worker has not answered (stalled)"
+)
+
+
+def suspect_script(run_dir: str | os.PathLike[str] | None = None) -> list[ScriptItem]:
+    """``failure_script``, but rank 3 had stalled before it (a last warning, then nothing)
+    and the run ends with the supervisor naming rank 3 the suspect (rank 2 stays torch's
+    root cause)."""
+    from engine.events import RunFinished, Suspect
+    from engine.testing import ScriptedResult
+
+    items = failure_script(run_dir)
+    stall = "UserWarning: rank 3: WARNING data loader worker has not answered (stalled)"
+    # Before rank 2's failure: rank 3's last line.
+    at = next(i for i, x in enumerate(items) if isinstance(x, RankStateChanged) and x.rank == 2)
+    items.insert(at, RankOutput(3, "stderr", (stall,)))
+    info = scripted_info(4, run_dir=run_dir or "/nonexistent/rankvisor/run_0")
+    items.append(
+        RankStateChanged(3, RankState.RUNNING, RankState.SIGNALLED, BASE_PID + 3, exitcode=-9,
+                         signal_name="SIGKILL", caused_by_us=True, t=EPOCH + 55)
+    )
+    failures = {
+        x.rank: x.failure for x in items
+        if isinstance(x, RankStateChanged) and x.failure is not None
+    }
+    result = ScriptedResult(
+        failures=failures,
+        stdouts={r.rank: r.stdout_path for r in info.ranks},
+        stderrs={r.rank: r.stderr_path for r in info.ranks},
+    )
+    suspect = Suspect(
+        3, SUSPECT_REASON, (3,), (SUSPECT_REASON,), "silence",
+        first_failure_ns=int((EPOCH + 42) * 1e9), last_line=stall, last_line_stream="stderr",
+        last_line_no=0, last_output_ns=int((EPOCH + 36) * 1e9),
+    )
+    items.append(RunFinished(cast("RunProcsResult", result), 0, 2, suspect))
+    return items
+
+
+def write_timeline_files(run_dir: str | os.PathLike[str]) -> None:
+    """The logs of ``suspect_script``'s run, with arrival indexes at fixed times: ranks
+    0-2 write a step line each second from EPOCH, rank 3 stops at EPOCH + 36 with its stall
+    warning, rank 2 raises at EPOCH + 42 and ranks 0 and 1 fail in the collective after."""
+    import struct
+
+    from engine.logfile.arrival import MAGIC, arrival_path
+
+    info = scripted_info(4, run_dir=run_dir)
+    sec = 1_000_000_000
+    base = int(EPOCH * sec)
+    written: dict[tuple[int, int], list[str]] = {}
+    records: dict[int, list[tuple[int, int, int]]] = {r: [] for r in range(4)}
+
+    def put(rank: int, stream: int, t_s: float, *lines: str) -> None:
+        got = written.setdefault((rank, stream), [])
+        got.extend(lines)
+        records[rank].append((stream, len(got), base + int(t_s * sec)))
+
+    for step in range(40):
+        for r in range(4):
+            if r == 3 and step >= 36:
+                continue
+            put(r, 0, step + r * 0.01, f"step {step:3d} | loss {2.0 / (step + 1):.4f}")
+    put(3, 1, 36.02, "UserWarning: rank 3: WARNING data loader worker has not answered (stalled)")
+    put(2, 1, 42.0, *TRACEBACK.splitlines())
+    for r, delay in ((0, 1), (1, 2)):
+        put(r, 1, 42 + delay, "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed "
+            "by peer [10.0.0.2]:29500")
+    for r in range(4):
+        out, err = info.ranks[r].stdout_path, info.ranks[r].stderr_path
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        for stream, path in ((0, out), (1, err)):
+            Path(path).write_text("".join(x + "\n" for x in written.get((r, stream), [])))
+        with open(arrival_path(out, err), "wb") as f:
+            f.write(MAGIC)
+            for stream, end, t in records[r]:
+                f.write(struct.pack("<Qq", end << 1 | stream, t))

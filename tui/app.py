@@ -103,6 +103,7 @@ class RankvisorApp(App[int]):
         Binding("r", "restart", "Restart"),
         Binding("e", "errors", "Errors"),
         Binding("f", "filtered", "Filtered"),
+        Binding("a", "timeline", "Timeline", show=False),
         Binding("slash", "search", "Search", show=False),
         Binding("T,shift+t", "terminate_all", "Term all", show=False),
         Binding("R,shift+r", "restart_all", "Restart all", show=False),
@@ -578,6 +579,12 @@ class RankvisorApp(App[int]):
 
         if not isinstance(self.screen, FilteredScreen):
             self._push_view(FilteredScreen(self.run_view))
+
+    def action_timeline(self) -> None:
+        from tui.screens.timeline import TimelineScreen
+
+        if not isinstance(self.screen, TimelineScreen):
+            self._push_view(TimelineScreen(self.run_view, tz=self.time_zone))
 
     def action_errors(self) -> None:
         if not isinstance(self.screen, ErrorsScreen):

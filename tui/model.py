@@ -27,8 +27,10 @@ from engine.events import (
     RankStats,
     RunFinished,
     SupervisorNotice,
+    Suspect,
     TimerExpired,
 )
+from engine.forensics.progress import Progress, ProgressReader, stragglers
 from engine.handle import RankInfo, RunInfo
 from engine.output.sanitize import sanitize
 from engine.process.signals import exit_signal_name
@@ -197,6 +199,8 @@ class RankView:
     last_output_at: float | None = None
     """Monotonic time (the app's clock) of the last output: how long a rank has been quiet."""
     buffer: LineBuffer = field(default_factory=LineBuffer)
+    progress: Progress | None = None
+    """The last progress its output reported (step N, iter N, epoch N, tqdm's N/M)."""
 
     @property
     def exit_label(self) -> str:
@@ -269,7 +273,11 @@ class RunView:
         self.stderr_filters = info.stderr_filters
         self.prefixes = {r: sanitize(p) for r, p in info.log_line_prefixes.items()}
         self.finished = info.finished
+        self.progress_reader = ProgressReader()
+        """Reads each rank's progress from its lines (a ``--progress-regex`` may replace it)."""
         self.root_cause_rank: int | None = None
+        self.suspect: Suspect | None = None
+        """The rank most likely to have started the failure (the supervisor's reading)."""
         self.result: Any = None
         self.notices: deque[SupervisorNotice] = deque(maxlen=100)
         self.earlier_attempts: list[str] = []
@@ -404,11 +412,28 @@ class RunView:
             view.buffer.extend(kind, event.lines)
             view.lines_seen += len(event.lines)
             view.last_line = event.lines[-1]
+            for line in reversed(event.lines[-8:]):  # the newest that says where it is
+                found = self.progress_reader.read(line)
+                if found is not None:
+                    view.progress = found
+                    break
         if event.partial or view.buffer.partial_stream == kind:
             view.buffer.set_partial(kind, event.partial)
             if event.partial:
                 view.last_line = event.partial
+                view.progress = self.progress_reader.read(event.partial) or view.progress
         return True
+
+    def stragglers(self, now: float, gaps: dict[int, float | None]) -> dict[int, str]:
+        """Running ranks behind their peers (``engine.forensics.progress.stragglers``):
+        ``now`` on the app's clock, ``gaps`` each rank's median gap between lines."""
+        running = [v for v in self.ranks if v.state is RankState.RUNNING]
+        return stragglers(
+            {v.rank: v.progress.step if v.progress else None for v in running},
+            {v.rank: now - v.last_output_at if v.last_output_at is not None else None
+             for v in running},
+            {v.rank: gaps.get(v.rank) for v in running},
+        )
 
     def apply(self, event: Event) -> set[int]:
         """Fold one event in; returns the ranks whose display changed (-1: the run)."""
@@ -436,6 +461,7 @@ class RunView:
             self.attempt = event.attempt
             self.finished = False
             self.root_cause_rank = None
+            self.suspect = None
             self.result = None
             return {-1}
         if isinstance(event, TimerExpired):
@@ -446,6 +472,7 @@ class RunView:
             self.finished = True
             self.result = event.result
             self.root_cause_rank = event.root_cause_rank
+            self.suspect = event.suspect
             return {-1} | {view.rank for view in self.ranks}
         if isinstance(event, SupervisorNotice):
             self.notices.append(event)

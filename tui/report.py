@@ -29,6 +29,8 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     if not failures and stopped:
         # Terminate-all, quit: nobody failed on their own, so nobody is blamed.
         out.append("  no root cause: the run was stopped by rankvisor")
+    if run.suspect is not None and failures:
+        out.append(f"  suspect: {plain_text(run.suspect.reason)}")
     for view in failures:
         details = failure_details(view)
         head = "root cause" if view.rank == root else "also failed"

@@ -91,6 +91,25 @@ def _add_logging_flags(p: argparse.ArgumentParser, *, term_timeout_default: floa
     p.add_argument("--on-failure", metavar="CMD", default=None,
                    help="shell command run once if the run fails (RANKVISOR_RUN_DIR and "
                         "the root cause in its environment)")
+    p.add_argument("--suspect-silence-factor", type=float, metavar="K",
+                   default=_float_env("RANKVISOR_SUSPECT_SILENCE_FACTOR", 3.0),
+                   help="a rank silent K times its peers' median gap between lines before "
+                        "the first failure is a suspect (default 3, or "
+                        "RANKVISOR_SUSPECT_SILENCE_FACTOR)")
+    p.add_argument("--suspect-silence-min", type=float, metavar="SECONDS",
+                   default=_float_env("RANKVISOR_SUSPECT_SILENCE_MIN", 2.0),
+                   help="... and silent at least this long (default 2, or "
+                        "RANKVISOR_SUSPECT_SILENCE_MIN)")
+
+
+def _float_env(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text[:30]!r}: not a number") from None
 
 
 def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
@@ -362,6 +381,8 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         numa_binding=args.numa_binding,
         signals_to_handle=_signals(args.signals_to_handle),
         allow_many_ranks=args.allow_many_ranks,
+        suspect_silence_factor=args.suspect_silence_factor,
+        suspect_silence_min_s=args.suspect_silence_min,
     )
     config.validate()
     return config
@@ -410,6 +431,8 @@ def demo_config(args: argparse.Namespace) -> SupervisorConfig:
             _demo_constant(path, "DEMO_STDERR_FILTERS", DEFAULT_DEMO_STDERR_FILTERS)
         ),
         term_timeout=_term_timeout(args),
+        suspect_silence_factor=args.suspect_silence_factor,
+        suspect_silence_min_s=args.suspect_silence_min,
     )
     config.validate()
     return config

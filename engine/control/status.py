@@ -123,6 +123,16 @@ def _root_cause(finished: RunFinished | None) -> dict[str, Any] | None:
     }
 
 
+def _suspect(finished: RunFinished | None) -> dict[str, Any] | None:
+    suspect = finished.suspect if finished is not None else None
+    if suspect is None:
+        return None
+    reason = suspect.reason
+    if len(reason) > _MESSAGE_CAP:
+        reason = reason[: _MESSAGE_CAP - 1] + "\u2026"
+    return {"rank": suspect.rank, "reason": reason, "ranks": list(suspect.ranks or (suspect.rank,))}
+
+
 def build_status(
     info: RunInfo,
     finished: RunFinished | None,
@@ -171,6 +181,7 @@ def build_status(
         "exitcode": exitcode if done else None,
         "ranks": ranks,
         "root_cause": _root_cause(finished),
+        "suspect": _suspect(finished),
         "started": started,
         "updated": time.time(),
         "tracking": info.tracking,

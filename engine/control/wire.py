@@ -49,6 +49,7 @@ from engine.events import (
     Event,
     RankOutput,
     RankRestarted,
+    RanksSignalled,
     RankStateChanged,
     RankStats,
     RunFinished,
@@ -104,6 +105,7 @@ EVENT_TYPES: Final[dict[str, type]] = {
     for cls in (
         RankOutput, RankStateChanged, RankStats, EscalationScheduled, EscalationFinished,
         RankRestarted, AttemptStarted, TimerExpired, RunFinished, SupervisorNotice,
+        RanksSignalled,
     )
 }
 COMMAND_TYPES: Final[dict[str, type]] = {

@@ -138,6 +138,7 @@ class CommandHandler:
                 sent.append(slot.rank)
         if not sent:
             raise Refused(f"rank(s) {_words([s.rank for s in live])} exited before the signal")
+        self._stopper.record(sent, sig, "signal")
         return CommandResult(True, note)
 
     def _terminate(self, cmd: TerminateRanks) -> CommandResult:

@@ -118,7 +118,9 @@ class Supervisor:
         self._wakeup = Wakeup()
         self._events = Publisher(self._state)
         self._stopper = Stopper(self._state, self._events, kill_wait_s=config.kill_wait_s)
-        self._pump = PumpLink(config, self._prefixes, self._events.publish_now)
+        self._pump = PumpLink(
+            config, self._prefixes, self._events.publish_now, self._state.activity
+        )
 
         self._guard = Guard()
         self._cgroups: _cgroups.RunCgroups | None = None

@@ -53,7 +53,8 @@ def exit_status(finished: RunFinished | None, received_signal: int | None) -> in
 
 
 def format_report(name: str, finished: RunFinished) -> str:
-    """The root-cause report torch prints, plus one line naming the root cause first.
+    """The root-cause report torch prints, after a line naming the suspect (the rank most
+    likely to have started it, with its evidence) and one naming the root cause.
 
     Ranks that rankvisor stopped (the teardown after the failure, terminate, kill) did not
     fail: they get one line of their own after the root cause, and the torch-style report
@@ -99,6 +100,9 @@ def _report(name: str, finished: RunFinished) -> str:
     head = f"rankvisor: root cause: rank {rank} failed first ({_how(f)})"
     if last:
         head += f": {last.strip()}"
+    suspect = getattr(finished, "suspect", None)
+    if suspect is not None:
+        head = f"rankvisor: suspect: {suspect.reason}\n{head}"
     if stopped:
         ranks = ", ".join(f"rank {r} ({_how(s)})" for r, s in sorted(stopped.items()))
         head += f"\nrankvisor: stopped by rankvisor, not failures: {ranks}"

@@ -95,6 +95,8 @@ class Launcher:
             state.attempt += 1
         state.attempt_pending = False
         state.not_finished()
+        state.activity.new_attempt(state.attempt)
+        state.signal_log.clear()
         for slot in state.slots.values():
             if not first:
                 slot.restart_count += 1

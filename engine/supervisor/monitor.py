@@ -30,7 +30,9 @@ import threading
 import time
 
 from engine.errors import ProcessFailure, root_cause_rank
-from engine.events import RunFinished
+from engine.events import RunFinished, Suspect
+from engine.forensics.suspect import RankFacts, find_suspect
+from engine.logfile.tail import last_lines
 from engine.process.guard import Guard
 from engine.process.rank_process import RankProcess
 from engine.process.signals import signal_name
@@ -209,6 +211,9 @@ class Monitor:
         self._stopper.rank_gone(slot.rank)
         self._launcher.retire(slot, proc)
         if code != 0 and not caused:
+            # Output after the first failure (tracebacks, the teardown) is not what the
+            # ranks were doing before it: the suspect's silence is measured up to here.
+            self._state.activity.cutoff(slot.exit_time_ns or time.time_ns())
             if self._config.teardown_on_failure and not self._state.shutting_down:
                 # torch's rule: one rank failed, so the others would hang in their next
                 # collective; stop them (with escalation) and let the policy decide.
@@ -259,7 +264,81 @@ class Monitor:
             stopped={r: f for r, f in ended.items() if f.caused_by_us},
         )
         # None when nobody failed on their own (terminate-all, quit, shutdown).
-        return RunFinished(result, self._state.attempt, root_cause_rank(failures))
+        return RunFinished(
+            result, self._state.attempt, root_cause_rank(failures), self._suspect(slots)
+        )
+
+    def _suspect(self, slots: list[RankSlot]) -> Suspect | None:
+        """The rank most likely to have started the failure (engine.forensics.suspect)."""
+        real = [s for s in slots if s.failure is not None and not s.failure.caused_by_us]
+        if not real:
+            return None
+        first_ns = min(s.exit_time_ns or time.time_ns() for s in real)
+        activity = self._state.activity
+        facts = []
+        for s in slots:
+            failed = s.failure is not None and not s.failure.caused_by_us
+            raised = not failed and _raised_before_stop(s)
+            message, said = _error_text(s) if failed or raised else ("", "")
+            facts.append(RankFacts(
+                rank=s.rank,
+                failed=failed,
+                exitcode=s.exitcode,
+                exit_time_ns=s.exit_time_ns,
+                message=message,
+                stopped_by=s.stop_reason if s.caused_by_us else None,
+                activity=activity.reading(s.rank, until_ns=first_ns),
+                said=said,
+                raised_before_stop=raised,
+            ))
+        try:
+            return find_suspect(
+                facts,
+                list(self._state.signal_log),
+                silence_factor=self._config.suspect_silence_factor,
+                silence_min_s=self._config.suspect_silence_min_s,
+            )
+        except Exception:  # noqa: BLE001 - a reading must never keep a run from finishing
+            log.exception("could not work out the suspect")
+            return None
+
+
+_ERROR_TAIL = 8
+"""Last stderr lines read for a failure without an error file's message."""
+
+
+def _raised_before_stop(slot: RankSlot) -> bool:
+    """Whether a rank the teardown stopped had written its own error file before the
+    teardown's signal reached it (its ``timestamp``, in whole seconds, is not later)."""
+    failure = slot.failure
+    if failure is None or slot.stop_reason != "teardown" or slot.stop_signal_ns is None:
+        return False
+    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
+    message = data.get("message")
+    extra = message.get("extraInfo") if isinstance(message, dict) else None
+    stamp = extra.get("timestamp") if isinstance(extra, dict) else data.get("timestamp")
+    try:
+        seconds = int(str(stamp))
+    except ValueError:
+        return False
+    return 0 < seconds <= -(-slot.stop_signal_ns // 1_000_000_000)
+
+
+def _error_text(slot: RankSlot) -> tuple[str, str]:
+    """A failed rank's error to classify (the error file's message, else its last stderr
+    lines) and the one line of it worth quoting."""
+    failure = slot.failure
+    message: object = failure.message if failure is not None else ""
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    lines = [ln for ln in str(message or "").splitlines() if "To enable traceback" not in ln]
+    text = "\n".join(lines).strip()
+    if text:
+        return text, text.splitlines()[-1]
+    tail = [ln for ln in last_lines(slot.stderr_path, _ERROR_TAIL) if ln.strip()]
+    # A signal's death leaves faulthandler's stack in stderr: its last line is a frame.
+    said = tail[-1] if tail and (slot.exitcode or 0) > 0 else ""
+    return "\n".join(tail), said
 
 
 def _procs(slots: list[RankSlot]) -> list[RankProcess]:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from functools import partial
 
 from engine.events import Event, RankOutput
+from engine.forensics.activity import OutputActivity
 from engine.logfile.arrival import arrival_path
 from engine.logs_specs import LogsDest
 from engine.output.pump import OutputPump, StdStream
@@ -54,6 +55,8 @@ class PumpLink:
         config: The run's configuration (filters, role, debounce).
         prefixes: Each rank's log line prefix, for the filtered files.
         publish: Delivers one event to every sink at once (on the pump's thread).
+        activity: Told of every batch as it is read (when each rank's output last moved,
+            redraws of an unfinished line included: the suspect's silence).
     """
 
     def __init__(
@@ -61,10 +64,12 @@ class PumpLink:
         config: SupervisorConfig,
         prefixes: dict[int, str],
         publish: Callable[[Event], None],
+        activity: OutputActivity | None = None,
     ) -> None:
         self._config = config
         self._prefixes = prefixes
         self._publish = publish
+        self._activity = activity
         self._pump: OutputPump | None = None
         self._ops: collections.deque[Callable[[], None]] = collections.deque()
         self._ops_lock = threading.Lock()
@@ -79,6 +84,8 @@ class PumpLink:
     def _sink(self, batch: list[Batch]) -> None:
         for event in batch:
             if isinstance(event, RankOutput):  # always: the pump was not asked for TextBatch
+                if self._activity is not None:
+                    self._activity.note(event)
                 self._publish(event)
 
     def stop(self) -> None:

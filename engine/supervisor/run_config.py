@@ -106,6 +106,11 @@ class SupervisorConfig:
             ~5 %, 50 ms ~3 %. 50 ms is still below one frame of a UI drawing at 15 fps, and
             an exiting rank's last lines are read at once regardless (the pump is drained
             before the exit event).
+        suspect_silence_factor: A rank is a suspect for its silence when it wrote nothing
+            for at least this many times its peers' median gap between batches (and its
+            own) before the first failure (``--suspect-silence-factor``).
+        suspect_silence_min_s: ... and for at least this many seconds
+            (``--suspect-silence-min``).
     """
 
     entrypoint: str
@@ -139,6 +144,8 @@ class SupervisorConfig:
     kill_wait_s: float = 5.0
     output_debounce_s: float = 0.05
     allow_many_ranks: bool = False
+    suspect_silence_factor: float = 3.0
+    suspect_silence_min_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -187,6 +194,12 @@ class SupervisorConfig:
         if not isinstance(self.nprocs, int) or self.nprocs < 1:
             raise ConfigError(f"--nproc-per-node must be a positive number, got {self.nprocs!r}")
         check_rank_count(self.nprocs, allow_many=self.allow_many_ranks)
+        for flag, value, least in (
+            ("--suspect-silence-factor", self.suspect_silence_factor, 1.0),
+            ("--suspect-silence-min", self.suspect_silence_min_s, 0.0),
+        ):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= least):
+                raise ConfigError(f"{flag} {value}: give a number of at least {least:g}")
         if not (
             isinstance(self.term_timeout, (int, float))
             and math.isfinite(self.term_timeout)

@@ -13,6 +13,8 @@ import os
 import threading
 
 from engine.events import RunFinished
+from engine.forensics.activity import OutputActivity
+from engine.forensics.suspect import SignalRecord
 from engine.logs_specs import LogsDest
 from engine.supervisor.rank_slot import RankSlot
 
@@ -52,6 +54,12 @@ class RunState:
         self.signals_pending: list[int] = []
         """Handled signals not yet acted on (appended by the signal handler, without the
         lock: a list append is atomic, and a handler must never wait for a lock)."""
+        self.activity = OutputActivity()
+        """When each rank's output last moved in this attempt (its own lock: the pump's
+        thread notes batches without taking this one)."""
+        self.signal_log: list[SignalRecord] = []
+        """Every signal sent to ranks in this attempt, by whom and why (the suspect's
+        evidence: what a person did before the first failure)."""
 
     @property
     def real_failure(self) -> bool:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from typing import Literal
 
-from engine.events import EscalationFinished, EscalationScheduled
+from engine.events import EscalationFinished, EscalationScheduled, RanksSignalled
+from engine.forensics.suspect import SignalRecord
 from engine.process.proc_table import is_stopped
 from engine.process.rank_process import send_signal_all
 from engine.process.signals import signal_name
@@ -77,6 +79,7 @@ class Stopper:
         signalled = self.signal_slots(slots, sig)
         if not signalled:
             return  # every one of them had already exited: the monitor will record it
+        self.record(signalled, sig, reason)
         if sig not in (signal.SIGKILL, signal.SIGCONT):
             self._continue_stopped([self._state.slots[r] for r in signalled], sig)
         ranks = tuple(signalled)
@@ -124,7 +127,24 @@ class Stopper:
             if slot.state in (RankState.STARTING, RankState.RUNNING):
                 # RUNNING -> TERMINATING: killed; SIGNALLED follows when it is reaped
                 self._events.emit(slot.move(RankState.TERMINATING))
-        self.signal_slots(slots, signal.SIGKILL)
+        killed = self.signal_slots(slots, signal.SIGKILL)
+        if killed:
+            self.record(killed, signal.SIGKILL, reason)
+
+    def record(self, ranks: list[int], sig: int, reason: str) -> None:
+        """Note who sent ``sig`` to ``ranks`` and why, and say so (``RanksSignalled``).
+
+        rankvisor's own signals (the teardown after a failure, the escalation's SIGKILL) are
+        told apart from a person's commands: only the latter can be evidence against a rank.
+        """
+        by: Literal["person", "rankvisor"] = (
+            "rankvisor" if reason in ("teardown", "escalation") else "person"
+        )
+        now = time.time_ns()
+        ranks_t = tuple(ranks)
+        name = _name_or_number(sig)
+        self._state.signal_log.append(SignalRecord(ranks_t, name, by, reason, now))
+        self._events.emit(RanksSignalled(ranks_t, name, by, reason, now / 1e9))
 
     def rank_gone(self, rank: int) -> None:
         """``rank`` exited: finish every escalation that was waiting only for it."""
@@ -141,9 +161,11 @@ class Stopper:
             try:
                 # Deadline passed and these ranks still live: SIGKILL them and their groups.
                 slots = [self._state.slots[r] for r in ranks]
-                self.signal_slots(
+                killed = self.signal_slots(
                     [s for s in slots if s.alive and s.proc is not None], signal.SIGKILL
                 )
+                if killed:
+                    self.record(killed, signal.SIGKILL, "escalation")
                 if ranks:
                     self._events.notice(
                         f"rank(s) {_words(ranks)} outlived the {esc.timeout_s:g} s deadline "

@@ -24,8 +24,8 @@ from engine.states import RankState
 from tests.control.runs import Supervisors, failed_finish, run_info
 
 FIELDS = {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "supervisor_start", "state",
-          "attempt", "finished", "exitcode", "ranks", "root_cause", "started", "updated",
-          "tracking"}
+          "attempt", "finished", "exitcode", "ranks", "root_cause", "suspect", "started",
+          "updated", "tracking"}
 RANK_FIELDS = {"rank", "local_rank", "pid", "state", "exitcode", "signal", "restart_count"}
 
 
@@ -34,6 +34,7 @@ def test_a_running_run_has_every_field_and_no_root_cause(tmp_path: Path) -> None
     s = build_status(info, None, socket="/s/x.sock", supervisor_pid=12, supervisor_start=34,
                      exitcode=None, started=100.5)
     assert set(s) == FIELDS
+    assert s["suspect"] is None  # only a finished run that failed has one
     assert s["schema"] == SCHEMA == 1
     assert (s["run_id"], s["run_dir"], s["socket"]) == ("job", str(tmp_path), "/s/x.sock")
     assert (s["supervisor_pid"], s["supervisor_start"], s["started"]) == (12, 34, 100.5)

@@ -17,10 +17,12 @@ from engine.events import (
     EscalationScheduled,
     RankOutput,
     RankRestarted,
+    RanksSignalled,
     RankStateChanged,
     RankStats,
     RunFinished,
     SupervisorNotice,
+    Suspect,
     TimerExpired,
 )
 from engine.handle import (
@@ -100,6 +102,13 @@ events = st.one_of(
     st.builds(AttemptStarted, small, text, ranks),
     st.builds(TimerExpired, small, ints, text),
     st.builds(RunFinished, results, small, opt_int),
+    st.builds(RunFinished, results, small, opt_int, st.none() | st.builds(
+        Suspect, small, text, ranks, st.lists(text, max_size=3).map(tuple), text,
+        st.integers(0, 2**62), text, st.sampled_from(["", "stdout", "stderr"]),
+        st.integers(-1, 2**40), st.integers(0, 2**62),
+    )),
+    st.builds(RanksSignalled, ranks, text, st.sampled_from(["person", "rankvisor"]), text,
+              floats),
     st.builds(SupervisorNotice, text, st.sampled_from(["information", "warning", "error"])),
 )
 commands = st.one_of(

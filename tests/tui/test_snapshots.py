@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from engine.testing import ScriptedSupervisor
-from tests.scenarios import failure_script, running_script, scripted_info
+from tests.scenarios import (
+    failure_script,
+    running_script,
+    scripted_info,
+    suspect_script,
+    write_timeline_files,
+)
 from tui.app import make_app
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
@@ -95,3 +101,20 @@ def test_quit_asks_to_detach(snap_compare, size) -> None:  # type: ignore[no-unt
     each with its key shown literally (not eaten as markup)."""
     engine = ScriptedSupervisor(scripted_info(4), running_script(4), detachable=True)
     assert snap_compare(make_app(engine), press=["q"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_timeline_at_the_suspect(snap_compare, size, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The timeline: every rank's lines by arrival time (UTC, milliseconds), each rank in its
+    colour; opened at rank 3's last line, marked "suspect's last line"; a red "first
+    failure" rule before rank 2's traceback, the "Connection closed" errors of ranks 0 and 1
+    after it; the grid header above says suspect: rank 3 before root cause: rank 2."""
+    write_timeline_files(tmp_path)
+    engine = ScriptedSupervisor(scripted_info(4, run_dir=tmp_path), suspect_script())
+
+    async def open_timeline(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot)
+        await pilot.press("a")
+        await _settle(pilot)
+
+    assert snap_compare(make_app(engine), run_before=open_timeline, terminal_size=size)

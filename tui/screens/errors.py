@@ -1,4 +1,9 @@
-"""ErrorsScreen (e): every failed rank, the root cause (earliest failure) first and marked.
+"""ErrorsScreen (e): the suspect first, with its evidence; then every failed rank, the root
+cause (earliest failure) first and marked.
+
+The suspect is the supervisor's reading of which rank started the failure (a rank that went
+silent before it, one a person signalled, the earliest failure that is not a knock-on of
+another rank's); torch's root cause, the earliest failure, stays as it was beside it.
 
 Ranks with an error.json (torch's ``@record``) show its traceback in Rich's traceback style;
 the others show their exit code or signal and the last lines of that incarnation's stderr (from
@@ -18,7 +23,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tui.model import RunView
-from tui.widgets.failure_report import render_failure, render_stopped, stderr_tail
+from tui.widgets.failure_report import (
+    render_failure,
+    render_stopped,
+    render_suspect,
+    stderr_tail,
+)
 from tui.widgets.run_summary import RunSummary
 
 __all__ = ["ErrorsScreen", "stderr_tail"]
@@ -61,8 +71,10 @@ class ErrorsScreen(Screen[None]):
         failures = self.run.failures()
         stopped = self.run.stopped()
         root = self.run.root_cause()
+        suspect = self.run.suspect
         key = (
             root,
+            suspect,
             tuple((v.rank, v.state, v.exitcode, v.restart_count, id(v.failure)) for v in failures),
             tuple((v.rank, v.state, v.exitcode, v.restart_count) for v in stopped),
         )
@@ -83,6 +95,8 @@ class ErrorsScreen(Screen[None]):
             if alive:
                 words += f" {alive} still running."
             box.mount(Static(Text(words, "italic"), classes="no-failures"))
+        if suspect is not None and failures:
+            box.mount(Static(render_suspect(suspect, root), classes="suspect"))
         width = max(40, self.size.width - 6)
         for view in failures:
             block = Static(

@@ -51,7 +51,8 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
     (
         "Views",
         (
-            ("e", "errors: tracebacks, root cause first"),
+            ("e", "errors: the suspect, then tracebacks, root cause first"),
+            ("a", "timeline: every rank's lines as they arrived, at the first failure"),
             ("f", "filtered_stdout.log / filtered_stderr.log"),
             ("/  n  N", "search all the zoomed log shows; next / previous match"),
             ("o", "zoomed or filtered view: both (zoom: in arrival order), stdout, stderr"),

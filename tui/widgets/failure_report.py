@@ -20,6 +20,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from engine.errors.error_file import usable_timestamp
+from engine.events import Suspect
 from engine.logfile.tail import last_lines
 from engine.output.sanitize import sanitize
 from tui.model import RankView
@@ -32,6 +33,7 @@ __all__ = [
     "parse_callstack",
     "render_failure",
     "render_stopped",
+    "render_suspect",
     "stderr_tail",
 ]
 
@@ -209,6 +211,25 @@ def _render_stack(stack: Stack, width: int) -> RenderableType:
     if stack.chained_by:
         return Group(Text(stack.chained_by, "italic dim"), panel, exception)
     return Group(panel, exception)
+
+
+def render_suspect(suspect: Suspect, root_cause: int | None) -> RenderableType:
+    """The suspect as the error view's first block: marked, with one line of evidence per
+    rank named, and how it stands to torch's root cause."""
+    title = Text()
+    title.append(" SUSPECT ", "bold reverse yellow")
+    title.append(" ")
+    named = suspect.ranks or (suspect.rank,)
+    title.append(f"rank {', '.join(map(str, named))}", "bold")
+    title.append("  the rank most likely to have started the failure", "dim")
+    parts: list[RenderableType] = [title]
+    for line in suspect.evidence or (suspect.reason,):
+        parts.append(Text("  " + single_width_joins(sanitize(line)), "yellow"))
+    if root_cause is not None and root_cause != suspect.rank:
+        parts.append(Text(
+            f"  torch's root cause is rank {root_cause}: the earliest failure", "dim"
+        ))
+    return Group(*parts)
 
 
 def render_stopped(views: Sequence[RankView]) -> RenderableType:

@@ -1,4 +1,5 @@
-"""RunSummary: the one-line bar above the ranks: the run, counts by state, root cause."""
+"""RunSummary: the one-line bar above the ranks: the run, counts by state, the suspect and
+the root cause."""
 
 from __future__ import annotations
 
@@ -78,6 +79,12 @@ def summary_text(
     # (priority, text): the lowest priority goes first when the line does not fit.
     parts: list[tuple[int, Text]] = []
     parts.append((9, Text.assemble((" rankvisor ", "bold reverse"))))
+    suspect = run.suspect
+    if suspect is not None:
+        named = ", ".join(map(str, suspect.ranks or (suspect.rank,)))
+        parts.append((8, Text.assemble(
+            (f" suspect: rank {named} ", "bold yellow"), ("│", "dim")
+        )))
     if root is not None:
         parts.append((8, Text.assemble((f" root cause: rank {root} ", "bold red"), ("│", "dim"))))
     parts.append((2, Text.assemble(

@@ -1,0 +1,280 @@
+"""The suspect: the rank most likely to have started a failure, with its evidence in words.
+
+torch names the rank whose failure came first (kept as the root cause). When a rank hangs,
+that is the wrong one: the others wait for it in a collective until a timeout or a watchdog
+makes one of them fail first, and the hung rank is only stopped by the teardown after. The
+evidence read here needs nothing from the training code:
+
+- *silence*: a rank whose output (complete lines and progress-bar redraws alike) stopped
+  well before the first failure while its peers went on: silent for at least
+  ``silence_factor`` times its peers' median gap between batches, at least that many times
+  its own usual gap (a rank that writes every minute is not stalled after 10 s), at least
+  ``silence_factor`` times its peers' own silence (when every rank stopped writing together,
+  none of them stands out), and at least ``silence_min_s`` seconds;
+- *a person's signal*: a rank that a person killed, stopped or signalled through rankvisor
+  (not the whole run at once) before the first failure, when it ended or fell silent after;
+- *its own failure*: the earliest exit that is not a knock-on (``engine.forensics.knockon``:
+  a collective that timed out, a peer that closed its connection); a rank the teardown
+  stopped counts here only when it had recorded its own error (torch's error file) before
+  the teardown's signal reached it.
+
+Each piece of evidence has a time (the last output, the signal, the exit); the earliest
+wins, and any other within ``TOGETHER_S`` of it is named too, the earlier first. Being
+stopped by rankvisor (teardown, escalation) is never evidence, but what the rank did before
+the first failure still counts. Without any of these, a rank that was still running,
+without an error, when the others failed in a collective is named ("outlived"); else the
+earliest knock-on failure is.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import Final
+
+from engine.events import Suspect
+from engine.forensics.activity import RankActivity
+from engine.forensics.knockon import knock_on_reason
+from engine.process.signals import exit_signal_name
+
+__all__ = [
+    "DEFAULT_SILENCE_FACTOR",
+    "DEFAULT_SILENCE_MIN_S",
+    "TOGETHER_S",
+    "RankFacts",
+    "SignalRecord",
+    "find_suspect",
+]
+
+DEFAULT_SILENCE_FACTOR: Final = 3.0
+DEFAULT_SILENCE_MIN_S: Final = 2.0
+TOGETHER_S: Final = 1.0
+"""Evidence this close to the earliest is named with it ("failed together")."""
+
+_LINE_CAP: Final = 160
+_STOPS: Final = frozenset({"SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU"})
+
+
+@dataclass(frozen=True, slots=True)
+class RankFacts:
+    """One rank at the end of an attempt, as the supervisor saw it."""
+
+    rank: int
+    failed: bool
+    """It ended badly on its own (torch's failures: not stopped by rankvisor)."""
+    exitcode: int | None
+    exit_time_ns: int | None
+    message: str
+    """Its error: the error file's message, else its last stderr lines ("" if none)."""
+    stopped_by: str | None
+    """Why rankvisor stopped it ("teardown", "terminate", "kill", "signal", ...), if it did."""
+    activity: RankActivity
+    said: str = ""
+    """The one line of its error worth quoting ("" when none is: a bare signal's stderr)."""
+    raised_before_stop: bool = False
+    """Stopped by the teardown, but its error file (``message``) was written before the
+    teardown's signal reached it: it was failing on its own already (two ranks that raise
+    together; the second's exit is seen after the first's teardown began)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A signal sent to ranks (see ``engine.events.RanksSignalled``), timed in ns."""
+
+    ranks: tuple[int, ...]
+    signal_name: str
+    by: str
+    reason: str
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    t_ns: int
+    rank: int
+    kind: str
+    words: str
+
+
+def _clock(t_ns: int, tz: tzinfo | None) -> str:
+    return datetime.fromtimestamp(t_ns / 1e9, tz).strftime("%H:%M:%S")
+
+
+def _quote(line: str) -> str:
+    line = line.strip()
+    if not line:
+        return "(none)"
+    return line if len(line) <= _LINE_CAP else line[: _LINE_CAP - 1] + "\u2026"
+
+
+def _how(f: RankFacts) -> str:
+    name = exit_signal_name(f.exitcode)
+    if name:
+        return f"killed by {name}, not sent by rankvisor" if name == "SIGKILL" else name
+    return f"exit code {f.exitcode}"
+
+
+def _silent(
+    f: RankFacts, peers: list[RankFacts], first_ns: int, factor: float, min_s: float
+) -> float | None:
+    """Seconds ``f`` was silent before the first failure, if that sets it apart."""
+    last = f.activity.last_ns
+    talking = [p for p in peers if p.activity.last_ns is not None]
+    if last is None or not talking:
+        return None
+    gaps = [p.activity.median_gap_s for p in talking if p.activity.median_gap_s is not None]
+    if not gaps:
+        return None  # no peer wrote twice: nothing to compare with
+    silence = (first_ns - last) / 1e9
+    peer_silence = statistics.median(
+        max(0.0, (first_ns - p.activity.last_ns) / 1e9)  # type: ignore[operator]
+        for p in talking
+    )
+    need = max(min_s, factor * statistics.median(gaps), factor * peer_silence)
+    own = f.activity.median_gap_s
+    if own is not None and f.activity.gaps >= 3:
+        need = max(need, factor * own)
+    return silence if silence >= need else None
+
+
+def find_suspect(
+    facts: Sequence[RankFacts],
+    signals: Sequence[SignalRecord] = (),
+    *,
+    silence_factor: float = DEFAULT_SILENCE_FACTOR,
+    silence_min_s: float = DEFAULT_SILENCE_MIN_S,
+    tz: tzinfo | None = None,
+) -> Suspect | None:
+    """The suspect of an attempt (see the module docstring); None when no rank failed on
+    its own (success, or a run rankvisor stopped)."""
+    by_rank = {f.rank: f for f in facts}
+    real = [f for f in facts if f.failed and f.exit_time_ns is not None]
+    if not real:
+        return None
+    first_ns = min(f.exit_time_ns or 0 for f in real)
+    evidence: list[_Evidence] = []
+
+    silent: dict[int, float] = {}
+    for f in facts:
+        seconds = _silent(
+            f, [p for p in facts if p.rank != f.rank], first_ns, silence_factor, silence_min_s
+        )
+        if seconds is not None:
+            silent[f.rank] = seconds
+            assert f.activity.last_ns is not None
+            evidence.append(_Evidence(
+                f.activity.last_ns, f.rank, "silence",
+                f"rank {f.rank}: silent {seconds:.1f} s before the first failure; "
+                f"last line: {_quote(f.activity.last_line)}",
+            ))
+
+    signalled: set[int] = set()
+    for s in sorted(signals, key=lambda s: s.t_ns):
+        # A signal to every rank at once (quit, stop, restart all) singles nobody out.
+        if s.by != "person" or s.t_ns >= first_ns or len(set(s.ranks)) >= len(facts):
+            continue
+        for r in s.ranks:
+            target = by_rank.get(r)
+            if target is None or r in signalled:
+                continue
+            ended = (
+                not target.failed and target.stopped_by is not None
+                and target.exit_time_ns is not None and target.exit_time_ns <= first_ns
+            )
+            if not (ended or s.signal_name in _STOPS or r in silent):
+                continue  # a SIGUSR1 for a stack dump, after which it went on
+            signalled.add(r)
+            verb = {"terminate": "terminated", "restart": "restarted"}.get(s.reason, "killed")
+            if s.signal_name in _STOPS:
+                verb = "stopped"
+            words = (
+                f"rank {r}: {verb} by your {s.signal_name} at {_clock(s.t_ns, tz)}"
+                if ended or s.signal_name in _STOPS
+                else f"rank {r}: got your {s.signal_name} at {_clock(s.t_ns, tz)} and went silent"
+            )
+            evidence.append(_Evidence(s.t_ns, r, "signal", words + "; the others failed after"))
+
+    own = real + [f for f in facts if f.raised_before_stop and f.exit_time_ns is not None]
+    for f in sorted(own, key=lambda f: (f.exit_time_ns or 0, f.rank)):
+        if knock_on_reason(f.message) is not None:
+            continue
+        said = f.said
+        later = (f.exit_time_ns or first_ns) - first_ns
+        when = "first" if later < 1e7 else f"{later / 1e9:.1f} s after the first failure"
+        how = _how(f) if f.failed else "its error recorded before the teardown reached it"
+        words = f"rank {f.rank}: failed on its own {when} ({how})"
+        if said:
+            words += f": {_quote(said)}"
+        evidence.append(_Evidence(f.exit_time_ns or first_ns, f.rank, "failure", words))
+
+    if signalled:
+        # A rank a person signalled: that is its story, from whichever came first.
+        since = {e.rank: e.t_ns for e in evidence if e.kind == "silence"}
+        evidence = [
+            _Evidence(min(e.t_ns, since.get(e.rank, e.t_ns)), e.rank, e.kind, e.words)
+            if e.kind == "signal" else e
+            for e in evidence
+            if not (e.kind == "silence" and e.rank in signalled)
+        ]
+    if evidence:
+        evidence.sort(key=lambda e: (e.t_ns, e.rank))
+        start = evidence[0].t_ns
+        named: list[_Evidence] = []
+        for e in evidence:
+            if e.t_ns - start <= TOGETHER_S * 1e9 and all(n.rank != e.rank for n in named):
+                named.append(e)
+        return _suspect(named, by_rank, first_ns)
+
+    # Every failure is a knock-on. Whoever was still running without an error is whom the
+    # others waited for: the earliest to fall silent among them.
+    first = min(real, key=lambda f: (f.exit_time_ns or 0, f.rank))
+    knock = knock_on_reason(first.message)
+    outlived = [
+        f for f in facts
+        if not f.failed and (f.exit_time_ns is None or f.exit_time_ns > first_ns)
+    ]
+    if outlived and len(outlived) < len(facts):
+        def quiet_since(f: RankFacts) -> int:
+            return f.activity.last_ns if f.activity.last_ns is not None else 0
+
+        outlived.sort(key=lambda f: (quiet_since(f), f.rank))
+        start = quiet_since(outlived[0])
+        named = [
+            _Evidence(
+                quiet_since(f), f.rank, "outlived",
+                f"rank {f.rank}: still running, without an error, when the others failed in "
+                f"a collective ({knock}); last line: {_quote(f.activity.last_line)}",
+            )
+            for f in outlived
+            if quiet_since(f) - start <= TOGETHER_S * 1e9
+        ]
+        return _suspect(named, by_rank, first_ns)
+    return _suspect(
+        [_Evidence(
+            first_ns, first.rank, "knock-on",
+            f"rank {first.rank}: failed first, in a collective ({knock}); "
+            "no rank stands out before it",
+        )],
+        by_rank,
+        first_ns,
+    )
+
+
+def _suspect(named: list[_Evidence], by_rank: dict[int, RankFacts], first_ns: int) -> Suspect:
+    head = named[0]
+    activity = by_rank[head.rank].activity
+    lines = tuple(e.words for e in named)
+    return Suspect(
+        rank=head.rank,
+        reason=lines[0] + "".join(f"; also {line}" for line in lines[1:]),
+        ranks=tuple(e.rank for e in named),
+        evidence=lines,
+        kind=head.kind,
+        first_failure_ns=first_ns,
+        last_line=activity.last_line,
+        last_line_stream=activity.last_line_stream,
+        last_line_no=activity.last_line_no,
+        last_output_ns=activity.last_ns or 0,
+    )

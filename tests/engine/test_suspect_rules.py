@@ -1,0 +1,105 @@
+"""The suspect's rules on made-up facts: knock-on messages, silence relative to peers,
+a person's signals, failures together, the fallbacks (the real jobs: test_suspect_gloo)."""
+
+from __future__ import annotations
+
+from engine.events import RankOutput
+from engine.forensics.activity import OutputActivity, RankActivity
+from engine.forensics.knockon import knock_on_reason
+from engine.forensics.suspect import RankFacts, SignalRecord, find_suspect
+
+S = 1_000_000_000
+T0 = 1_700_000_000 * S
+
+
+def _act(
+    rank: int, last_s: float | None, gap: float | None = 0.1, line: str = "step"
+) -> RankActivity:
+    last = None if last_s is None else T0 + int(last_s * S)
+    return RankActivity(rank, last, gap, 50 if gap else 0, last_line=line)
+
+
+def _facts(**kw: object) -> RankFacts:
+    base: dict[str, object] = dict(failed=False, exitcode=None, exit_time_ns=None, message="",
+                                   stopped_by="teardown")
+    base.update(kw)
+    return RankFacts(**base)  # type: ignore[arg-type]
+
+
+def test_knock_on_messages_are_recognised() -> None:
+    gloo = "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [1.2.3.4]:5"
+    assert knock_on_reason(gloo) == "a peer closed its connection"
+    assert knock_on_reason("Timed out waiting 3000ms for recv operation to complete")
+    assert knock_on_reason("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL")
+    assert knock_on_reason("torch.distributed.DistBackendError: NCCL error")
+    assert knock_on_reason("ConnectionResetError: Connection reset by peer")
+    assert knock_on_reason("RuntimeError: CUDA out of memory") is None
+    assert knock_on_reason("ValueError: loss is NaN") is None
+
+
+def test_silence_names_the_rank_that_stopped_while_its_peers_went_on() -> None:
+    facts = [
+        _facts(rank=0, activity=_act(0, 9.9)),
+        _facts(rank=1, failed=True, exitcode=1, exit_time_ns=T0 + 10 * S, stopped_by=None,
+               message="RuntimeError: my own watchdog gave up", activity=_act(1, 9.95)),
+        _facts(rank=2, activity=_act(2, 4.0, line="last words")),
+    ]
+    s = find_suspect(facts)
+    assert s is not None and (s.rank, s.kind, s.ranks) == (2, "silence", (2,))
+    assert s.reason == "rank 2: silent 6.0 s before the first failure; last line: last words"
+    # Below the minimum, or under the factor times the peers' gap, it is not silence.
+    assert find_suspect(facts, silence_min_s=7).kind == "failure"  # type: ignore[union-attr]
+    slow = [_facts(rank=f.rank, failed=f.failed, exitcode=f.exitcode,
+                   exit_time_ns=f.exit_time_ns, stopped_by=f.stopped_by, message=f.message,
+                   activity=_act(f.rank, (f.activity.last_ns - T0) / S, gap=2.5))
+            for f in facts]  # type: ignore[operator]
+    assert find_suspect(slow).rank == 1  # type: ignore[union-attr]
+
+
+def test_everyone_silent_together_sets_nobody_apart() -> None:
+    facts = [
+        _facts(rank=r, failed=r != 1, exitcode=1 if r != 1 else -15,
+               exit_time_ns=T0 + 10 * S + r, stopped_by=None if r != 1 else "teardown",
+               message="Timed out waiting 3000ms for recv" if r != 1 else "",
+               activity=_act(r, 4.0))
+        for r in range(3)
+    ]
+    s = find_suspect(facts)
+    assert s is not None and (s.rank, s.kind) == (1, "outlived")
+
+
+def test_a_person_signal_before_the_first_failure_is_evidence_after_it_is_not() -> None:
+    facts = [
+        _facts(rank=0, failed=True, exitcode=1, exit_time_ns=T0 + 10 * S, stopped_by=None,
+               message="Connection closed by peer", activity=_act(0, 9.9)),
+        _facts(rank=1, exitcode=-10, exit_time_ns=T0 + 9 * S, stopped_by="signal",
+               activity=_act(1, 8.9)),
+    ]
+    sig = SignalRecord((1,), "SIGUSR1", "person", "signal", T0 + 9 * S)
+    s = find_suspect(facts, [sig])
+    assert s is not None and (s.rank, s.kind) == (1, "signal")
+    assert "killed by your SIGUSR1 at " in s.reason and s.reason.endswith("failed after")
+    teardown = SignalRecord((1,), "SIGTERM", "rankvisor", "teardown", T0 + 9 * S)
+    assert find_suspect(facts, [teardown]).kind != "signal"  # type: ignore[union-attr]
+    late = SignalRecord((1,), "SIGUSR1", "person", "signal", T0 + 11 * S)
+    assert find_suspect(facts, [late]).kind != "signal"  # type: ignore[union-attr]
+
+
+def test_no_failure_on_its_own_means_no_suspect() -> None:
+    facts = [_facts(rank=r, exitcode=-15, exit_time_ns=T0, activity=_act(r, 1)) for r in range(2)]
+    assert find_suspect(facts) is None
+
+
+def test_activity_keeps_what_came_before_the_cutoff() -> None:
+    act = OutputActivity()
+    for i in range(5):
+        act.note(RankOutput(0, "stdout", (f"step {i}",), first_line=i), T0 + i * S)
+    act.note(RankOutput(0, "stdout", (), partial="50%|###"), T0 + 5 * S)
+    act.cutoff(T0 + 5 * S)
+    act.note(RankOutput(0, "stderr", ("Traceback",), first_line=0), T0 + 6 * S)
+    r = act.reading(0)
+    assert (r.last_ns, r.median_gap_s, r.last_line, r.last_line_no) == (
+        T0 + 5 * S, 1.0, "50%|###", -1)
+    assert act.reading(0, until_ns=T0 + 3 * S).last_line == "step 3"
+    act.new_attempt(1)
+    assert act.reading(0).last_ns is None
