@@ -18,6 +18,7 @@ from engine.states import RankState
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
+    from engine.forensics.exit_cause import ExitCause
     from engine.result import RunProcsResult
 
 Stream = Literal["stdout", "stderr", "filtered_stdout", "filtered_stderr"]
@@ -63,6 +64,9 @@ class RankStateChanged:
     """True when the exit was our own doing (terminate, kill, teardown after another failure)."""
     t: float = 0.0
     """Wall-clock time of the transition (``time.time()``), for display."""
+    exit_cause: ExitCause | None = None
+    """Why the rank ended, in words (final states other than success; see
+    ``engine.forensics.exit_cause``); None while it runs, on success, or when unknown."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import time
 
 from engine.errors import ProcessFailure
 from engine.events import AttemptStarted, RankRestarted
+from engine.forensics.exit_cause import ExitCause
 from engine.logs_specs import DefaultLogsSpecs
 from engine.process.cgroups import RunCgroups
 from engine.process.guard import Guard
@@ -220,6 +221,7 @@ class Launcher:
         slot.failure = ProcessFailure(
             slot.rank, 0, 127, slot.error_file, exit_time_ns=slot.exit_time_ns
         )
+        slot.exit_cause = ExitCause("not_started", f"could not start: {error}")
         self._events.notice(f"rank {slot.rank} could not start: {error}", "error")
         # STARTING -> FAILED: the spawn itself failed
         self._events.emit(slot.move(RankState.FAILED))
