@@ -176,6 +176,9 @@ class RankView:
     """The engine's ``ProcessFailure`` (torch-compatible) when the rank failed."""
     failed_at: float | None = None
     """Wall-clock time of the failure (error.json timestamp when there is one)."""
+    exit_cause: Any = None
+    """Why the rank ended, as the supervisor classified it (``engine.forensics``'
+    ``ExitCause``); None while it runs, after a success, or from a source that has none."""
     stdout_path: str = ""
     stderr_path: str = ""
     error_file: str = ""
@@ -315,6 +318,7 @@ class RunView:
         view.error_file = info.error_file
         view.exitcode = info.exitcode
         view.signal_name = info.signal_name
+        view.exit_cause = info.exit_cause
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -481,6 +485,7 @@ class RunView:
             view.exitcode = event.exitcode
             view.signal_name = event.signal_name
             view.caused_by_us = event.caused_by_us
+            view.exit_cause = event.exit_cause
             view.escalation_deadline = None
             view.proc_status = None
             view.cpu_percent = None
@@ -494,6 +499,7 @@ class RunView:
             view.caused_by_us = False
             view.failure = None
             view.failed_at = None
+            view.exit_cause = None
             view.timer_scope = None
             view.escalation_deadline = None
         return {event.rank, -1}

@@ -58,7 +58,7 @@ _STOP_WORDS: Final = {
     "shutdown": "stopped by rankvisor as the run shut down",
 }
 
-_CRASHES: Final = {
+_CRASHES: Final[dict[int, tuple[str, str]]] = {
     signal.SIGSEGV: ("sigsegv", "segmentation fault (SIGSEGV): the process read or wrote "
                                 "memory it does not own, in native code"),
     signal.SIGBUS: ("sigbus", "bus error (SIGBUS): often a too-small /dev/shm (docker "
