@@ -218,6 +218,10 @@ def _status_text(s: dict[str, Any]) -> str:
         for r in ranks:
             c = ["-" if r.get(k) is None else str(r.get(k)) for k in keys]
             lines.append(f"  {c[0]:<4}  {c[1]:<7}  {c[2]:<11}  {c[3]:<4}  {c[4]:<9}  {c[5]}")
+        for r in ranks:
+            cause = r.get("exit_cause")
+            if isinstance(cause, dict) and cause.get("code") not in (None, "stopped"):
+                lines.append(f"  rank {r.get('rank')}: {' '.join(str(cause.get('text')).split())}")
     cause = s.get("root_cause")
     if isinstance(cause, dict):
         how = (f"signal {cause.get('signal')}" if cause.get("signal")

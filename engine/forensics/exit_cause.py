@@ -15,8 +15,9 @@ Why the kernel log and the cgroup both: the cgroup's count is exact and costs on
 but exists only where rankvisor could make a memory cgroup; the kernel log names the pid the
 OOM killer chose wherever it is readable (root, or ``dmesg_restrict=0``), cgroup or not.
 
-Standard library and ``engine.process.signals`` only: the supervisor, the status writer and
-the UI all load it.
+Standard library, ``engine.process.signals`` and the sanitiser only (every text that came
+from a rank is made safe for a terminal here): the supervisor, the status writer and the UI
+all load it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import signal
 from dataclasses import dataclass
 from typing import Final
 
+from engine.output.sanitize import sanitize, strip_sgr
 from engine.process.signals import exit_signal_name, signal_name
 
 __all__ = [
@@ -358,6 +360,9 @@ def _size(n: int) -> str:
 
 
 def _cap(text: str, cap: int = _TEXT_CAP) -> str:
+    """``text`` made safe for a terminal (a rank writes anything), on one line unless it
+    is a detail, and at most ``cap`` characters."""
+    text = strip_sgr(sanitize(text))
     text = text if cap > _TEXT_CAP else " ".join(text.split())
     return text if len(text) <= cap else text[: cap - 1] + "\u2026"
 
