@@ -94,6 +94,14 @@ class RankStats:
     oom_kills: int | None = None
     """Processes of this incarnation of the rank the OOM killer has killed so far (the
     rank's cgroup counts them); None where the rank has no memory cgroup."""
+    gpu_memory_bytes: int | None = None
+    """GPU memory its processes (the rank and its descendants) hold, summed over GPUs; None
+    where NVML is not installed or none of them uses a GPU."""
+    gpu_util_percent: float | None = None
+    """Their SM utilisation summed over GPUs (100.0 is one whole GPU busy); None where
+    unknown."""
+    gpus: tuple[int, ...] = ()
+    """Indices of the GPUs they use."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,6 +188,10 @@ class RankView:
     rss_bytes: int | None = None
     num_threads: int | None = None
     numa_node: int | None = None
+    gpu_memory_bytes: int | None = None
+    """GPU memory of the rank's processes (NVML); None without NVML or off the GPU."""
+    gpu_util_percent: float | None = None
+    gpus: tuple[int, ...] = ()
     proc_status: str | None = None
     cpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=CPU_HISTORY))
     escalation_signal: str | None = None
@@ -464,6 +468,9 @@ class RunView:
         view.rss_bytes = event.rss_bytes
         view.num_threads = event.num_threads
         view.numa_node = event.numa_node
+        view.gpu_memory_bytes = event.gpu_memory_bytes
+        view.gpu_util_percent = event.gpu_util_percent
+        view.gpus = event.gpus
         view.proc_status = event.status
         view.cpu_history.append(event.cpu_percent)
         return {event.rank}
@@ -489,6 +496,9 @@ class RunView:
             view.escalation_deadline = None
             view.proc_status = None
             view.cpu_percent = None
+            view.gpu_memory_bytes = None
+            view.gpu_util_percent = None
+            view.gpus = ()
             if event.new is not RankState.SUCCEEDED:
                 view.failure = event.failure
                 view.failed_at = _failure_time(event.failure, event.t)
