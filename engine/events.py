@@ -18,6 +18,7 @@ from engine.states import RankState
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
+    from engine.forensics.exit_cause import ExitCause
     from engine.result import RunProcsResult
 
 Stream = Literal["stdout", "stderr", "filtered_stdout", "filtered_stderr"]
@@ -63,6 +64,9 @@ class RankStateChanged:
     """True when the exit was our own doing (terminate, kill, teardown after another failure)."""
     t: float = 0.0
     """Wall-clock time of the transition (``time.time()``), for display."""
+    exit_cause: ExitCause | None = None
+    """Why the rank ended, in words (final states other than success; see
+    ``engine.forensics.exit_cause``); None while it runs, on success, or when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,14 @@ class RankStats:
     oom_kills: int | None = None
     """Processes of this incarnation of the rank the OOM killer has killed so far (the
     rank's cgroup counts them); None where the rank has no memory cgroup."""
+    gpu_memory_bytes: int | None = None
+    """GPU memory its processes (the rank and its descendants) hold, summed over GPUs; None
+    where NVML is not installed or none of them uses a GPU."""
+    gpu_util_percent: float | None = None
+    """Their SM utilisation summed over GPUs (100.0 is one whole GPU busy); None where
+    unknown."""
+    gpus: tuple[int, ...] = ()
+    """Indices of the GPUs they use."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,14 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Union
+from typing import TYPE_CHECKING, Callable, Protocol, Union
 
 from engine.events import EventSink
 from engine.process.signals import check_signal
 from engine.states import RankState
+
+if TYPE_CHECKING:
+    from engine.forensics.exit_cause import ExitCause
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,9 @@ class RankInfo:
     oom_killed: bool = False
     """The rank itself died of a SIGKILL that rankvisor did not send, and its cgroup
     recorded an OOM kill: it was OOM-killed."""
+    exit_cause: ExitCause | None = None
+    """Why the last process of the rank ended, in words (``engine.forensics.exit_cause``);
+    None while it runs, after a success, or when unknown."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 from engine.events import Event, RankOutput, RankStateChanged, RankStats, SupervisorNotice
+from engine.forensics.exit_cause import ExitFacts, classify
 from engine.handle import RankInfo, RunInfo
 from engine.states import RankState
 from engine.testing import BASE_PID, EPOCH, ScriptedFailure, ScriptItem, rank_paths
@@ -171,6 +172,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
             exitcode=1,
             failure=cast("ProcessFailure", root),
             t=EPOCH + 42,
+            exit_cause=classify(ExitFacts(1, message=root.message)),
         ),
     ]
     collective = (
@@ -193,6 +195,7 @@ def failure_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
                 exitcode=1,
                 failure=cast("ProcessFailure", failure),
                 t=EPOCH + 42 + delay,
+                exit_cause=classify(ExitFacts(1, stderr_tail="\n".join(collective))),
             ),
         ]
     items.append(

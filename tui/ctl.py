@@ -1,5 +1,5 @@
 """The commands that reach a run from outside: ``ls status stop terminate signal restart wait
-logs rm``.
+logs rm bundle``.
 
 Each parses its own flags, resolves RUN (``engine.control.registry.resolve``: a path, a run
 id, or the newest run) and then reads the run's status.json and log files, or talks to its
@@ -47,7 +47,9 @@ __all__ = [
     "parse_ranks",
 ]
 
-COMMANDS: Final = ("ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm")
+COMMANDS: Final = (
+    "ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm", "bundle",
+)
 
 EXIT_OK: Final = 0
 EXIT_REFUSED: Final = 1
@@ -65,6 +67,7 @@ HELP: Final = {
     "wait": "wait until a run finishes; exit with its exit status",
     "logs": "print a rank's stdout or stderr (-f follows it)",
     "rm": "remove a finished run from the list (--logs: its run directory too)",
+    "bundle": "one .tar.gz of a run for a bug report: logs, errors, stacks, status, env",
 }
 
 _ALIVE: Final = frozenset(s.value for s in RankState if s.is_alive)
@@ -218,6 +221,10 @@ def _status_text(s: dict[str, Any]) -> str:
         for r in ranks:
             c = ["-" if r.get(k) is None else str(r.get(k)) for k in keys]
             lines.append(f"  {c[0]:<4}  {c[1]:<7}  {c[2]:<11}  {c[3]:<4}  {c[4]:<9}  {c[5]}")
+        for r in ranks:
+            cause = r.get("exit_cause")
+            if isinstance(cause, dict) and cause.get("code") not in (None, "stopped"):
+                lines.append(f"  rank {r.get('rank')}: {' '.join(str(cause.get('text')).split())}")
     cause = s.get("root_cause")
     if isinstance(cause, dict):
         how = (f"signal {cause.get('signal')}" if cause.get("signal")
@@ -439,6 +446,38 @@ def _rm(argv: list[str]) -> int:
     return EXIT_OK
 
 
+# -- bundle -----------------------------------------------------------------------------
+
+
+def _bundle(argv: list[str]) -> int:
+    from engine.forensics.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
+
+    p = _parser("bundle")
+    p.add_argument("run", nargs="?", metavar="RUN",
+                   help="a run dir, log dir or run id (default: your newest run)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to write it (default: ./rankvisor-<run>-<time>.tar.gz)")
+    p.add_argument("--max-log-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / (1 << 20),
+                   metavar="N", help="keep the last N MiB of each file (default: %(default)g)")
+    args = p.parse_args(argv)
+    if not args.max_log_mb > 0:
+        p.error(f"--max-log-mb must be more than 0, not {args.max_log_mb}")
+    entry = registry.resolve(args.run, running_only=False)
+    try:
+        bundle = make_bundle(entry.run_dir, args.output,
+                             max_file_bytes=int(args.max_log_mb * (1 << 20)))
+    except OSError as e:
+        _say("bundle", f"cannot write the bundle of {entry.run_dir}: {e.strerror or e}")
+        return EXIT_REFUSED
+    size = os.path.getsize(bundle.path)
+    envs = ", ".join(f"{r}: {s}" for r, s in sorted(bundle.environments.items())) or "none"
+    print(f"{bundle.path}  ({size / (1 << 20):.1f} MiB, {len(bundle.files)} files; "
+          f"environments from {envs}; secrets redacted)")
+    if bundle.truncated:
+        print(f"  kept the last {args.max_log_mb:g} MiB of: {', '.join(bundle.truncated)}")
+    return EXIT_OK
+
+
 # -- commands through the supervisor ----------------------------------------------------
 
 
@@ -602,6 +641,7 @@ def _restart(argv: list[str]) -> int:
 _RUNNERS: Final[dict[str, Callable[[list[str]], int]]] = {
     "ls": _ls, "status": _status, "stop": _stop, "terminate": _terminate,
     "signal": _signal, "restart": _restart, "wait": _wait, "logs": _logs, "rm": _rm,
+    "bundle": _bundle,
 }
 
 

@@ -178,6 +178,9 @@ class RankView:
     """The engine's ``ProcessFailure`` (torch-compatible) when the rank failed."""
     failed_at: float | None = None
     """Wall-clock time of the failure (error.json timestamp when there is one)."""
+    exit_cause: Any = None
+    """Why the rank ended, as the supervisor classified it (``engine.forensics``'
+    ``ExitCause``); None while it runs, after a success, or from a source that has none."""
     stdout_path: str = ""
     stderr_path: str = ""
     error_file: str = ""
@@ -187,6 +190,10 @@ class RankView:
     rss_bytes: int | None = None
     num_threads: int | None = None
     numa_node: int | None = None
+    gpu_memory_bytes: int | None = None
+    """GPU memory of the rank's processes (NVML); None without NVML or off the GPU."""
+    gpu_util_percent: float | None = None
+    gpus: tuple[int, ...] = ()
     proc_status: str | None = None
     cpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=CPU_HISTORY))
     escalation_signal: str | None = None
@@ -323,6 +330,7 @@ class RunView:
         view.error_file = info.error_file
         view.exitcode = info.exitcode
         view.signal_name = info.signal_name
+        view.exit_cause = info.exit_cause
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -487,6 +495,9 @@ class RunView:
         view.rss_bytes = event.rss_bytes
         view.num_threads = event.num_threads
         view.numa_node = event.numa_node
+        view.gpu_memory_bytes = event.gpu_memory_bytes
+        view.gpu_util_percent = event.gpu_util_percent
+        view.gpus = event.gpus
         view.proc_status = event.status
         view.cpu_history.append(event.cpu_percent)
         return {event.rank}
@@ -508,9 +519,13 @@ class RunView:
             view.exitcode = event.exitcode
             view.signal_name = event.signal_name
             view.caused_by_us = event.caused_by_us
+            view.exit_cause = event.exit_cause
             view.escalation_deadline = None
             view.proc_status = None
             view.cpu_percent = None
+            view.gpu_memory_bytes = None
+            view.gpu_util_percent = None
+            view.gpus = ()
             if event.new is not RankState.SUCCEEDED:
                 view.failure = event.failure
                 view.failed_at = _failure_time(event.failure, event.t)
@@ -521,6 +536,7 @@ class RunView:
             view.caused_by_us = False
             view.failure = None
             view.failed_at = None
+            view.exit_cause = None
             view.timer_scope = None
             view.escalation_deadline = None
         return {event.rank, -1}

@@ -167,6 +167,7 @@ def build_status(
             "exitcode": r.exitcode,
             "signal": signal,
             "restart_count": r.restart_count,
+            "exit_cause": r.exit_cause.to_json() if r.exit_cause is not None else None,
         })
     return {
         "schema": SCHEMA,

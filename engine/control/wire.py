@@ -56,6 +56,7 @@ from engine.events import (
     SupervisorNotice,
     TimerExpired,
 )
+from engine.forensics.exit_cause import ExitCause
 from engine.handle import (
     Command,
     CommandResult,
@@ -186,6 +187,7 @@ def decode_message(line: bytes | str) -> dict[str, Any]:
 # -- generic codec, driven by the dataclasses' type hints -----------------------------------
 
 _HINT_NS: Final = {
+    "ExitCause": ExitCause,
     "ProcessFailure": ProcessFailure,
     "RunProcsResult": RunProcsResult,
     "RankState": RankState,

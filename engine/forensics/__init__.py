@@ -1,13 +1,17 @@
-"""Forensics: which rank started a failure, and what every rank was doing when it did.
+"""Forensics: which rank started a failure, why each rank ended, what the run leaves to read.
 
-Pure readings of what the supervisor and the files already hold (no process is touched
-here): ``knockon`` tells a failure that only echoes another rank's (a collective timeout, a
-peer that closed its connection) from one of a rank's own; ``activity`` keeps, per rank, when
-its output last moved and how often it usually does; ``suspect`` combines them with the
-signals a person sent into the rank most likely to have started it, with its evidence in
-words; ``progress`` reads training progress (step, iteration, tqdm's N/M) from output lines;
-``timeline`` merges every rank's lines from the files in the order they arrived.
-Imports ``engine.events`` and the standard library only; the Supervisor imports it.
+Pure readings of what the supervisor and the files already hold: ``knockon`` tells a failure
+that only echoes another rank's (a collective timeout, a peer that closed its connection)
+from one of a rank's own; ``activity`` keeps, per rank, when its output last moved and how
+often it usually does; ``suspect`` combines them with the signals a person sent into the
+rank most likely to have started it, with its evidence in words; ``progress`` reads training
+progress (step, iteration, tqdm's N/M) from output lines; ``timeline`` merges every rank's
+lines from the files in the order they arrived; ``exit_cause`` says why a rank ended, in
+words (the OOM killer, CUDA out of memory, a collective's timeout, a crash signal with its
+Python stack, a signal from outside); ``gpu`` reads each rank's GPU memory and utilisation
+through NVML where it is installed; ``environ`` keeps each rank's environment with secrets
+redacted; ``bundle`` packs one archive of a run for a bug report. Imports the standard
+library and the engine's events, process, log-file and control packages; never textual.
 """
 
 from __future__ import annotations
@@ -15,13 +19,18 @@ from __future__ import annotations
 from engine._lazy import face
 
 __all__ = [
+    "ExitCause",
+    "GpuProbe",
     "OutputActivity",
     "ProgressReader",
     "RankFacts",
     "SignalRecord",
     "TimelineLine",
+    "classify",
+    "diagnose",
     "find_suspect",
     "knock_on_reason",
+    "make_bundle",
     "merge_ranks",
     "stragglers",
 ]
@@ -29,13 +38,18 @@ __all__ = [
 __getattr__, __dir__ = face(
     __name__,
     {
+        "ExitCause": "exit_cause",
+        "GpuProbe": "gpu",
         "OutputActivity": "activity",
         "ProgressReader": "progress",
         "RankFacts": "suspect",
         "SignalRecord": "suspect",
         "TimelineLine": "timeline",
+        "classify": "exit_cause",
+        "diagnose": "exit_cause",
         "find_suspect": "suspect",
         "knock_on_reason": "knockon",
+        "make_bundle": "bundle",
         "merge_ranks": "timeline",
         "stragglers": "progress",
     },

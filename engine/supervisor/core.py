@@ -373,6 +373,8 @@ class Supervisor:
     def _on_timer_expired(self, pid: int, scope: str) -> None:
         with self._state.lock:
             slot = self._state.slot_by_pid(pid)
+            if slot is not None:
+                slot.timer_scope = scope
             self._events.emit(TimerExpired(slot.rank if slot else -1, pid, scope))
             self._events.notice(
                 f"rank {slot.rank if slot else '?'} (pid {pid}) overran timer scope {scope!r}",

@@ -18,6 +18,8 @@ import time
 
 from engine.errors import ProcessFailure
 from engine.events import AttemptStarted, RankRestarted
+from engine.forensics.environ import write_rank_envs_later
+from engine.forensics.exit_cause import ExitCause
 from engine.logs_specs import DefaultLogsSpecs
 from engine.process.cgroups import RunCgroups
 from engine.process.guard import Guard
@@ -69,6 +71,8 @@ class Launcher:
         self._stdin = stdin
         self._cpu_sets = config.cpu_sets()  # NUMA placement, the same for every incarnation
         self._cgroups: RunCgroups | None = None
+        self._env_records: list[tuple[str, dict[str, str]]] = []
+        """(directory, env additions) of the ranks just started: their env.json to write."""
 
     def use_cgroups(self, cgroups: RunCgroups | None) -> None:
         """Spawn every later rank into a cgroup of its own under ``cgroups``."""
@@ -120,6 +124,7 @@ class Launcher:
                 slot, proc, restart=not first, whole_attempt=True, teardown=False, wake=False
             )
         self._wakeup.wake()  # once for the group: the monitor adds every new pidfd
+        self._record_envs()
         if any(isinstance(p, Exception) for p in procs):
             # Only now are all the others recorded: a teardown from inside the loop missed
             # the ranks after the failed one, which then ran on as if nothing had failed.
@@ -154,6 +159,11 @@ class Launcher:
         slot.env[RESTART_COUNT_ENV] = str(slot.restart_count)
         self._state.not_finished()
         self._started(slot, self._spawn_or_error(slot), restart=True, whole_attempt=False)
+        self._record_envs()
+
+    def _record_envs(self) -> None:
+        records, self._env_records = self._env_records, []
+        write_rank_envs_later(records)
 
     def retire(self, slot: RankSlot, proc: RankProcess) -> None:
         """The slot's process exited: stop tracking it (its last lines still come).
@@ -194,6 +204,9 @@ class Launcher:
                 self._teardown_after_failed_spawn()
             return
         slot.proc = proc
+        if slot.error_file:
+            # Beside its error.json, written off this lock once the batch has started.
+            self._env_records.append((os.path.dirname(slot.error_file), dict(slot.env)))
         self._guard.add_rank(proc.pid, proc.pgid)
         self._sampler.track(
             slot.rank, proc.pid, proc.memory if proc.cgroup is not None else None
@@ -222,6 +235,7 @@ class Launcher:
         slot.failure = ProcessFailure(
             slot.rank, 0, 127, slot.error_file, exit_time_ns=slot.exit_time_ns
         )
+        slot.exit_cause = ExitCause("not_started", f"could not start: {error}")
         self._events.notice(f"rank {slot.rank} could not start: {error}", "error")
         # STARTING -> FAILED: the spawn itself failed
         self._events.emit(slot.move(RankState.FAILED))

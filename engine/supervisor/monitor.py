@@ -31,6 +31,7 @@ import time
 
 from engine.errors import ProcessFailure, root_cause_rank
 from engine.events import RunFinished, Suspect
+from engine.forensics.exit_cause import ExitCause, diagnose
 from engine.forensics.suspect import RankFacts, find_suspect
 from engine.logfile.tail import last_lines
 from engine.process.guard import Guard
@@ -206,6 +207,7 @@ class Monitor:
                 slot.rank, proc.pid, code, slot.error_file,
                 exit_time_ns=slot.exit_time_ns, caused_by_us=caused,
             )
+            slot.exit_cause = _exit_cause(slot, proc, code)
         # STARTING/RUNNING/TERMINATING/RESTARTING -> SUCCEEDED/FAILED/SIGNALLED: it exited
         self._events.emit(slot.move(final_state_for(code)))
         self._stopper.rank_gone(slot.rank)
@@ -339,6 +341,34 @@ def _error_text(slot: RankSlot) -> tuple[str, str]:
     # A signal's death leaves faulthandler's stack in stderr: its last line is a frame.
     said = tail[-1] if tail and (slot.exitcode or 0) > 0 else ""
     return "\n".join(tail), said
+
+
+def _exit_cause(slot: RankSlot, proc: RankProcess, code: int) -> ExitCause | None:
+    """Why the rank ended, from what only the supervisor has: the signals it sent, the
+    rank's cgroup (read before it is released), and the kernel log (for a SIGKILL it did
+    not send that no cgroup explains). Reads the end of stderr: a few small reads, once per
+    failed exit; never lets a read error stop the recording of the exit."""
+    try:
+        memory = proc.memory()
+        message = slot.failure.message if slot.failure is not None else ""
+        if isinstance(message, dict):
+            message = message.get("message", "")
+        return diagnose(
+            code,
+            caused_by_us=slot.caused_by_us,
+            stop_reason=slot.stop_reason,
+            our_signals=tuple(slot.signals_ns),
+            oom_kills=memory.oom_kills if memory is not None else None,
+            message=str(message or ""),
+            stderr_path=slot.stderr_path,
+            pid=proc.pid,
+            started_monotonic=slot.started_monotonic,
+            kernel_log=True,
+            timer_scope=slot.timer_scope,
+        )
+    except Exception:  # noqa: BLE001 - a cause is a nicety; the exit must be recorded
+        log.exception("could not tell why rank %s ended", slot.rank)
+        return None
 
 
 def _procs(slots: list[RankSlot]) -> list[RankProcess]:

@@ -23,6 +23,7 @@ from engine.states import RankState, can_move
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
+    from engine.forensics.exit_cause import ExitCause
     from engine.process.rank_process import RankProcess
 
 __all__ = ["AfterExit", "InvalidTransition", "RankSlot", "StopReason", "incarnation_dir"]
@@ -65,6 +66,10 @@ class RankSlot:
         stop_signal_ns: When the first stop signal (SIGTERM, the forwarded signal, SIGKILL)
             was delivered; None while none was.
         caused_by_us: Whether the exit was our doing (set when it is recorded).
+        exit_cause: Why the current process ended, in words (set with the exit).
+        started_monotonic: ``time.monotonic()`` just before the current spawn (the kernel
+            log's records of an OOM kill are compared with it).
+        timer_scope: The torch file-timer scope whose watchdog killed this process.
     """
 
     rank: int
@@ -88,6 +93,9 @@ class RankSlot:
     signals_ns: dict[int, int] = field(default_factory=dict)
     stop_signal_ns: int | None = None
     caused_by_us: bool = False
+    exit_cause: ExitCause | None = None
+    started_monotonic: float | None = None
+    timer_scope: str | None = None
     history: list[tuple[RankState, RankState, float]] = field(default_factory=list)
 
     @property
@@ -149,6 +157,7 @@ class RankSlot:
             failure=self.failure if final else None,
             caused_by_us=self.caused_by_us if final else False,
             t=now,
+            exit_cause=self.exit_cause if final else None,
         )
 
     def begin_incarnation(
@@ -169,6 +178,9 @@ class RankSlot:
         self.signals_ns = {}
         self.stop_signal_ns = None
         self.caused_by_us = False
+        self.exit_cause = None
+        self.started_monotonic = time.monotonic()
+        self.timer_scope = None
 
     def info(self) -> RankInfo:
         """The plain-data view a UI gets from ``snapshot()``."""
@@ -191,6 +203,7 @@ class RankSlot:
                 final and oom_kills and self.exitcode == -signal.SIGKILL
                 and signal.SIGKILL not in self.signals_ns
             ),
+            exit_cause=self.exit_cause if final else None,
         )
 
 

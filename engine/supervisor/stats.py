@@ -25,6 +25,10 @@ start time. A dead or zombie rank is a *state* ("zombie", "gone"), never an exce
 Where the rank has a memory cgroup (``engine.process.cgroups``), each sample also carries
 what the cgroup is charged and how many of its processes the OOM killer has killed: two
 small file reads, and the only count that includes processes no walk can find.
+
+Where NVML is installed (``engine.forensics.gpu``), each pass also asks every GPU once for
+the processes on it, and each rank's sample carries the memory and SM utilisation of its
+tree there; without NVML the fields stay empty and nothing is asked again.
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import psutil
 
 from engine.events import RankStats
+from engine.forensics.gpu import GpuProbe, GpuSnapshot
 from engine.process.cgroups import MemoryReading
 from engine.process.numa import parse_cpulist
 from engine.process.proc_table import stat_fields
@@ -188,9 +193,15 @@ class StatsSampler:
     """
 
     def __init__(
-        self, sink: Callable[[RankStats], None] | None = None, interval: float = 1.0
+        self,
+        sink: Callable[[RankStats], None] | None = None,
+        interval: float = 1.0,
+        *,
+        gpu: GpuProbe | None | Literal["auto"] = "auto",
     ) -> None:
         self._sink = sink
+        # NVML is opened at the first sample, and never again if it is not there.
+        self._gpu = GpuProbe() if gpu == "auto" else gpu
         self._interval = interval
         self._lock = threading.Lock()
         self._tracked: dict[int, _Tracked] = {}
@@ -241,6 +252,8 @@ class StatsSampler:
         if self._thread is not None:
             self._thread.join(timeout=max(2.0, self._interval * 2))
             self._thread = None
+        if self._gpu is not None:
+            self._gpu.close()
 
     def _run(self) -> None:
         # Event.wait doubles as an interruptible sleep: stop() wakes us at once.
@@ -256,13 +269,15 @@ class StatsSampler:
             items = [
                 t for r, t in sorted(self._tracked.items()) if ranks is None or r in ranks
             ]
-        out = [self._sample(t) for t in items]
+        # One NVML pass for every rank: its answers cover every process on every GPU.
+        gpu = self._gpu.snapshot() if self._gpu is not None and items else None
+        out = [self._sample(t, gpu) for t in items]
         if self._sink is not None:
             for s in out:
                 self._sink(s)
         return out
 
-    def _sample(self, tr: _Tracked) -> RankStats:
+    def _sample(self, tr: _Tracked, gpu: GpuSnapshot | None = None) -> RankStats:
         now_wall = time.time()
         now = time.monotonic()
         pid = tr.pid
@@ -300,6 +315,7 @@ class StatsSampler:
         tr.cpu_seen = seen
         tr.last_t = now
         mem = tr.memory() if tr.memory is not None else None
+        on_gpu = gpu.for_pids([pid, *kids]) if gpu is not None else None
         return RankStats(
             rank=tr.rank,
             pid=pid,
@@ -315,6 +331,9 @@ class StatsSampler:
             t=now_wall,
             cgroup_memory_bytes=mem.current_bytes if mem is not None else None,
             oom_kills=mem.oom_kills if mem is not None else None,
+            gpu_memory_bytes=on_gpu.memory_bytes if on_gpu is not None else None,
+            gpu_util_percent=on_gpu.util_percent if on_gpu is not None else None,
+            gpus=on_gpu.gpus if on_gpu is not None else (),
         )
 
     def _empty(self, tr: _Tracked, status: str, now_wall: float) -> RankStats:

@@ -26,7 +26,9 @@ from tests.control.runs import Supervisors, failed_finish, run_info
 FIELDS = {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "supervisor_start", "state",
           "attempt", "finished", "exitcode", "ranks", "root_cause", "suspect", "started",
           "updated", "tracking"}
-RANK_FIELDS = {"rank", "local_rank", "pid", "state", "exitcode", "signal", "restart_count"}
+RANK_FIELDS = {
+    "rank", "local_rank", "pid", "state", "exitcode", "signal", "restart_count", "exit_cause",
+}
 
 
 def test_a_running_run_has_every_field_and_no_root_cause(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from engine.events import (
     Suspect,
     TimerExpired,
 )
+from engine.forensics.exit_cause import ExitCause
 from engine.handle import (
     CommandResult,
     KillRanks,
@@ -78,9 +79,10 @@ results = st.builds(
     stderrs=st.dictionaries(small, text, max_size=3),
     stopped=st.dictionaries(small, failures(), max_size=3),
 )
+exit_causes = st.none() | st.builds(ExitCause, text, text, text)
 rank_infos = st.builds(
     RankInfo, small, states, opt_int, small, small, text, text, text, opt_int,
-    st.none() | text, opt_int, st.booleans(),
+    st.none() | text, opt_int, st.booleans(), exit_causes,
 )
 run_infos = st.builds(
     RunInfo, text, small, text, text, small, floats, st.lists(text, max_size=3).map(tuple),
@@ -92,10 +94,11 @@ events = st.one_of(
     st.builds(RankOutput, small, streams, st.lists(line, max_size=6).map(tuple), line, small,
               small),
     st.builds(RankStateChanged, small, states, states, opt_int, opt_int, st.none() | text,
-              small, small, st.none() | failures(), st.booleans(), floats),
+              small, small, st.none() | failures(), st.booleans(), floats, exit_causes),
     st.builds(RankStats, small, ints, text, floats, ints, small, small,
               st.lists(small, max_size=4).map(tuple), opt_int, opt_int, floats, floats,
-              opt_int, opt_int),
+              opt_int, opt_int, opt_int, st.none() | floats,
+              st.lists(small, max_size=4).map(tuple)),
     st.builds(EscalationScheduled, ranks, text, floats, floats),
     st.builds(EscalationFinished, ranks, ranks),
     st.builds(RankRestarted, small, ints, small, small, st.booleans(), text, text, text),

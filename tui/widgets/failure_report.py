@@ -21,6 +21,7 @@ from rich.text import Text
 
 from engine.errors.error_file import usable_timestamp
 from engine.events import Suspect
+from engine.forensics.exit_cause import ExitCause, diagnose
 from engine.logfile.tail import last_lines
 from engine.output.sanitize import sanitize
 from tui.model import RankView
@@ -29,6 +30,7 @@ from tui.widgets.ansi import display_text, single_width_joins
 __all__ = [
     "FailureDetails",
     "Frame",
+    "exit_cause",
     "failure_details",
     "parse_callstack",
     "render_failure",
@@ -111,6 +113,37 @@ def failure_details(view: RankView) -> FailureDetails:
     return FailureDetails(
         sanitize(message), sanitize(callstack), timestamp, sanitize(error_file), has_file
     )
+
+
+def exit_cause(view: RankView) -> ExitCause | None:
+    """Why the rank ended: the supervisor's verdict when it sent one, else the same
+    classification from what this viewer knows (a torchrun job watched from outside, a run
+    recorded by an older version): the exit code, whether rankvisor stopped it, its message
+    and the end of its stderr file; without the cgroup's count or the kernel log."""
+    if isinstance(view.exit_cause, ExitCause):
+        return view.exit_cause
+    if view.state.is_alive or view.exitcode in (None, 0):
+        return None
+    failure: Any = view.failure
+    message: Any = getattr(failure, "message", "") or ""
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    return diagnose(
+        view.exitcode,
+        caused_by_us=view.caused_by_us,
+        message=str(message),
+        stderr_path=view.stderr_path,
+    )
+
+
+_STACK_CODES: Final = ("sigsegv", "sigbus", "sigabrt")
+
+
+def _cause_line(cause: ExitCause) -> Text:
+    line = Text()
+    line.append("cause: ", "bold")
+    line.append(sanitize(cause.text), "yellow")
+    return line
 
 
 def stderr_tail(view: RankView, count: int = TAIL_LINES) -> list[str]:
@@ -246,6 +279,10 @@ def render_stopped(views: Sequence[RankView]) -> RenderableType:
             text.append(f"  pid {view.pid}")
         if view.restart_count:
             text.append(f"  restart {view.restart_count}")
+        cause = exit_cause(view)
+        if cause is not None and cause.code != "stopped":
+            # Stopped, but something else ended it first (the OOM killer during teardown).
+            text.append(f"  {sanitize(cause.text)}", "red")
     return text
 
 
@@ -280,7 +317,15 @@ def render_failure(
     if when:
         title.append(f"  at {when}", "dim")
     parts: list[RenderableType] = [title]
+    cause = exit_cause(view)
+    crash_stack = cause.detail if cause is not None and cause.code in _STACK_CODES else ""
     stacks = parse_callstack(details.callstack) if details.callstack else []
+    # A plain exit code, or an exception whose traceback or message follows, says nothing
+    # more as a cause line.
+    if cause is not None and not (
+        cause.code == "exit" or (cause.code == "exception" and (stacks or details.message))
+    ):
+        parts.append(_cause_line(cause))
     # The message usually repeats the traceback's last line; show it only when it adds.
     if details.message and not (stacks and stacks[-1].exception.strip() == details.message.strip()):
         parts.append(Text(details.message, "red"))
@@ -294,11 +339,26 @@ def render_failure(
             why = f"exited with code {view.exitcode}"
         else:
             why = "failed"
-        parts.append(Text(f"No error.json: the rank {why}. Last stderr lines:", "italic"))
+        if crash_stack:
+            # faulthandler's dump: the Python stack at the crash, apart from the other lines.
+            shown = {line.strip() for line in crash_stack.splitlines()}
+            stack_text = Text("\n").join(
+                display_text(sanitize(line)).copy() for line in crash_stack.splitlines()
+            )
+            parts.append(Panel(
+                stack_text, title=Text("Python stack at the crash (faulthandler)", "bold"),
+                border_style="red", expand=True, padding=(0, 1),
+            ))
+            stderr_tail = [line for line in stderr_tail if line.strip() not in shown]
+            if not stderr_tail:
+                parts.append(Text(f"No error.json: the rank {why}; stderr holds nothing else.",
+                                  "italic"))
+        if stderr_tail or not crash_stack:
+            parts.append(Text(f"No error.json: the rank {why}. Last stderr lines:", "italic"))
         if stderr_tail:
             tail = Text("\n").join(display_text(line).copy() for line in stderr_tail)
             parts.append(Panel(tail, border_style="dim", expand=True, padding=(0, 1)))
-        else:
+        elif not crash_stack:
             parts.append(Text("  (stderr is empty)", "dim"))
     if details.error_file and details.has_error_file:
         parts.append(Text(f"error file: {details.error_file}", "dim"))

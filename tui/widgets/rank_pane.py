@@ -101,6 +101,18 @@ class RankHeader(Static):
         return header_text(self._view, width=self.size.width)
 
 
+def gpu_text(view: RankView, *, compact: bool) -> str:
+    """``"  gpu0,1 3.2G 87%"`` (``" g3.2G 87%"`` compact): shown only when NVML saw the
+    rank's processes on a GPU; absent, without a word, everywhere else."""
+    if view.gpu_memory_bytes is None:
+        return ""
+    util = "" if view.gpu_util_percent is None else f" {view.gpu_util_percent:.0f}%"
+    if compact:
+        return f" g{format_bytes(view.gpu_memory_bytes)}{util}"
+    which = ",".join(map(str, view.gpus))
+    return f"  gpu{which} {format_bytes(view.gpu_memory_bytes)}{util}"
+
+
 def header_text(view: RankView, *, width: int = 40) -> Text:
     """The header line of a rank, fitted to ``width`` by the sparkline's length.
 
@@ -119,6 +131,8 @@ def header_text(view: RankView, *, width: int = 40) -> Text:
                 )
             if view.numa_node is not None:
                 tail += f" N{view.numa_node}" if compact else f"  numa {view.numa_node}"
+            if view.gpu_memory_bytes is not None:
+                tail += gpu_text(view, compact=compact)
         else:
             tail += f"  {view.exit_label or view.state.value}"
             if view.caused_by_us:
@@ -191,6 +205,8 @@ class RankPane(Vertical):
             view.cpu_percent,
             view.rss_bytes,
             view.numa_node,
+            view.gpu_memory_bytes,
+            view.gpu_util_percent,
             view.proc_status,
             len(view.cpu_history),
             view.countdown(now),

@@ -1,0 +1,271 @@
+"""``rankvisor bundle``: one ``.tar.gz`` of a run for a bug report or a colleague.
+
+What goes in, under one top folder named after the run:
+
+- the run's own files: ``status.json``, ``events.ndjson``, ``supervisor.log``,
+  ``on_failure.log``, the filtered logs, and anything else at the top of the run directory;
+- ``stacks/``: the stack dumps taken during the run, when there are any;
+- the current attempt's directory (``attempt_<n>/``): every rank's ``stdout.log``,
+  ``stderr.log``, ``error.json`` and recorded ``env.json``, earlier incarnations
+  (``restart_<k>/``) included;
+- ``env/rank<r>.json``: each rank's environment, read from ``/proc/<pid>/environ`` while the
+  rank runs, else the ``env.json`` recorded at its spawn; secrets redacted either way;
+- ``manifest.json``: the command line, the rankvisor, torch and Python versions, the
+  machine, and each file's size on disk and in the bundle.
+
+Every file is capped (``max_file_bytes``, 10 MiB by default): a log keeps its end, where a
+failure is; ``events.ndjson`` keeps its first line (the run as it started) and its end.
+Reads files only; never signals or stops anything, so it is safe on a running run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import re
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from engine.control.status import effective_state, read_status
+from engine.forensics.environ import ENV_FILE, read_proc_environ, read_rank_env
+
+__all__ = ["DEFAULT_MAX_FILE_BYTES", "Bundle", "default_bundle_path", "make_bundle"]
+
+DEFAULT_MAX_FILE_BYTES: Final = 10 << 20
+
+_SKIP: Final = (".idx",)
+"""Index files (the arrival index): rebuilt from the logs, and meaningless without them."""
+
+_ALIVE: Final = frozenset(("starting", "running", "terminating", "restarting"))
+
+
+@dataclass
+class Bundle:
+    """What ``make_bundle`` wrote."""
+
+    path: str
+    files: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per file put in: ``name`` (in the archive), ``size`` (on disk),
+    ``included`` (bytes in the archive), ``truncated``."""
+    environments: dict[int, str] = field(default_factory=dict)
+    """rank -> where its environment came from: "proc", "env.json" or "none"."""
+
+    @property
+    def truncated(self) -> list[str]:
+        return [f["name"] for f in self.files if f["truncated"]]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:80] or "run"
+
+
+def default_bundle_path(run_dir: str, directory: str = ".") -> str:
+    """``./rankvisor-<run dir name>-<YYYYmmdd-HHMMSS>.tar.gz``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = _slug(os.path.basename(os.path.normpath(run_dir)))
+    return os.path.join(directory, f"rankvisor-{name}-{stamp}.tar.gz")
+
+
+def _attempt(run_dir: str, status: dict[str, Any] | None) -> int | None:
+    attempt = status.get("attempt") if status else None
+    if isinstance(attempt, int) and not isinstance(attempt, bool):
+        return attempt
+    found = []
+    try:
+        for name in os.listdir(run_dir):
+            if name.startswith("attempt_") and name[8:].isdigit():
+                found.append(int(name[8:]))
+    except OSError:
+        pass
+    return max(found) if found else None
+
+
+def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[bytes, int]:
+    """The file's bytes (its end when it is larger than ``cap``), and its size on disk."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= cap:
+            return f.read(cap), size
+        head = b""
+        if keep_first_line:
+            head = f.readline(cap // 2)
+        f.seek(max(len(head), size - (cap - len(head))))
+        tail = f.read(cap - len(head))
+    # A line cut in half at the start would mislead: start at the next whole line.
+    cut = tail.find(b"\n")
+    if 0 <= cut < len(tail) - 1:
+        tail = tail[cut + 1:]
+    return head + tail, size
+
+
+def _run_info(run_dir: str) -> dict[str, Any]:
+    """The run as it started: the first line of events.ndjson (the wire form of RunInfo)."""
+    try:
+        with open(os.path.join(run_dir, "events.ndjson"), "rb") as f:
+            first = json.loads(f.readline(1 << 22) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    run = first.get("run") if isinstance(first, dict) else None
+    return run if isinstance(run, dict) else {}
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def _rank_dirs(attempt_dir: str, rank: int) -> list[str]:
+    """The rank's incarnation directories in the attempt, the current (last) one last."""
+    base = os.path.join(attempt_dir, str(rank))
+    restarts = []
+    try:
+        for name in os.listdir(base):
+            if name.startswith("restart_") and name[8:].isdigit():
+                restarts.append(int(name[8:]))
+    except OSError:
+        return []
+    return [base] + [os.path.join(base, f"restart_{k}") for k in sorted(restarts)]
+
+
+def _environment(
+    attempt_dir: str, rank: int, rank_status: dict[str, Any], live: bool
+) -> tuple[dict[str, str] | None, str]:
+    pid = rank_status.get("pid")
+    if live and isinstance(pid, int) and rank_status.get("state") in _ALIVE:
+        env = read_proc_environ(pid)
+        if env is not None:
+            return env, "proc"
+    for d in reversed(_rank_dirs(attempt_dir, rank)):
+        if os.path.exists(os.path.join(d, ENV_FILE)):
+            env = read_rank_env(d)
+            if env is not None:
+                return env, ENV_FILE
+    return None, "none"
+
+
+def make_bundle(
+    run_dir: str,
+    out_path: str | None = None,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> Bundle:
+    """Write the bundle of the run in ``run_dir`` to ``out_path`` (default:
+    ``default_bundle_path``); returns what went in.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` is not a directory.
+        OSError: the bundle could not be written.
+    """
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"no run directory at {run_dir}")
+    run_dir = os.path.abspath(run_dir)
+    out_path = out_path or default_bundle_path(run_dir)
+    status = read_status(run_dir)
+    live = status is not None and effective_state(status) == "running"
+    attempt = _attempt(run_dir, status)
+    top = _slug(os.path.basename(run_dir))
+    bundle = Bundle(path=out_path)
+    out_abs = os.path.abspath(out_path)
+
+    sources: list[str] = []  # paths relative to run_dir
+    for entry in sorted(os.listdir(run_dir)):
+        full = os.path.join(run_dir, entry)
+        if os.path.isfile(full) and not os.path.islink(full):
+            sources.append(entry)
+    for sub in (["stacks"] + ([f"attempt_{attempt}"] if attempt is not None else [])):
+        base = os.path.join(run_dir, sub)
+        for root, dirs, files in os.walk(base):
+            dirs.sort()
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                if not os.path.islink(full):
+                    sources.append(os.path.relpath(full, run_dir))
+
+    tmp = out_path + ".part"
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            now = time.time()
+
+            def add(name: str, data: bytes) -> None:
+                info = tarfile.TarInfo(f"{top}/{name}")
+                info.size = len(data)
+                info.mtime = int(now)
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+
+            for rel in sources:
+                full = os.path.join(run_dir, rel)
+                if rel.endswith(_SKIP) or os.path.abspath(full) in (out_abs, os.path.abspath(tmp)):
+                    continue
+                try:
+                    data, size = _read_capped(full, max_file_bytes,
+                                              keep_first_line=rel == "events.ndjson")
+                except OSError:
+                    continue  # removed meanwhile (a running run), or unreadable: left out
+                add(rel, data)
+                bundle.files.append({"name": rel, "size": size, "included": len(data),
+                                     "truncated": len(data) < size})
+
+            ranks = status.get("ranks") if status else None
+            ranks = [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+            attempt_dir = os.path.join(run_dir, f"attempt_{attempt}")
+            if not ranks and attempt is not None:
+                try:
+                    numbers = sorted(int(n) for n in os.listdir(attempt_dir) if n.isdigit())
+                except OSError:
+                    numbers = []
+                ranks = [{"rank": n} for n in numbers]
+            for r in ranks:
+                rank = r.get("rank")
+                if not isinstance(rank, int):
+                    continue
+                env, source = _environment(attempt_dir, rank, r, live)
+                bundle.environments[rank] = source
+                if env is not None:
+                    add(f"env/rank{rank}.json", (json.dumps(
+                        {"rank": rank, "source": source, "env": env}, indent=1) + "\n").encode())
+
+            run = _run_info(run_dir)
+            manifest = {
+                "created": now,
+                "run_dir": run_dir,
+                "run_id": (status or {}).get("run_id") or run.get("run_id"),
+                "attempt": attempt,
+                "state": effective_state(status) if status else None,
+                "command": run.get("command"),
+                "nprocs": run.get("nprocs"),
+                "versions": {
+                    "rankvisor": _version("rankvisor"),
+                    "torch": _version("torch"),
+                    "python": sys.version.split()[0],
+                },
+                "machine": {
+                    "system": platform.system(),
+                    "release": platform.release(),
+                    "machine": platform.machine(),
+                    "cpus": os.cpu_count(),
+                },
+                "max_file_bytes": max_file_bytes,
+                "files": bundle.files,
+                "environments": {str(k): v for k, v in sorted(bundle.environments.items())},
+                "redacted": "environment variables whose names contain TOKEN, KEY, SECRET, "
+                            "PASSWORD or CREDENTIAL (any case)",
+            }
+            add("manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.replace(tmp, out_path)
+    return bundle
