@@ -157,6 +157,20 @@ def timeline(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
     return app, drive
 
 
+def errors_suspect(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """The error view of a hang: rank 3 went silent first (SUSPECT, with its evidence), then
+    rank 2 gave up waiting and raised (torch's root cause), the others fell as knock-ons."""
+    run_dir = tmp / "errors-suspect"
+    write_timeline_files(run_dir)
+    app = make_app(ScriptedSupervisor(scripted_info(4, run_dir=run_dir), suspect_script()))
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("e")
+        await _settle(pilot)
+
+    return app, drive
+
+
 SCENES: dict[str, Scene] = {
     "grid": grid,
     "countdown": countdown,
@@ -167,6 +181,7 @@ SCENES: dict[str, Scene] = {
     "ranks-32": ranks_32,
     "help": help_screen,
     "detach": detach,
+    "errors-suspect": errors_suspect,
     "timeline": timeline,
 }
 
