@@ -663,8 +663,12 @@ class RankvisorApp(App[int]):
             return
         if self.shutting_down:
             return
-        self.detached = True
         self.handle.detach()
+        if self.run_view.finished:
+            # Nothing goes on without us: quit as a finished run does, with its summary.
+            self.exit(self.run_view.exit_code())
+            return
+        self.detached = True
         self.exit(0)
 
     def _begin_shutdown(self) -> None:
