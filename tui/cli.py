@@ -26,7 +26,9 @@ from tui.run_args import PROG, Job, parse_job
 __all__ = ["main"]
 
 _SUBCOMMANDS = ("run", "demo", "serve", "attach")
-_CTL_COMMANDS = ("ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm")
+_CTL_COMMANDS = (
+    "ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm", "stack",
+)
 """The commands that reach a run from outside (``tui.ctl``; kept equal to its ``COMMANDS``)."""
 
 

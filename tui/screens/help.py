@@ -52,6 +52,7 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
         "Views",
         (
             ("e", "errors: tracebacks, root cause first"),
+            ("S", "stacks: every rank's Python stack, merged, odd ranks first"),
             ("f", "filtered_stdout.log / filtered_stderr.log"),
             ("/  n  N", "search all the zoomed log shows; next / previous match"),
             ("o", "zoomed or filtered view: both (zoom: in arrival order), stdout, stderr"),
