@@ -24,7 +24,12 @@ from engine.events import RankStateChanged  # noqa: E402
 from engine.handle import TerminateRanks  # noqa: E402
 from engine.states import RankState  # noqa: E402
 from engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
-from tests.scenarios import failure_script, running_script, scripted_info  # noqa: E402
+from tests.scenarios import (  # noqa: E402
+    failure_script,
+    recorded_stacks,
+    running_script,
+    scripted_info,
+)
 from tui.app import RankvisorApp, make_app  # noqa: E402
 
 Scene = Callable[[Path], tuple[RankvisorApp, Callable[..., Awaitable[None]] | None]]
@@ -137,6 +142,18 @@ def detach(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
     return app, drive
 
 
+def stacks(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """S: every rank's stack merged; the odd rank (3, stalled in its data loader) first."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
+    app = make_app(engine)
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("S")
+        await _settle(pilot)
+
+    return app, drive
+
+
 SCENES: dict[str, Scene] = {
     "grid": grid,
     "countdown": countdown,
@@ -147,6 +164,7 @@ SCENES: dict[str, Scene] = {
     "ranks-32": ranks_32,
     "help": help_screen,
     "detach": detach,
+    "stacks": stacks,
 }
 
 

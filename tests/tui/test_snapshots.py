@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.testing import ScriptedSupervisor
-from tests.scenarios import failure_script, running_script, scripted_info
+from tests.scenarios import failure_script, recorded_stacks, running_script, scripted_info
 from tui.app import make_app
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
@@ -95,3 +95,17 @@ def test_quit_asks_to_detach(snap_compare, size) -> None:  # type: ignore[no-unt
     each with its key shown literally (not eaten as markup)."""
     engine = ScriptedSupervisor(scripted_info(4), running_script(4), detachable=True)
     assert snap_compare(make_app(engine), press=["q"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_stacks_view(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """S: the merged stacks of a recorded dump of the demo; rank 3 (in _stall) first,
+    marked odd and highlighted, open on its frames; ranks 0, 1, 2 (in _train) closed below;
+    the saved file's path at the bottom."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
+
+    async def open_stacks(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("S")
+        await _settle(pilot)
+
+    assert snap_compare(make_app(engine), run_before=open_stacks, terminal_size=size)

@@ -112,8 +112,8 @@ class StacksScreen(Screen[None]):
         mode = "nonblocking" if dump.nonblocking else ("native" if dump.native else "blocking")
         ranks = len(dump.ranks)
         head.update(Text.assemble(
-            (f"{ranks} rank(s) in {len([g for g in dump.groups if g.frames])} stack(s)", "bold"),
-            (f" · py-spy, {mode} · the odd group first · enter opens a group", "dim"),
+            (f"{ranks} rank(s), {len([g for g in dump.groups if g.frames])} stack(s)", "bold"),
+            (f" · py-spy {mode} · odd first · enter opens a group", "dim"),
         ))
         opened = False
         for group in dump.groups:
