@@ -8,13 +8,22 @@ the smallest, first: "ranks 0, 2, 3: all_reduce <- train_step <- main" and "rank
 stuck_in_data_loader <- main" (the idea of LLNL's STAT tool). ``save_dump`` writes the merged
 view and then each rank's full dump, every thread, to ``<run_dir>/stacks/<time>.txt``.
 
-How long a dump takes, measured on a 2-core VM shared with other jobs (py-spy 0.4.3, an idle
-Python 3.11 rank with two threads, 5 dumps each): ``--nonblocking`` 12-21 ms, the default
-(blocking: the rank is paused while it is read) 12-44 ms, ``--native`` 57-81 ms; the first
-dump after a rank started, or under load, up to about 250 ms. Ranks are dumped in parallel, so
-a dump of all ranks costs about one of them while there are cores to spare. The supervisor's
-capture before a SIGKILL starts ``KILL_DUMP_BUDGET_S`` before the deadline (see
-``engine.supervisor.stack_capture``).
+How long a dump takes, measured on a 2-core VM shared with other jobs (load average 5; py-spy
+0.4.3; idle Python 3.11 ranks with two threads; ``dump_stacks`` of N ranks at once, 5 runs,
+median and worst):
+
+=======  ===============  ===============  ===============
+ranks    nonblocking      blocking         native
+=======  ===============  ===============  ===============
+1        39 ms / 51 ms    15 ms / 75 ms    183 ms / 344 ms
+4        71 ms / 88 ms    84 ms / 125 ms   546 ms / 727 ms
+8        348 ms / 362 ms  250 ms / 359 ms  941 ms / 1.1 s
+=======  ===============  ===============  ===============
+
+Ranks are dumped in parallel, so the cost grows with ranks per core, not ranks. The
+supervisor's capture before a SIGKILL starts ``KILL_DUMP_BUDGET_S`` before the deadline (see
+``engine.supervisor.stack_capture``), and its py-spy calls are bounded by the time left: on a
+machine too busy for that, the ranks are killed on time without a stack, never late.
 
 Permissions: reading another process's memory needs ptrace rights over it. As root (with
 CAP_SYS_PTRACE) that is always so. As the ranks' own user it is so unless the kernel's Yama
@@ -70,12 +79,13 @@ STACKS_DIR: Final = "stacks"
 
 DEFAULT_TIMEOUT_S: Final = 5.0
 """How long one rank's py-spy may take before it is killed and the rank reported without a
-stack: twenty times the slowest dump measured above, so only a rank py-spy cannot read hits
-it (one in uninterruptible sleep, say)."""
+stack: more than four times the slowest dump measured above (native, 8 ranks), so only a
+rank py-spy cannot read hits it (one in uninterruptible sleep, say)."""
 
 KILL_DUMP_BUDGET_S: Final = 1.0
 """How long before a SIGKILL deadline the supervisor starts the dump of the ranks it is about
-to kill: four times the slowest dump measured above, on a loaded machine."""
+to kill (nonblocking): about three times the slowest nonblocking dump of 8 ranks on 2 loaded
+cores measured above."""
 
 NATIVE_NEEDS_BLOCKING: Final = (
     "native frames need a blocking dump (py-spy pauses each rank while it reads it); "
