@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
 
 from engine.events import EventSink
 from engine.process.signals import check_signal
@@ -67,7 +67,31 @@ class RestartAll:
     """Stop every rank and start a new attempt (attempt_<n+1>, restart count + 1)."""
 
 
-Command = Union[SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll]
+@dataclass(frozen=True, slots=True)
+class DumpStacks:
+    """Dump the Python stack of ``ranks`` (None: every running rank) with py-spy, merge them
+    and save the dump under the run directory; the result's ``data`` carries it.
+
+    ``nonblocking`` reads each rank without pausing it (a read-only viewer may ask for that
+    one, and nothing else); ``native`` adds C/C++ frames and needs a blocking dump. Unlike the
+    other commands this one waits for its answer: each rank's dump is bounded by
+    ``engine.forensics.stacks.DEFAULT_TIMEOUT_S``, and all run in parallel.
+    """
+
+    ranks: tuple[int, ...] | None = None
+    native: bool = False
+    nonblocking: bool = False
+
+
+Command = Union[SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks]
+
+COMMAND_CLASSES = (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks)
+"""Every command type, for ``isinstance`` checks and the wire's registry."""
+
+NATIVE_NEEDS_BLOCKING = (
+    "not dumped: native frames need a blocking dump (py-spy pauses each rank while it reads "
+    "it); a nonblocking dump has Python frames only"
+)
 
 
 def command_problem(command: object) -> str | None:
@@ -77,8 +101,15 @@ def command_problem(command: object) -> str | None:
     "TERM"; a negative, infinite or non-numeric timeout; something that is no command) is
     refused with the same words by each, and never reaches a thread that would choke on it.
     """
-    if not isinstance(command, (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll)):
+    if not isinstance(command, COMMAND_CLASSES):
         return f"unknown command {command!r}"
+    if isinstance(command, DumpStacks):
+        if command.native and command.nonblocking:
+            return NATIVE_NEEDS_BLOCKING
+        if command.ranks is not None and not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in command.ranks
+        ):
+            return f"not dumped: ranks must be integers, not {command.ranks!r}"
     if isinstance(command, (SignalRanks, TerminateRanks)):
         try:
             check_signal(command.sig)
@@ -93,10 +124,16 @@ def command_problem(command: object) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
-    """Whether a command was accepted; ``message`` says why not, in words for a person."""
+    """Whether a command was accepted; ``message`` says why not, in words for a person.
+
+    ``data``: what a command hands back besides (plain JSON data, so that it travels as it
+    is): ``DumpStacks`` puts its dump there (``engine.forensics.stacks.StackDump.to_dict``,
+    ``path`` the saved file). None for every other command.
+    """
 
     ok: bool
     message: str = ""
+    data: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

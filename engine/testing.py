@@ -32,6 +32,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field, replace
+from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast
 
 from engine.events import (
@@ -46,9 +47,19 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
+from engine.forensics.stacks import (
+    Frame,
+    RankStack,
+    StackDump,
+    ThreadStack,
+    dump_file_name,
+    merge,
+    save_dump,
+)
 from engine.handle import (
     Command,
     CommandResult,
+    DumpStacks,
     KillRanks,
     RankInfo,
     RestartAll,
@@ -197,6 +208,9 @@ class ScriptedSupervisor:
         teardown_on_failure: Stop the other ranks when one fails on its own.
         detachable: What ``detachable`` says: True stands for a run in a supervisor
             process of its own (quitting may leave it running).
+        stacks: A recorded dump ``DumpStacks`` answers with (the running ranks' part of
+            it, merged again); without one each running rank is "in" ``main (train.py:1)``.
+            Saved under the run directory with ``write_files``; its path is given either way.
     """
 
     def __init__(
@@ -211,8 +225,10 @@ class ScriptedSupervisor:
         max_restarts: int = 0,
         teardown_on_failure: bool = True,
         detachable: bool = False,
+        stacks: StackDump | None = None,
     ) -> None:
         self._detachable = detachable
+        self._stacks = stacks
         self._info = info
         self._steps = _split(script)
         self._step = 0
@@ -298,6 +314,7 @@ class ScriptedSupervisor:
             KillRanks: self._cmd_kill,
             RestartRank: self._cmd_restart_rank,
             RestartAll: self._cmd_restart_all,
+            DumpStacks: self._cmd_dump_stacks,
         }
         with self._lock:
             self.calls.append(command)
@@ -311,7 +328,10 @@ class ScriptedSupervisor:
                 if not self.started:
                     raise _Refused("the run has not started")
                 if self._shutting_down:
-                    raise _Refused("the run is shutting down")
+                    # The real one dumps while shutting down; this one's shutdown is over
+                    # as soon as it is asked for.
+                    raise _Refused("the run is over" if isinstance(command, DumpStacks)
+                                   else "the run is shutting down")
                 result = handler(command)
                 self._settle()
             except _Refused as refused:
@@ -501,6 +521,28 @@ class ScriptedSupervisor:
         timeout = self._info.term_timeout_s if cmd.timeout_s is None else float(cmd.timeout_s)
         self._stop(live, "terminate", int(cmd.sig), timeout)
         return CommandResult(True, note)
+
+    def _cmd_dump_stacks(self, cmd: DumpStacks) -> CommandResult:
+        live, note = self._running(self._resolve(cmd.ranks), "dump")
+        recorded = {r.rank: r for r in self._stacks.ranks} if self._stacks else {}
+        ranks = tuple(
+            replace(recorded[r], pid=self._ranks[r].pid or 0) if r in recorded else RankStack(
+                r, self._ranks[r].pid or 0,
+                (ThreadStack(self._ranks[r].pid or 0, "MainThread",
+                             (Frame("main", "train.py", 1),), main=True),),
+            )
+            for r in live
+        )
+        when = self._stacks.time if self._stacks else EPOCH
+        dump = StackDump(when, ranks, merge(ranks), native=cmd.native,
+                         nonblocking=cmd.nonblocking, reason="asked")
+        run_dir = self._info.log_dir
+        if self._write_files and run_dir:
+            dump = save_dump(dump, run_dir, timezone.utc)
+        else:
+            dump = replace(dump, path=os.path.join(run_dir, "stacks",
+                                                   dump_file_name(when, timezone.utc)))
+        return CommandResult(True, note, dump.to_dict())
 
     def _cmd_kill(self, cmd: KillRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "kill")

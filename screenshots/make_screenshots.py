@@ -26,6 +26,7 @@ from engine.states import RankState  # noqa: E402
 from engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
 from tests.scenarios import (  # noqa: E402
     failure_script,
+    recorded_stacks,
     running_script,
     scripted_info,
     suspect_script,
@@ -171,6 +172,18 @@ def errors_suspect(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[Non
     return app, drive
 
 
+def stacks(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """S: every rank's stack merged; the odd rank (3, stalled in its data loader) first."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
+    app = make_app(engine)
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("S")
+        await _settle(pilot)
+
+    return app, drive
+
+
 SCENES: dict[str, Scene] = {
     "grid": grid,
     "countdown": countdown,
@@ -183,6 +196,7 @@ SCENES: dict[str, Scene] = {
     "detach": detach,
     "errors-suspect": errors_suspect,
     "timeline": timeline,
+    "stacks": stacks,
 }
 
 

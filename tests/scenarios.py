@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 from engine.events import Event, RankOutput, RankStateChanged, RankStats, SupervisorNotice
 from engine.forensics.exit_cause import ExitFacts, classify
+from engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
 from engine.handle import RankInfo, RunInfo
 from engine.states import RankState
 from engine.testing import BASE_PID, EPOCH, ScriptedFailure, ScriptItem, rank_paths
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from engine.result import RunProcsResult
 
 __all__ = [
+    "recorded_stacks",
     "TRACEBACK",
     "failure_script",
     "suspect_script",
@@ -283,3 +285,26 @@ def write_timeline_files(run_dir: str | os.PathLike[str]) -> None:
             f.write(MAGIC)
             for stream, end, t in records[r]:
                 f.write(struct.pack("<Qq", end << 1 | stream, t))
+
+
+_DEMO = "/home/user/rankvisor/tui/demo_job.py"
+_RECORD = "/home/user/.venv/lib/python3.11/site-packages/torch/distributed/elastic/" \
+    "multiprocessing/errors/__init__.py"
+
+
+def recorded_stacks(nprocs: int = 4, stalled: int = 3) -> StackDump:
+    """A dump recorded from ``rankvisor demo`` (``rankvisor stack --json`` while rank 3 was
+    stalled, the others polling their all_reduce), with fixed pids, paths and time: rank
+    ``stalled`` in ``_stall``, the others in ``_train``'s wait loop."""
+    tail = (Frame("record.<locals>.wrap.<locals>.wrapper", _RECORD, 367),
+            Frame("main", _DEMO, 169), Frame("<module>", _DEMO, 182))
+    ranks = []
+    for r in range(nprocs):
+        if r == stalled:
+            frames = (Frame("_stall", _DEMO, 78), Frame("_train", _DEMO, 113), *tail)
+        else:
+            frames = (Frame("_train", _DEMO, 136), *tail)
+        pid = BASE_PID + r
+        ranks.append(RankStack(r, pid, (ThreadStack(pid, "MainThread", frames, main=True),),
+                               dumped_pid=pid))
+    return StackDump(EPOCH + 75.25, tuple(ranks), merge(ranks), reason="asked")

@@ -45,6 +45,7 @@ from engine.events import (
 from engine.handle import (
     Command,
     CommandResult,
+    DumpStacks,
     KillRanks,
     RestartAll,
     RestartRank,
@@ -173,6 +174,9 @@ class Contract:
             max_restarts=max_restarts,
             teardown_on_failure=teardown_on_failure,
             sample_interval=0,
+            # The double runs no py-spy: a dump before a SIGKILL would be a notice it lacks
+            # (tests/engine/test_stacks.py holds the real one to those dumps).
+            stack_on_kill=False,
         )
         self.real = Supervisor(config)
         self.seen = Recorder()
@@ -379,6 +383,29 @@ def test_a_failed_rank_restarted_by_hand_is_no_failure_any_more(contract: Any) -
     )
 
 
+def test_stack_dumps_and_their_refusals(contract: Any) -> None:
+    """The double dumps the same ranks and refuses with the same words; the stacks
+    themselves (real frames, real pids) are the real one's alone."""
+    run = contract(3)
+    run.play(Exit(2, 0))
+
+    def both(command: DumpStacks) -> tuple[CommandResult, CommandResult]:
+        return run.real.execute(command), run.double.execute(command)
+
+    for command in (DumpStacks((7,)), DumpStacks((2,)), DumpStacks(native=True, nonblocking=True)):
+        real, double = both(command)
+        assert real == double and not real.ok, command
+    for command in (DumpStacks(), DumpStacks((0, 2), nonblocking=True)):
+        real, double = both(command)
+        assert (real.ok, real.message) == (double.ok, double.message), command
+        assert real.data is not None and double.data is not None
+        dumped = [[r["rank"] for r in x["ranks"]] for x in (real.data, double.data)]
+        assert dumped[0] == dumped[1], command
+    run.play(Shutdown())
+    real, double = both(DumpStacks())
+    assert real == double and not real.ok
+
+
 def test_commands_before_start_are_refused(tmp_path: Path) -> None:
     config = SupervisorConfig(
         entrypoint=PYTHON, args=(str(BIN / "sv_rank.py"),), nprocs=2,
@@ -387,7 +414,8 @@ def test_commands_before_start_are_refused(tmp_path: Path) -> None:
     real = Supervisor(config)
     double = ScriptedSupervisor(scripted_info(2))
     try:
-        for command in (TerminateRanks(), RestartAll(), SignalRanks((0,), signal.SIGUSR1)):
+        for command in (TerminateRanks(), RestartAll(), SignalRanks((0,), signal.SIGUSR1),
+                        DumpStacks()):
             assert real.execute(command) == double.execute(command)
         assert not double.execute(KillRanks()).ok
     finally:

@@ -104,6 +104,7 @@ class RankvisorApp(App[int]):
         Binding("e", "errors", "Errors"),
         Binding("f", "filtered", "Filtered"),
         Binding("a", "timeline", "Timeline", show=False),
+        Binding("S,shift+s", "stacks", "Stacks", show=False),
         Binding("slash", "search", "Search", show=False),
         Binding("T,shift+t", "terminate_all", "Term all", show=False),
         Binding("R,shift+r", "restart_all", "Restart all", show=False),
@@ -589,6 +590,16 @@ class RankvisorApp(App[int]):
     def action_errors(self) -> None:
         if not isinstance(self.screen, ErrorsScreen):
             self._push_view(ErrorsScreen(self.run_view))
+
+    def action_stacks(self) -> None:
+        """Dump and merge every running rank's stack (a read-only viewer: nonblocking)."""
+        from tui.screens.stacks import StacksScreen
+
+        if isinstance(self.screen, StacksScreen):
+            self.screen.action_dump()
+            return
+        nonblocking = bool(getattr(self.handle, "read_only", False))
+        self._push_view(StacksScreen(self.run_view, nonblocking=nonblocking))
 
     def _push_view(self, screen: Screen[Any]) -> None:
         # Views replace each other instead of piling up: escape always returns to the grid.

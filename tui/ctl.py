@@ -1,5 +1,5 @@
 """The commands that reach a run from outside: ``ls status stop terminate signal restart wait
-logs rm bundle``.
+logs rm bundle stack``.
 
 Each parses its own flags, resolves RUN (``engine.control.registry.resolve``: a path, a run
 id, or the newest run) and then reads the run's status.json and log files, or talks to its
@@ -49,6 +49,7 @@ __all__ = [
 
 COMMANDS: Final = (
     "ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm", "bundle",
+    "stack",
 )
 
 EXIT_OK: Final = 0
@@ -68,6 +69,7 @@ HELP: Final = {
     "logs": "print a rank's stdout or stderr (-f follows it)",
     "rm": "remove a finished run from the list (--logs: its run directory too)",
     "bundle": "one .tar.gz of a run for a bug report: logs, errors, stacks, status, env",
+    "stack": "dump every rank's Python stack (py-spy), merged: the odd ranks first",
 }
 
 _ALIVE: Final = frozenset(s.value for s in RankState if s.is_alive)
@@ -482,9 +484,11 @@ def _bundle(argv: list[str]) -> int:
 
 
 def _connect_and_run(
-    command: str, entry: RunEntry, build: Callable[[Any], Command], *, wait: bool = False
+    command: str, entry: RunEntry, build: Callable[[Any], Command], *, wait: bool = False,
+    show: Callable[[CommandResult], None] | None = None,
 ) -> int:
-    """Send one command to the run's supervisor and print its answer."""
+    """Send one command to the run's supervisor and print its answer (``show`` prints it
+    instead of the message, for a command that hands back data)."""
     state, status = _state(entry)
     if state == "stale":
         _say(command, _stale_line(entry))
@@ -521,7 +525,9 @@ def _connect_and_run(
             print(f"{PROG} {command}: error: {e}", file=sys.stderr)
             return EXIT_USAGE
         result: CommandResult = handle.execute(cmd)
-        if result.message:
+        if show is not None:
+            show(result)
+        elif result.message:
             print(result.message, file=sys.stdout if result.ok else sys.stderr)
         if not result.ok:
             return EXIT_REFUSED
@@ -638,10 +644,61 @@ def _restart(argv: list[str]) -> int:
     return _connect_and_run("restart", entry, lambda _h: command)
 
 
+def _stack(argv: list[str]) -> int:
+    from engine.handle import DumpStacks
+
+    p = _parser("stack")
+    p.add_argument("run", nargs="?", metavar="RUN",
+                   help="a run dir, log dir or run id (default: your newest running run)")
+    p.add_argument("--rank", metavar="RANKS", default=None,
+                   help="ranks to dump: 2, 0,2 or 0-3 (default: every running rank)")
+    p.add_argument("--native", action="store_true",
+                   help="C/C++ frames too (each rank is paused while it is read)")
+    p.add_argument("--nonblocking", action="store_true",
+                   help="never pause a rank (Python frames only; a read-only viewer's kind)")
+    p.add_argument("--json", action="store_true",
+                   help="the dump as JSON: groups (odd first), every rank's threads, path")
+    args = p.parse_args(argv)
+    if args.native and args.nonblocking:
+        p.error("--native needs a blocking dump: leave out --nonblocking")
+    ranks = _ranks_arg(args.rank, p) if args.rank is not None else None
+    entry = registry.resolve(args.run, running_only=True)
+    if ranks is not None:
+        _check_ranks(ranks, _nprocs(_state(entry)[1]))
+
+    def show(result: CommandResult) -> None:
+        if args.json and result.data is not None:
+            print(json.dumps(result.data, indent=2))
+        elif result.data is not None:
+            print(_stack_text(result.data))
+        if not result.ok or (result.message and not args.json):
+            print(result.message, file=sys.stdout if result.ok else sys.stderr)
+
+    return _connect_and_run(
+        "stack", entry,
+        lambda _h: DumpStacks(ranks, native=args.native, nonblocking=args.nonblocking),
+        show=show,
+    )
+
+
+def _stack_text(data: dict[str, Any]) -> str:
+    """The merged view, each group's frames, and where the whole dump was saved."""
+    from engine.forensics.stacks import StackDump
+
+    dump = StackDump.from_dict(data)
+    lines = [dump.merged_text()]
+    for group in dump.groups:
+        if group.frames:
+            lines += ["", f"{group.who()}:", *(f"    {f}" for f in group.frame_lines())]
+    lines += ["", f"saved to {dump.path}" if dump.path else "not saved"]
+    return "\n".join(lines)
+
+
 _RUNNERS: Final[dict[str, Callable[[list[str]], int]]] = {
     "ls": _ls, "status": _status, "stop": _stop, "terminate": _terminate,
     "signal": _signal, "restart": _restart, "wait": _wait, "logs": _logs, "rm": _rm,
     "bundle": _bundle,
+    "stack": _stack,
 }
 
 

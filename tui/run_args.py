@@ -81,6 +81,9 @@ def _add_logging_flags(p: argparse.ArgumentParser, *, term_timeout_default: floa
     p.set_defaults(term_timeout_default=float(term_timeout_default))
     p.add_argument("--shutdown-timeout", "--shutdown_timeout", dest="term_timeout", type=float,
                    help=argparse.SUPPRESS)
+    p.add_argument("--no-stack-on-kill", dest="stack_on_kill", action="store_false",
+                   help="do not dump the Python stacks of ranks about to be SIGKILLed "
+                        "(py-spy, into the run dir's stacks/)")
     p.add_argument("--headless", action="store_true",
                    help="no TUI: print the ranks' output with prefixes, like torchrun --tee 3")
     p.add_argument("--foreground", action="store_true",
@@ -383,6 +386,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         allow_many_ranks=args.allow_many_ranks,
         suspect_silence_factor=args.suspect_silence_factor,
         suspect_silence_min_s=args.suspect_silence_min,
+        stack_on_kill=args.stack_on_kill,
     )
     config.validate()
     return config
@@ -433,6 +437,7 @@ def demo_config(args: argparse.Namespace) -> SupervisorConfig:
         term_timeout=_term_timeout(args),
         suspect_silence_factor=args.suspect_silence_factor,
         suspect_silence_min_s=args.suspect_silence_min,
+        stack_on_kill=getattr(args, "stack_on_kill", True),
     )
     config.validate()
     return config

@@ -46,9 +46,11 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
+from engine.forensics.stacks import dump_stacks, save_dump
 from engine.handle import (
     Command,
     CommandResult,
+    DumpStacks,
     KillRanks,
     RankInfo,
     RestartAll,
@@ -269,6 +271,8 @@ class TorchrunHandle:
         if isinstance(command, (RestartRank, RestartAll)):
             self._notice(f"restart refused: {RESTART_REFUSED}", "warning")
             return CommandResult(False, RESTART_REFUSED)
+        if isinstance(command, DumpStacks):
+            return self._dump(command)
         with self._lock:
             wanted = command.ranks
             if wanted is None:
@@ -305,6 +309,35 @@ class TorchrunHandle:
                 )
                 self._poke()
             return self._sent(sent, sig)
+
+    def _dump(self, command: DumpStacks) -> CommandResult:
+        """Dump the workers' stacks (py-spy), saved under the job's run directory.
+
+        torchrun's agent, not rankvisor, is the workers' parent: under Yama ptrace_scope=1
+        this works only as root (the error line says so).
+        """
+        with self._lock:
+            wanted = command.ranks
+            if wanted is None:
+                wanted = tuple(r for r, x in sorted(self._ranks.items()) if x.state.is_alive)
+            unknown = [r for r in wanted if r not in self._ranks]
+            if unknown:
+                return CommandResult(False, f"no such rank: {unknown[0]}")
+            targets = {r: self._ranks[r].worker.pid for r in wanted
+                       if self._ranks[r].state.is_alive}
+            run_dir = self._initial.log_dir
+        if not targets:
+            return CommandResult(False, "not dumped: no rank of those is running")
+        dump = dump_stacks(targets, native=command.native, nonblocking=command.nonblocking)
+        if not dump.captured:
+            first = next((f"rank {r.rank}: {r.error}" for r in dump.ranks if r.error), "")
+            return CommandResult(False, f"no stack dumped: {dump.problem or first}",
+                                 dump.to_dict())
+        try:
+            dump = save_dump(dump, run_dir)
+        except OSError as e:
+            logger.warning("stack dump not saved under %s: %s", run_dir, e)
+        return CommandResult(True, "", dump.to_dict())
 
     def snapshot(self) -> RunInfo:
         """The job and every rank of its current attempt as known now."""

@@ -31,7 +31,15 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.handle import Command, CommandResult, RunInfo, TerminateRanks, command_problem
+from engine.forensics.stacks import DEFAULT_TIMEOUT_S
+from engine.handle import (
+    Command,
+    CommandResult,
+    DumpStacks,
+    RunInfo,
+    TerminateRanks,
+    command_problem,
+)
 from engine.logfile.arrival import arrival_path
 from engine.logfile.merged import MergedSource
 from engine.logfile.store import LogStore
@@ -225,9 +233,13 @@ class RemoteHandle:
             data = wire.command_to_wire(command)
         except wire.WireError as e:
             return CommandResult(False, str(e))
-        answer = self._ask({"t": "command", "command": data})
+        # A stack dump waits for py-spy (bounded per rank): give it that long on top.
+        wait = self.answer_timeout_s + (
+            DEFAULT_TIMEOUT_S if isinstance(command, DumpStacks) else 0.0
+        )
+        answer = self._ask({"t": "command", "command": data}, wait)
         if answer is None:
-            return CommandResult(False, self._no_answer())
+            return CommandResult(False, self._no_answer(wait))
         return wire.result_from_wire(answer)
 
     def snapshot(self) -> RunInfo:
@@ -272,7 +284,7 @@ class RemoteHandle:
 
     # -- requests --------------------------------------------------------------------------
 
-    def _ask(self, message: dict[str, Any]) -> dict[str, Any] | None:
+    def _ask(self, message: dict[str, Any], wait_s: float | None = None) -> dict[str, Any] | None:
         if self._gone.is_set():
             return None
         request_id = next(self._ids)
@@ -282,7 +294,7 @@ class RemoteHandle:
         try:
             with self._send_lock:
                 self._sock.sendall(wire.encode_message({**message, "id": request_id}))
-            pending.done.wait(self.answer_timeout_s)
+            pending.done.wait(self.answer_timeout_s if wait_s is None else wait_s)
         except OSError:
             pass
         finally:
@@ -290,10 +302,11 @@ class RemoteHandle:
                 self._pending.pop(request_id, None)
         return pending.message
 
-    def _no_answer(self) -> str:
+    def _no_answer(self, wait_s: float | None = None) -> str:
         if self._gone.is_set():
             return f"not carried out: the supervisor went away ({self._reason or 'closed'})"
-        return f"no answer from the supervisor within {self.answer_timeout_s:g} s"
+        waited = self.answer_timeout_s if wait_s is None else wait_s
+        return f"no answer from the supervisor within {waited:g} s"
 
     # -- the reader thread -----------------------------------------------------------------
 

@@ -33,14 +33,18 @@ from typing import Any, Final
 
 from engine.control import wire
 from engine.events import Event, RankOutput, RankStats
-from engine.handle import CommandResult, RunInfo, SupervisorHandle
+from engine.handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle
 
-__all__ = ["READ_ONLY_REFUSAL", "ControlServer"]
+__all__ = ["READ_ONLY_DUMP_REFUSAL", "READ_ONLY_REFUSAL", "ControlServer"]
 
 log = logging.getLogger(__name__)
 
 READ_ONLY_REFUSAL: Final = (
     "read-only viewer: commands are refused (attach without --read-only, or serve with --control)"
+)
+READ_ONLY_DUMP_REFUSAL: Final = (
+    "read-only viewer: only a nonblocking stack dump is allowed (it does not pause the ranks;"
+    " native frames need a blocking one)"
 )
 OUTPUT_QUEUE_BYTES: Final = 4 << 20
 """A client's queue past which its output batches are dropped (and marked skipped)."""
@@ -445,12 +449,17 @@ class ControlServer:
                 }))
 
     def _run(self, client: _Client, message: dict[str, Any]) -> CommandResult:
-        if client.read_only:
-            return CommandResult(False, READ_ONLY_REFUSAL)
         try:
             command = wire.command_from_wire(message.get("command"))
         except wire.WireError as e:
+            if client.read_only:
+                return CommandResult(False, READ_ONLY_REFUSAL)
             return CommandResult(False, f"not carried out: {e}")
+        if client.read_only and not (isinstance(command, DumpStacks) and command.nonblocking):
+            # The one exception: a nonblocking dump reads the ranks without pausing them.
+            if isinstance(command, DumpStacks):
+                return CommandResult(False, READ_ONLY_DUMP_REFUSAL)
+            return CommandResult(False, READ_ONLY_REFUSAL)
         try:
             return self.handle.execute(command)
         except Exception as e:  # noqa: BLE001 - the viewer gets the reason, the server lives

@@ -60,6 +60,7 @@ from engine.forensics.exit_cause import ExitCause
 from engine.handle import (
     Command,
     CommandResult,
+    DumpStacks,
     KillRanks,
     RankInfo,
     RestartAll,
@@ -111,7 +112,7 @@ EVENT_TYPES: Final[dict[str, type]] = {
 }
 COMMAND_TYPES: Final[dict[str, type]] = {
     cls.__name__: cls
-    for cls in (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll)
+    for cls in (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks)
 }
 STREAMS: Final = ("stdout", "stderr", "filtered_stdout", "filtered_stderr")
 _STREAM_NO: Final = {name: i for i, name in enumerate(STREAMS)}
@@ -457,12 +458,18 @@ def encode_command(request_id: int, command: Command) -> bytes:
 
 
 def encode_result(request_id: Any, result: CommandResult) -> bytes:
-    return encode_message({"t": "result", "id": request_id, "ok": result.ok,
-                           "message": result.message})
+    """A "result" line; ``data`` only when the command handed some back (a stack dump)."""
+    message: dict[str, Any] = {"t": "result", "id": request_id, "ok": result.ok,
+                               "message": result.message}
+    if result.data is not None:
+        message["data"] = result.data
+    return encode_message(message)
 
 
 def result_from_wire(message: dict[str, Any]) -> CommandResult:
-    return CommandResult(bool(message.get("ok", False)), str(message.get("message", "")))
+    data = message.get("data")
+    return CommandResult(bool(message.get("ok", False)), str(message.get("message", "")),
+                         data if isinstance(data, dict) else None)
 
 
 def run_info_to_wire(info: RunInfo) -> dict[str, Any]:

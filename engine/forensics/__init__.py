@@ -10,8 +10,10 @@ lines from the files in the order they arrived; ``exit_cause`` says why a rank e
 words (the OOM killer, CUDA out of memory, a collective's timeout, a crash signal with its
 Python stack, a signal from outside); ``gpu`` reads each rank's GPU memory and utilisation
 through NVML where it is installed; ``environ`` keeps each rank's environment with secrets
-redacted; ``bundle`` packs one archive of a run for a bug report. Imports the standard
-library and the engine's events, process, log-file and control packages; never textual.
+redacted; ``bundle`` packs one archive of a run for a bug report; ``stacks`` dumps every
+rank's Python stack with py-spy and merges them into groups of ranks that share one.
+Imports the standard library and the engine's events, process, log-file and control
+packages; never textual.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ __all__ = [
     "ProgressReader",
     "RankFacts",
     "SignalRecord",
+    "StackDump",
     "TimelineLine",
     "classify",
     "diagnose",
+    "dump_stacks",
     "find_suspect",
     "knock_on_reason",
+    "list_dumps",
     "make_bundle",
     "merge_ranks",
     "stragglers",
@@ -44,11 +49,14 @@ __getattr__, __dir__ = face(
         "ProgressReader": "progress",
         "RankFacts": "suspect",
         "SignalRecord": "suspect",
+        "StackDump": "stacks",
         "TimelineLine": "timeline",
         "classify": "exit_cause",
         "diagnose": "exit_cause",
+        "dump_stacks": "stacks",
         "find_suspect": "suspect",
         "knock_on_reason": "knockon",
+        "list_dumps": "stacks",
         "make_bundle": "bundle",
         "merge_ranks": "timeline",
         "stragglers": "progress",

@@ -193,11 +193,14 @@ class RankProcess:
         prefix: tuple[str, ...] = ()
         preexec = None
         join_fds: tuple[int, ...] = ()
-        if cgroup is not None:
+        tracer = _spawner.ptracer_for_ranks()
+        if cgroup is not None or tracer is not None:
             # The child writes itself into these between fork and exec (one preexec_fn that
-            # also sets the death signal): open them here so that the child only writes.
-            join_fds = _open_for_join(cgroup.join_files)
-            preexec = _spawner.preexec_join(os.getpid(), join_fds, pdeathsig)
+            # also sets the death signal, and under Yama allows us to read its stack): open
+            # them here so that the child only writes.
+            if cgroup is not None:
+                join_fds = _open_for_join(cgroup.join_files)
+            preexec = _spawner.preexec_join(os.getpid(), join_fds, pdeathsig, tracer)
         elif pdeathsig:
             prefix = _spawner.pdeathsig_prefix()
             preexec = _spawner.preexec_pdeathsig(os.getpid())

@@ -53,6 +53,7 @@ __all__ = [
     "pdeathsig_mode",
     "pdeathsig_prefix",
     "preexec_join",
+    "ptracer_for_ranks",
     "preexec_pdeathsig",
     "resolve_program",
     "resolve_program_in_job",
@@ -62,6 +63,9 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _PR_SET_PDEATHSIG = 1
+_PR_SET_PTRACER = 0x59616D61
+"""prctl option of the kernel's Yama module: name the process (and its descendants) that may
+trace the caller although it is not the caller's ancestor."""
 
 
 class _Discardable(_exitwatch.Watched, Protocol):
@@ -244,8 +248,43 @@ def preexec_pdeathsig(parent_pid: int) -> Optional[Callable[[], None]]:
     return _preexec
 
 
+def ptracer_for_ranks() -> Optional[int]:
+    """The pid ranks must allow as their tracer (ours), or None when nothing needs it.
+
+    Under the kernel's Yama ``ptrace_scope=1`` only a process's ancestors may read its memory,
+    and the py-spy that dumps a rank's stack is started by us: the rank's sibling. A rank that
+    calls ``prctl(PR_SET_PTRACER, our_pid)`` lets us and every descendant of ours trace it;
+    the permission is the process's and survives its exec. Not needed where Yama is absent or
+    lets anyone trace (0), nor when we hold CAP_SYS_PTRACE (root): then no preexec_fn (and its
+    full fork) is paid for it. ``RANKVISOR_PTRACER`` = ``always`` | ``never`` forces it.
+    """
+    wanted = os.environ.get("RANKVISOR_PTRACER", "auto").strip().lower()
+    if wanted == "never":
+        return None
+    if wanted != "always":
+        try:
+            with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+                scope = f.read().strip()
+        except OSError:
+            return None  # no Yama: the classic rule (same user) already lets py-spy read it
+        if scope != "1" or _has_cap_sys_ptrace():
+            return None
+    return os.getpid() if _load_prctl() is not None else None
+
+
+def _has_cap_sys_ptrace() -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 19 & 1)  # CAP_SYS_PTRACE
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def preexec_join(
-    parent_pid: int, procs_fds: tuple[int, ...], pdeathsig: bool
+    parent_pid: int, procs_fds: tuple[int, ...], pdeathsig: bool, ptracer: Optional[int] = None
 ) -> Callable[[], None]:
     """A ``preexec_fn`` that moves the child into its cgroups before it execs.
 
@@ -253,13 +292,18 @@ def preexec_join(
     holds them between fork and exec); writing ``0`` moves the writer. Joining here, before
     the exec, is what makes the placement race-free: the program cannot fork before it is
     in its cgroup. With ``pdeathsig`` (and prctl available) the same function sets the
-    death signal, so no ``setpriv`` exec is needed on top.
+    death signal, so no ``setpriv`` exec is needed on top. With ``ptracer`` the child allows
+    that process (and its descendants) to trace it (see ``ptracer_for_ranks``).
     """
     prctl = _load_prctl() if pdeathsig and pdeathsig_mode() != "none" else None
+    tracer_prctl = _load_prctl() if ptracer is not None else None
 
     def _preexec() -> None:
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if tracer_prctl is not None:
+            # EINVAL where Yama is absent: harmless, nothing then needs the permission.
+            tracer_prctl(_PR_SET_PTRACER, ptracer, 0, 0, 0)
         for fd in procs_fds:
             os.write(fd, b"0")
         # If the parent died between fork and prctl, no signal will ever come: go now.

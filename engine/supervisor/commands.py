@@ -1,4 +1,4 @@
-"""The Supervisor's commands: signal, terminate, kill, restart one rank, restart all.
+"""The Supervisor's commands: signal, terminate, kill, restart one rank, restart all, dump stacks.
 
 Every command runs on the caller's thread. It is checked first, before the state lock is
 taken and before anything is sent or recorded: a command that carries a signal must carry a
@@ -17,6 +17,7 @@ import signal
 from engine.handle import (
     Command,
     CommandResult,
+    DumpStacks,
     KillRanks,
     RestartAll,
     RestartRank,
@@ -28,6 +29,7 @@ from engine.states import RankState
 from engine.supervisor.publisher import Publisher
 from engine.supervisor.rank_slot import RankSlot
 from engine.supervisor.run_config import SupervisorConfig
+from engine.supervisor.stack_capture import StackCapture
 from engine.supervisor.state import RunState, Wakeup
 from engine.supervisor.stopper import Stopper
 
@@ -40,6 +42,12 @@ class Refused(Exception):
 
 def _words(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
+
+
+def _first_error(dump: object) -> str:
+    ranks = getattr(dump, "ranks", ())
+    errors = [f"rank {r.rank}: {r.error}" for r in ranks if r.error]
+    return errors[0] if errors else "no rank could be read"
 
 
 def check_command(command: Command) -> None:
@@ -63,15 +71,22 @@ class CommandHandler:
         events: Publisher,
         stopper: Stopper,
         wakeup: Wakeup,
+        stacks: StackCapture | None = None,
     ) -> None:
         self._config = config
         self._state = state
         self._events = events
         self._stopper = stopper
         self._wakeup = wakeup
+        self._stacks = stacks
 
     def execute(self, command: Command) -> CommandResult:
-        """Carry out ``command`` without blocking for its escalation; safe from any thread."""
+        """Carry out ``command`` without blocking for its escalation; safe from any thread.
+
+        ``DumpStacks`` is the exception that waits: for py-spy, bounded, lock released.
+        """
+        if isinstance(command, DumpStacks):
+            return self._dump(command)
         try:
             check_command(command)
             with self._state.lock:
@@ -99,6 +114,29 @@ class CommandHandler:
             return self._restart_all()
         # Unreachable: check_command refused anything else (assert_never is 3.11+).
         raise TypeError(f"unknown command {command!r}")
+
+    def _dump(self, cmd: DumpStacks) -> CommandResult:
+        """Dump the stacks of the running ranks named: pids under the lock, py-spy outside."""
+        try:
+            check_command(cmd)
+            if self._stacks is None:
+                raise Refused("stack dumps are not available in this run")
+            with self._state.lock:
+                if not self._state.started:
+                    raise Refused("the run has not started")
+                if self._state.closed:
+                    raise Refused("the run is over")
+                # Allowed while shutting down: a rank that hangs in its teardown is the
+                # very one whose stack a person wants.
+                live, note = self._running(self._resolve(cmd.ranks), "dump")
+                targets = {s.rank: s.pid for s in live if s.pid is not None}
+        except Refused as e:
+            return CommandResult(False, str(e))
+        dump = self._stacks.dump(targets, native=cmd.native, nonblocking=cmd.nonblocking)
+        if not dump.captured:
+            return CommandResult(False, f"no stack dumped: {dump.problem or _first_error(dump)}",
+                                 dump.to_dict())
+        return CommandResult(True, note, dump.to_dict())
 
     # -- resolving ranks ------------------------------------------------------------------
 

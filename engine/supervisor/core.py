@@ -21,6 +21,7 @@ and its own parts, each a typed object that sees only what it needs:
 * ``PumpLink`` (pump_link.py): the output pump and the queue of calls to it;
 * ``Launcher`` (launcher.py): spawns an attempt or one rank again;
 * ``CommandHandler`` (commands.py): checks and carries out commands;
+* ``StackCapture`` (stack_capture.py): py-spy dumps, asked for or before a SIGKILL;
 * ``Monitor`` (monitor.py): the monitor thread, the restart policy and the end of the run.
 
 Threads:
@@ -78,6 +79,7 @@ from engine.supervisor.publisher import Publisher
 from engine.supervisor.pump_link import PumpLink
 from engine.supervisor.rank_slot import RankSlot
 from engine.supervisor.run_config import SupervisorConfig
+from engine.supervisor.stack_capture import StackCapture, capture_time
 from engine.supervisor.state import RunState, Wakeup
 from engine.supervisor.stats import StatsSampler
 from engine.supervisor.stopper import Stopper
@@ -117,7 +119,12 @@ class Supervisor:
         )
         self._wakeup = Wakeup()
         self._events = Publisher(self._state)
-        self._stopper = Stopper(self._state, self._events, kill_wait_s=config.kill_wait_s)
+        self._stacks = StackCapture(self._state, self._events, lambda: self._logs.run_log_dir)
+        self._stopper = Stopper(
+            self._state, self._events, kill_wait_s=config.kill_wait_s,
+            before_kill=self._stacks.before_kill if config.stack_on_kill else None,
+            capture_at=capture_time,
+        )
         self._pump = PumpLink(
             config, self._prefixes, self._events.publish_now, self._state.activity
         )
@@ -156,7 +163,7 @@ class Supervisor:
             stdin=stdin,
         )
         self._commands = CommandHandler(
-            config, self._state, self._events, self._stopper, self._wakeup
+            config, self._state, self._events, self._stopper, self._wakeup, self._stacks
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,
@@ -266,6 +273,7 @@ class Supervisor:
             state.closed = True
         self._wakeup.wake()
         self._monitor.join(timeout=5.0)
+        self._stacks.join(timeout_s=2.0)  # each ended before its SIGKILL deadline anyway
         self._pump.run_ops()
         self._sampler.stop()
         self._pump.stop()

@@ -100,6 +100,10 @@ class SupervisorConfig:
         kill_wait_s: How long to wait for a reap after SIGKILL before reporting a stuck rank.
         allow_many_ranks: Allow more than ``MAX_RANKS_PER_NODE`` ranks (a deliberate
             choice, ``--allow-many-ranks``; the machine's process limit still applies).
+        stack_on_kill: Before an escalation SIGKILLs ranks that outlived their stop signal
+            (a person's terminate, a teardown after a failure, a shutdown), dump their
+            Python stacks with py-spy into ``<run_dir>/stacks/`` (``--no-stack-on-kill``
+            turns it off). The SIGKILL is never later for it.
         output_debounce_s: After a log file changes, how long the pump waits before reading
             so that bursts from many ranks are read in one pass. Measured with 8 ranks each
             writing 100 lines every 10 ms, console included: 2 ms costs ~9 % of a core, 20 ms
@@ -146,6 +150,7 @@ class SupervisorConfig:
     allow_many_ranks: bool = False
     suspect_silence_factor: float = 3.0
     suspect_silence_min_s: float = 2.0
+    stack_on_kill: bool = True
 
     def __post_init__(self) -> None:
         if self.run_id is None:

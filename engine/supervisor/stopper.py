@@ -10,9 +10,11 @@ state lock; events are queued on the publisher and delivered after the lock is r
 
 from __future__ import annotations
 
+import heapq
 import logging
 import signal
 import time
+from collections.abc import Callable
 from typing import Literal
 
 from engine.events import EscalationFinished, EscalationScheduled, RanksSignalled
@@ -21,7 +23,7 @@ from engine.process.proc_table import is_stopped
 from engine.process.rank_process import send_signal_all
 from engine.process.signals import signal_name
 from engine.states import RankState
-from engine.supervisor.escalation import EscalationTable
+from engine.supervisor.escalation import Escalation, EscalationTable
 from engine.supervisor.publisher import Publisher
 from engine.supervisor.rank_slot import RankSlot, StopReason
 from engine.supervisor.state import RunState
@@ -34,6 +36,11 @@ def _words(ranks: list[int] | tuple[int, ...]) -> str:
     return ", ".join(map(str, ranks))
 
 
+BeforeKill = Callable[[dict[int, int], float, str], None]
+"""Called (lock held) shortly before an escalation's SIGKILL with the ranks still alive
+(rank -> pid), the deadline and why they were stopped; must only start work elsewhere."""
+
+
 class Stopper:
     """Sends stop signals and owns the escalation table (SIGTERM -> SIGKILL deadlines).
 
@@ -41,16 +48,43 @@ class Stopper:
         state: The run (its lock is held by every caller).
         events: Where stop and escalation events are queued.
         kill_wait_s: How long to wait for a reap after SIGKILL before giving up on a rank.
+        before_kill: Started at each escalation's capture time (see
+            ``engine.supervisor.stack_capture``) with its ranks still alive; None: nothing.
+        capture_at: When, for an escalation sent at ``now`` with SIGKILL at ``deadline``,
+            to call ``before_kill`` (``capture_at(now, deadline)``).
     """
 
-    def __init__(self, state: RunState, events: Publisher, kill_wait_s: float) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        events: Publisher,
+        kill_wait_s: float,
+        before_kill: BeforeKill | None = None,
+        capture_at: Callable[[float, float], float] | None = None,
+    ) -> None:
         self._state = state
         self._events = events
         self._escalations = EscalationTable(kill_wait_s=kill_wait_s)
+        self._before_kill = before_kill
+        self._capture_at = capture_at
+        self._captures: list[tuple[float, int, Escalation, str]] = []
+        """(when, escalation id, escalation, why): a heap of captures not yet started."""
+        self._captured: set[int] = set()
+        """Pids already dumped before a SIGKILL (a rank in two escalations: once)."""
 
     def next_deadline(self) -> float | None:
-        """When the monitor must wake next for an escalation (``time.monotonic()``)."""
-        return self._escalations.next_deadline()
+        """When the monitor must wake next for an escalation (``time.monotonic()``): a
+        SIGKILL, the end of the wait after one, or the start of a capture before one."""
+        deadline = self._escalations.next_deadline()
+        while self._captures and not self._pending_capture(self._captures[0][2]):
+            heapq.heappop(self._captures)
+        if self._captures and (deadline is None or self._captures[0][0] < deadline):
+            return self._captures[0][0]
+        return deadline
+
+    @staticmethod
+    def _pending_capture(esc: Escalation) -> bool:
+        return not esc.done and esc.kill_deadline is None
 
     def stop_ranks(
         self, slots: list[RankSlot], reason: StopReason, sig: int, timeout: float
@@ -83,8 +117,14 @@ class Stopper:
         if sig not in (signal.SIGKILL, signal.SIGCONT):
             self._continue_stopped([self._state.slots[r] for r in signalled], sig)
         ranks = tuple(signalled)
-        esc = self._escalations.add(ranks, int(sig), timeout, time.monotonic())
+        now = time.monotonic()
+        esc = self._escalations.add(ranks, int(sig), timeout, now)
         self._events.emit(EscalationScheduled(ranks, signal_name(sig), timeout, esc.deadline))
+        if self._before_kill is not None and self._capture_at is not None and (
+            sig != signal.SIGKILL
+        ):
+            when = self._capture_at(now, esc.deadline)
+            heapq.heappush(self._captures, (when, esc.id, esc, reason))
 
     def signal_slots(self, slots: list[RankSlot], sig: int) -> list[int]:
         """Send a stop signal to every slot's process group and descendants; the ranks
@@ -146,6 +186,25 @@ class Stopper:
         self._state.signal_log.append(SignalRecord(ranks_t, name, by, reason, now))
         self._events.emit(RanksSignalled(ranks_t, name, by, reason, now / 1e9))
 
+    def _start_captures(self, now: float) -> None:
+        while self._captures and self._captures[0][0] <= now:
+            _, _, esc, why = heapq.heappop(self._captures)
+            if not self._pending_capture(esc) or self._before_kill is None:
+                continue
+            targets = {}
+            for r in sorted(esc.alive):
+                slot = self._state.slots[r]
+                pid = slot.pid
+                if slot.alive and pid is not None and pid not in self._captured:
+                    targets[r] = pid
+            if not targets:
+                continue
+            self._captured.update(targets.values())
+            try:
+                self._before_kill(targets, esc.deadline, why)
+            except Exception:  # noqa: BLE001 - a capture must never cost a SIGKILL
+                log.exception("stack capture of rank(s) %s failed to start", _words(esc.ranks))
+
     def rank_gone(self, rank: int) -> None:
         """``rank`` exited: finish every escalation that was waiting only for it."""
         for esc in self._escalations.rank_gone(rank):
@@ -155,8 +214,10 @@ class Stopper:
         """SIGKILL the ranks whose deadline passed; give up on those SIGKILL did not end.
 
         Each escalation is handled on its own: a problem with one (logged) must not keep
-        the ranks of the others due in the same pass from their SIGKILL.
+        the ranks of the others due in the same pass from their SIGKILL. Captures due are
+        started first, on threads of their own: they never delay a SIGKILL.
         """
+        self._start_captures(now)
         for esc, ranks in self._escalations.due(now):
             try:
                 # Deadline passed and these ranks still live: SIGKILL them and their groups.

@@ -29,7 +29,7 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.handle import RestartAll, RestartRank, TerminateRanks
+from engine.handle import DumpStacks, RestartAll, RestartRank, TerminateRanks
 from engine.process.proc_table import find_descendants, read_entry
 from engine.states import RankState
 from tests.conftest import pid_alive, wait_until
@@ -204,6 +204,32 @@ def test_discovery_lines_and_refused_restart(torchrun: Any) -> None:
         handle.watch(late)
         assert late.lines(0) == events.lines(0) and late.lines(1) == events.lines(1)
         assert late.of(RunFinished)
+    finally:
+        handle.detach()
+
+
+def test_the_workers_stacks_are_dumped_and_saved_with_the_job(torchrun: Any) -> None:
+    """The handle dumps torchrun's workers too (rankvisor runs as root here: Yama would
+    otherwise allow only their ancestors); a read-only view may take a nonblocking dump."""
+    from engine.forensics.stacks import StackDump, find_py_spy
+    from tui.torchrun_view import build_handle
+
+    if find_py_spy() is None:
+        pytest.skip("py-spy is not installed")
+    job = torchrun("--interval", "0.05")
+    job.workers()
+    handle = build_handle(str(job.pid), read_only=True, term_timeout_s=30)
+    events = Events()
+    try:
+        handle.watch(events)
+        wait_until(lambda: len(_numbered(events.lines(1), 1)) >= 3, timeout=SLOW)
+        assert not handle.execute(DumpStacks()).ok  # blocking: refused to a viewer
+        result = handle.execute(DumpStacks(nonblocking=True))
+        assert result.ok, result.message
+        dump = StackDump.from_dict(result.data or {})
+        assert sorted(r for g in dump.groups for r in g.ranks) == [0, 1]
+        assert os.path.dirname(dump.path) == os.path.join(handle.snapshot().log_dir, "stacks")
+        assert "--- rank 1 " in Path(dump.path).read_text()
     finally:
         handle.detach()
 

@@ -28,6 +28,7 @@ from engine.events import (
 from engine.forensics.exit_cause import ExitCause
 from engine.handle import (
     CommandResult,
+    DumpStacks,
     KillRanks,
     RankInfo,
     RestartAll,
@@ -120,6 +121,7 @@ commands = st.one_of(
     st.builds(KillRanks, st.none() | ranks),
     st.builds(RestartRank, small),
     st.builds(RestartAll),
+    st.builds(DumpStacks, st.none() | ranks, st.booleans(), st.booleans()),
 )
 
 
@@ -169,6 +171,26 @@ def test_command_results_round_trip(ok: bool, message: str, request_id: int) -> 
     back = wire.decode_message(wire.encode_result(request_id, CommandResult(ok, message)))
     assert back["id"] == request_id
     assert wire.result_from_wire(back) == CommandResult(ok, message)
+
+
+def test_a_stack_dump_travels_in_the_result_and_an_old_result_has_none() -> None:
+    from engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
+
+    ranks = tuple(
+        RankStack(r, 100 + r, (ThreadStack(100 + r, "MainThread", (
+            Frame("all_reduce" if r != 1 else "stuck_in_data_loader", "/x/train.py", 10 + r),
+            Frame("main", "/x/train.py", 40)), main=True),))
+        for r in range(4)
+    )
+    dump = StackDump(1.5, ranks, merge(ranks), path="/logs/r/stacks/x.txt")
+    result = CommandResult(True, "", dump.to_dict())
+    back = wire.result_from_wire(wire.decode_message(wire.encode_result(7, result)))
+    assert back == result
+    assert back.data is not None and StackDump.from_dict(back.data) == dump
+    assert [g.ranks for g in dump.groups] == [(1,), (0, 2, 3)] and dump.groups[0].odd
+    # A result from a peer that knows no data: none, not an error.
+    old = wire.decode_message(b'{"t":"result","id":1,"ok":true,"message":""}')
+    assert wire.result_from_wire(old) == CommandResult(True)
 
 
 @settings(max_examples=150, deadline=None)

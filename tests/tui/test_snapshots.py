@@ -12,6 +12,7 @@ import pytest
 from engine.testing import ScriptedSupervisor
 from tests.scenarios import (
     failure_script,
+    recorded_stacks,
     running_script,
     scripted_info,
     suspect_script,
@@ -118,3 +119,17 @@ def test_timeline_at_the_suspect(snap_compare, size, tmp_path: Path) -> None:  #
         await _settle(pilot)
 
     assert snap_compare(make_app(engine), run_before=open_timeline, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_stacks_view(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """S: the merged stacks of a recorded dump of the demo; rank 3 (in _stall) first,
+    marked odd and highlighted, open on its frames; ranks 0, 1, 2 (in _train) closed below;
+    the saved file's path at the bottom."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
+
+    async def open_stacks(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("S")
+        await _settle(pilot)
+
+    assert snap_compare(make_app(engine), run_before=open_stacks, terminal_size=size)

@@ -10,10 +10,13 @@ the others show their exit code or signal and the last lines of that incarnation
 the pane's buffer since the rank's last restart, or the end of its own stderr.log when the
 buffer holds none): never an earlier attempt's or restart's lines. Ranks rankvisor stopped (the
 teardown after a failure, terminate, kill, quit) are listed after them, apart, with how they
-ended: they did not fail, and are never the root cause.
+ended: they did not fail, and are never the root cause. Last, the stack dumps saved under the
+run directory (``S``, ``rankvisor stack``, before a SIGKILL): a line per file.
 """
 
 from __future__ import annotations
+
+import os
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -22,9 +25,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from engine.forensics.stacks import STACKS_DIR, list_dumps
 from tui.model import RunView
 from tui.widgets.failure_report import (
     render_failure,
+    render_stack_dumps,
     render_stopped,
     render_suspect,
     stderr_tail,
@@ -77,6 +82,7 @@ class ErrorsScreen(Screen[None]):
             suspect,
             tuple((v.rank, v.state, v.exitcode, v.restart_count, id(v.failure)) for v in failures),
             tuple((v.rank, v.state, v.exitcode, v.restart_count) for v in stopped),
+            self._dump_names(),
         )
         if key == self._shown:
             return
@@ -114,3 +120,16 @@ class ErrorsScreen(Screen[None]):
             box.mount(block)
         if stopped:
             box.mount(Static(render_stopped(stopped), classes="stopped"))
+        dumps = list_dumps(self.run.log_dir) if self.run.log_dir else []
+        if dumps:
+            box.mount(Static(render_stack_dumps(dumps, self.run.log_dir), classes="stack-dumps"))
+
+    def _dump_names(self) -> tuple[str, ...]:
+        """The run's saved stack dumps (a directory listing: cheap on every tick)."""
+        if not self.run.log_dir:
+            return ()
+        try:
+            names = os.listdir(os.path.join(self.run.log_dir, STACKS_DIR))
+        except OSError:
+            return ()
+        return tuple(sorted(n for n in names if n.endswith(".txt")))

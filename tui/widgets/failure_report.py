@@ -22,6 +22,7 @@ from rich.text import Text
 from engine.errors.error_file import usable_timestamp
 from engine.events import Suspect
 from engine.forensics.exit_cause import ExitCause, diagnose
+from engine.forensics.stacks import SavedDump
 from engine.logfile.tail import last_lines
 from engine.output.sanitize import sanitize
 from tui.model import RankView
@@ -34,6 +35,7 @@ __all__ = [
     "failure_details",
     "parse_callstack",
     "render_failure",
+    "render_stack_dumps",
     "render_stopped",
     "render_suspect",
     "stderr_tail",
@@ -283,6 +285,28 @@ def render_stopped(views: Sequence[RankView]) -> RenderableType:
         if cause is not None and cause.code != "stopped":
             # Stopped, but something else ended it first (the OOM killer during teardown).
             text.append(f"  {sanitize(cause.text)}", "red")
+    return text
+
+
+def render_stack_dumps(dumps: Sequence[SavedDump], run_dir: str = "") -> RenderableType:
+    """The run's saved stack dumps (``S``, ``rankvisor stack``, before a SIGKILL): a line per
+    file, newest first, with its odd group (the first merged line) under it."""
+    text = Text()
+    text.append(f"Stack dumps ({len(dumps)})", "bold")
+    text.append(" (S dumps again)", "dim")
+    for dump in reversed(dumps):
+        text.append("\n")
+        path = dump.path
+        if run_dir and path.startswith(run_dir.rstrip("/") + "/"):
+            path = path[len(run_dir.rstrip("/")) + 1:]
+        text.append(sanitize(path), "bold")
+        why = dump.first_line.rpartition("(py-spy dump, ")[2].rstrip(")")
+        if why:
+            text.append(f"  {sanitize(why)}", "dim")
+        if dump.merged:
+            text.append("\n    ")
+            text.append(sanitize(dump.merged[0]), "yellow" if dump.merged[0].startswith("odd")
+                        else "")
     return text
 
 
