@@ -146,6 +146,8 @@ class RunInfo:
     token)."""
     tracking_detail: str = ""
     """The same in words: which cgroup hierarchy, or why none could be used."""
+    node: str = ""
+    """In a multi-node run: this node's place ("node 1 of 2 (host)"); "" on one node."""
 
 
 class SupervisorHandle(Protocol):
