@@ -178,10 +178,32 @@ class RankvisorAgent(SimpleElasticAgent):
                                   sigval=signal.Signals(sig))
         if sup.take_restart_request():
             return self._restart_by_person("a person asked for it on this node")
-        finished = sup.round_result()
-        if finished is None:
-            return RunResult(state=WorkerState.HEALTHY)
         base = self._board.base_rank
+        failed = sup.failures_now()
+        finished = sup.round_result()
+        if finished is None and not failed:
+            if worker_group.spec.rdzv_handler.num_nodes_waiting() > 0:
+                # A node joins the next round: torch's loop restarts without using up a
+                # restart. When that node failed, this round is a failure here too (the
+                # ranks of every node must agree on TORCHELASTIC_RESTART_COUNT).
+                if self._board.restart_asked():
+                    return self._restart_by_person("a person asked for it on another node")
+                if self._board.failed_elsewhere():
+                    return RunResult(state=WorkerState.FAILED)
+            return RunResult(state=WorkerState.HEALTHY)
+        if failed:
+            # As torch's agent: the first failure ends the round (the others are being
+            # stopped); waiting for the last exit would let a node that rejoined first
+            # pass for a membership change.
+            if self._board.restart_asked():
+                # Our ranks died of another node's restart-all: a new round, not a failure.
+                return self._restart_by_person("a person asked for it on another node")
+            self._board.mark_failed()
+            return RunResult(
+                state=WorkerState.FAILED,
+                failures={base + r: f for r, f in failed.items()},  # type: ignore[misc]
+            )
+        assert finished is not None
         result = finished.result
         if result.failures:
             if self._board.restart_asked():

@@ -99,6 +99,7 @@ class StatusBoard:
         on_change: Called (on the board's thread) when the cluster view changed.
         notice: Says a line to a person (``Supervisor.notice``).
         publish_interval: Least seconds between two writes of this node's record.
+        stderr_paths: Each local rank's current stderr.log (a failure's last line).
     """
 
     def __init__(
@@ -108,8 +109,10 @@ class StatusBoard:
         on_change: Callable[[], None] | None = None,
         notice: Callable[[str, str], None] | None = None,
         publish_interval: float = 0.3,
+        stderr_paths: Callable[[], dict[int, str]] | None = None,
     ) -> None:
         self.host = host or socket.gethostname()
+        self._stderr_paths = stderr_paths or dict
         self._on_change = on_change or (lambda: None)
         self._notice = notice or (lambda _m, _s: None)
         self.publish_interval = max(0.05, publish_interval)
@@ -184,6 +187,17 @@ class StatusBoard:
     def ask_restart(self) -> None:
         """Tell every node a person asked for a new round (this round's key)."""
         self._call(lambda s: s.set(_RESTART, str(self.node_rank)))
+
+    def mark_failed(self) -> None:
+        """Tell every node this one failed in this round, before it joins the next: a node
+        whose ranks have not failed yet then counts the new round as a failure restart too,
+        so that every node gives its ranks the same TORCHELASTIC_RESTART_COUNT."""
+        self.publish_now()
+        self._call(lambda s: s.set(_PREFIX + "failed", str(self.node_rank)))
+
+    def failed_elsewhere(self) -> bool:
+        """Whether a node marked this round failed (``mark_failed``)."""
+        return bool(self._call(lambda s: s.check([_PREFIX + "failed"]), default=False))
 
     def restart_asked(self) -> bool:
         """Whether any node's person asked for a new round in this round."""
@@ -261,11 +275,7 @@ class StatusBoard:
             return None
         local = min(real, key=lambda r: real[r].failure_time_ns)
         failure = real[local]
-        stderr = ""
-        for r in (status or {}).get("ranks", []):
-            if r.get("local_rank", r.get("rank")) == local:
-                stderr = str(r.get("stderr_path") or "")
-        message = failure_message(failure, stderr or _stderr_of(failure))
+        message = failure_message(failure, self._stderr_paths().get(local, ""))
         return {
             "rank": self.base_rank + local, "local_rank": local, "node_rank": self.node_rank,
             "host": self.host, "exitcode": failure.exitcode,
@@ -437,11 +447,3 @@ class StatusBoard:
                                       "host": rec.get("host")}
                     break
         return out
-
-
-def _stderr_of(failure: Any) -> str:
-    """The stderr.log beside a failure's error file (torch's layout keeps them together)."""
-    path = str(getattr(failure, "error_file", "") or "")
-    if not path or "/" not in path:
-        return ""
-    return path.rsplit("/", 1)[0] + "/stderr.log"

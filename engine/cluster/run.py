@@ -13,6 +13,7 @@ leave, so that every node names the same root cause.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -84,6 +85,7 @@ def run_cluster(
         on_change=lambda: host.refresh() if host is not None else None,
         notice=lambda m, s: sup.notice(m, s),
         publish_interval=opts.publish_interval,
+        stderr_paths=lambda: {r.rank: r.stderr_path for r in sup.snapshot().ranks},
     )
     sup.subscribe(board.sink)
     try:
@@ -111,6 +113,11 @@ def run_cluster(
         else:
             sup.notice(f"round {number} started ({sup.node_label})", "warning")
 
+    # The ranks' own store: a fresh one per round, hosted by global rank 0 (torch's
+    # non-shared mode). The rendezvous's store, shared, keeps the previous round's keys, and
+    # the ranks of a restarted round then read their peers' old addresses (seen here as
+    # "Connection refused" in init_process_group of round 1).
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     spec = make_spec(sup, opts)
     agent = RankvisorAgent(spec, sup, board, on_round=on_round,
                            exit_barrier_timeout=opts.exit_barrier_timeout)
@@ -164,7 +171,7 @@ def run_cluster(
             text += cluster_line(rc) + "\n"
         fin = sup.finished
         if fin is not None and fin.result.failures:
-            text += format_report(_entry_name(config), fin)
+            text += format_report(_entry_name(config), _global(fin, board.base_rank))
         if error:
             text += f"rankvisor: the multi-node agent failed: {error}\n"
         if text:
@@ -203,3 +210,18 @@ def _interrupt_rendezvous(agent: RankvisorAgent, signals: tuple[int, ...]) -> Ca
             signal.signal(sig, old)
 
     return restore
+
+
+def _global(finished: RunFinished, base: int) -> RunFinished:
+    """``finished`` keyed by global rank (the report names ranks as the job knows them)."""
+    r = finished.result
+
+    def shift(d: dict[int, Any]) -> dict[int, Any]:
+        return {base + k: v for k, v in d.items()}
+
+    result = RunProcsResult(
+        return_values=shift(r.return_values), failures=shift(r.failures),
+        stdouts=shift(r.stdouts), stderrs=shift(r.stderrs), stopped=shift(r.stopped),
+    )
+    root = None if finished.root_cause_rank is None else base + finished.root_cause_rank
+    return RunFinished(result, finished.attempt, root)

@@ -64,6 +64,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Union
 
+from engine.errors import ProcessFailure
 from engine.events import EventSink, RunFinished, TimerExpired
 from engine.handle import Command, CommandResult, RunInfo
 from engine.logs_specs import DefaultLogsSpecs
@@ -360,6 +361,15 @@ class Supervisor:
         """How the current round ended (every rank final), None while a rank runs."""
         with self._state.lock:
             return self._state.round_result
+
+    def failures_now(self) -> dict[int, ProcessFailure]:
+        """Ranks whose current process failed on its own, by local rank, while the round
+        may still be ending (torch's agent reacts to the first failure, not the last exit)."""
+        with self._state.lock:
+            return {
+                s.rank: s.failure for s in self._state.slots.values()
+                if s.failure is not None and not s.failure.caused_by_us
+            }
 
     def wait_round(self, timeout: float | None = None) -> RunFinished | None:
         """Block until every rank of the round has ended (or ``timeout``)."""
