@@ -47,7 +47,7 @@ class TwoNodes:
         self.outs = [(tmp / f"out{i}", tmp / f"err{i}") for i in range(2)]
         child_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
         child_env["PYTHONPATH"] = str(ROOT) + os.pathsep + child_env.get("PYTHONPATH", "")
-        for log, (out, err) in zip(self.logs, self.outs):
+        for log, (out, err) in zip(self.logs, self.outs, strict=True):
             cmd = [sys.executable, "-m", "tui", "run", "--headless", "--nnodes", "2",
                    "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", run_id,
@@ -61,7 +61,8 @@ class TwoNodes:
     def wait(self) -> list[tuple[int, str, str]]:
         """Each process's (exit status, stdout, stderr)."""
         codes = [p.wait(END_S) for p in self.procs]
-        return [(c, o.read_text(), e.read_text()) for c, (o, e) in zip(codes, self.outs)]
+        outs = zip(codes, self.outs, strict=True)
+        return [(c, o.read_text(), e.read_text()) for c, (o, e) in outs]
 
     def status(self, i: int) -> dict[str, Any] | None:
         runs = [d for d in self.logs[i].glob("*/status.json")] if self.logs[i].exists() else []
@@ -91,7 +92,7 @@ def test_clean_run_exits_zero_on_both_nodes(tmp_path: Path) -> None:
     nodes = TwoNodes(tmp_path, run_id="mn-clean")
     try:
         results = nodes.wait()
-        for code, out, err in results:
+        for code, _out, err in results:
             assert code == 0, err[-3000:]
         seen = "".join(out for _, out, _ in results)
         for rank in range(4):
