@@ -192,6 +192,8 @@ class RunInfo:
     started_at: float = 0.0
     """Wall-clock time (``time.time()``) the ranks were first started; 0.0 before. A viewer
     that attaches late counts the run's elapsed time from here, not from its own start."""
+    node: str = ""
+    """In a multi-node run: this node's place ("node 1 of 2 (host)"); "" on one node."""
 
 
 class SupervisorHandle(Protocol):

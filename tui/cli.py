@@ -63,9 +63,19 @@ def _launch(job: Job) -> int:
         except ImportError:
             print(f"{PROG}: the TUI is not available here; running headless", file=sys.stderr)
         else:
+            if job.foreground and job.config.cluster is not None:
+                return _fail("--foreground runs one node; a multi-node run has a supervisor "
+                             "process (leave out --foreground) or runs --headless")
             if job.foreground:
                 return run_interactive(job.config, run_tui, on_failure=job.on_failure)
             return _run_attached(job, run_viewer)
+    if job.config.cluster is not None:
+        from engine.cluster.run import run_cluster
+
+        status, _sup, host = run_cluster(job.config, on_failure=job.on_failure)
+        if host is not None:
+            host.close()
+        return status
     return run_headless(job.config, on_failure=job.on_failure)
 
 
@@ -76,7 +86,8 @@ def _start_detached(job: Job) -> int:
 
     try:
         started = start_supervisor(
-            Request(job.config, on_failure=job.on_failure, expect_viewer=False)
+            Request(job.config, on_failure=job.on_failure, expect_viewer=False),
+            timeout_s=_ready_timeout(job),
         )
     except SpawnError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -85,13 +96,22 @@ def _start_detached(job: Job) -> int:
     return 0
 
 
+def _ready_timeout(job: Job) -> float:
+    """A multi-node run's ranks start after the rendezvous, which may take its join_timeout."""
+    from engine.control.spawn import READY_TIMEOUT_S
+
+    cluster = job.config.cluster
+    return READY_TIMEOUT_S + (cluster.join_timeout_s if cluster is not None else 0.0)
+
+
 def _run_attached(job: Job, run_viewer: Any) -> int:
     from engine.control.client import RemoteHandle
     from engine.control.daemon import Request
     from engine.control.spawn import SpawnError, start_supervisor
 
     try:
-        started = start_supervisor(Request(job.config, on_failure=job.on_failure))
+        started = start_supervisor(Request(job.config, on_failure=job.on_failure),
+                                   timeout_s=_ready_timeout(job))
         handle = RemoteHandle.connect(started.socket)
     except (SpawnError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

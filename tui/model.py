@@ -270,6 +270,8 @@ class RunView:
         self.name = sanitize(info.name)
         self.nprocs = info.nprocs
         self.run_id = info.run_id
+        self.node = sanitize(info.node)
+        """This node's place in a multi-node run ("" on one node)."""
         self.log_dir = info.log_dir
         self.attempt = info.attempt
         self.term_timeout_s = info.term_timeout_s
@@ -300,6 +302,7 @@ class RunView:
         """Take the paths of a later snapshot (the run directory exists only once started,
         and a new attempt has new files); states keep coming from events."""
         self.log_dir = info.log_dir or self.log_dir
+        self.node = sanitize(info.node) or self.node
         self.filtered_stdout_path = info.filtered_stdout_path
         self.filtered_stderr_path = info.filtered_stderr_path
         for rank_info in info.ranks:

@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
+from engine.cluster.options import ClusterOptions, parse_nnodes, parse_rdzv_conf
 from engine.process.signals import check_stop_signal, parse_signal
 from engine.std import Std
 from engine.supervisor.run_config import (
@@ -124,7 +125,8 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
     p.add_argument("--allow-many-ranks", action="store_true",
                    help="allow more than 1024 ranks on this node (more is usually a typo)")
     p.add_argument("--nnodes", default=_env_default("nnodes", "1:1"),
-                   help="must describe one node (1 or 1:1): rankvisor runs one node")
+                   help="nodes: N or MIN:MAX; more than 1 runs torch's agent and rendezvous "
+                        "(--rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID)")
     p.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
     p.add_argument("--standalone", action="store_true", help="accepted; one node anyway")
     p.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default="static")
@@ -132,7 +134,8 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
     p.add_argument("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", default="")
     p.add_argument("--run-id", "--rdzv-id", "--rdzv_id", dest="run_id",
                    default=_env_default("rdzv_id", None),
-                   help="TORCHELASTIC_RUN_ID and the log directory prefix (default: a uuid)")
+                   help="TORCHELASTIC_RUN_ID and the log directory prefix (default: a uuid on one "
+                        "node, torchrun's 'none' with --nnodes: the same on every node)")
     p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int,
                    default=0, help="restart the whole group up to K times on a failure")
     p.add_argument("--monitor-interval", "--monitor_interval", type=float, default=0.1,
@@ -339,12 +342,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         raise ConfigError("--logs-specs is not supported: rankvisor keeps torch's default layout")
     if args.virtual_local_rank:
         raise ConfigError("--virtual-local-rank is not supported yet")
-    nnodes = args.nnodes.strip()
-    if nnodes not in ("1", "1:1") or args.node_rank != 0:
-        raise ConfigError(
-            f"--nnodes {args.nnodes}: rankvisor runs the ranks of one node;"
-            " launch multi-node jobs with torchrun"
-        )
+    cluster = _cluster_options(args)
     nprocs = _nprocs(args.nproc_per_node, args.allow_many_ranks)
     redirects = _std("--redirects", args.redirects)
     tee = _std("--tee", args.tee)
@@ -387,9 +385,41 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         suspect_silence_factor=args.suspect_silence_factor,
         suspect_silence_min_s=args.suspect_silence_min,
         stack_on_kill=args.stack_on_kill,
+        cluster=cluster,
     )
     config.validate()
     return config
+
+
+def _cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
+    """``--nnodes`` other than 1: torchrun's multi-node flags, read as torchrun reads them.
+
+    The run id must be the same on every node: torchrun's default ("none") unless given.
+    c10d ignores ``--node-rank`` (the rendezvous assigns the group rank), as torchrun says.
+    """
+    try:
+        low, high = parse_nnodes(args.nnodes)
+        conf = parse_rdzv_conf(args.rdzv_conf)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if high == 1:
+        if args.node_rank != 0:
+            raise ConfigError(f"--node-rank {args.node_rank}: one node has node rank 0")
+        return None  # one node: rankvisor's own single-node path
+    if args.run_id is None:
+        args.run_id = "none"  # torchrun's default: every node must name the same run
+    if args.node_rank != 0 and args.rdzv_backend != "static":
+        print(f"{PROG}: warning: --node-rank is only used by the static rendezvous backend;"
+              f" it is ignored for --rdzv-backend {args.rdzv_backend}", file=sys.stderr)
+    if args.rdzv_backend == "static" and args.node_rank >= high:
+        raise ConfigError(f"--node-rank {args.node_rank}: must be below --nnodes {high}")
+    if args.rdzv_backend != "static" and not args.rdzv_endpoint:
+        raise ConfigError(f"--rdzv-backend {args.rdzv_backend} needs --rdzv-endpoint HOST:PORT")
+    return ClusterOptions(
+        min_nodes=low, max_nodes=high, rdzv_backend=args.rdzv_backend,
+        rdzv_endpoint=args.rdzv_endpoint, rdzv_conf=conf, node_rank=args.node_rank,
+        local_addr=args.local_addr, monitor_interval=args.monitor_interval,
+    )
 
 
 def _demo_constant(path: str, name: str, default: Any) -> Any:

@@ -68,8 +68,8 @@ def preload() -> int:
     count = 0
     for module in pkgutil.walk_packages(engine.__path__, "engine."):
         name = module.name
-        if name.endswith("__main__") or ".daemon" in name:
-            continue
+        if name.endswith("__main__") or ".daemon" in name or name.startswith("engine.cluster."):
+            continue  # the multi-node room imports torch: loaded by a multi-node run only
         try:
             importlib.import_module(name)
             count += 1
@@ -127,6 +127,8 @@ def main(request_fd: int, ready_fd: int) -> int:
 
     try:
         request = _read_request(request_fd)
+        if request.config.cluster is not None:
+            return _main_cluster(request, ready_fd)
         sup = Supervisor(request.config, stdin=subprocess.DEVNULL)
     except Exception as e:  # noqa: BLE001 - told to the launcher, which prints it
         _say(ready_fd, {"ok": False, "error": f"{type(e).__name__}: {e}"})
@@ -169,6 +171,45 @@ def main(request_fd: int, ready_fd: int) -> int:
         host.close()
         restore()
     return exit_status(sup.finished, sup.received_signal)
+
+
+def _main_cluster(request: Request, ready_fd: int) -> int:
+    """A multi-node run: torch's agent loop over a driven Supervisor (engine.cluster).
+
+    The launcher hears from us once the first round's ranks run (after the rendezvous);
+    a rendezvous that fails is told to it as the run's error.
+    """
+    from engine.cluster.run import run_cluster
+
+    told = [False]
+
+    def started(run_dir: str, host: RunHost | None) -> None:
+        _log_to(run_dir)
+        told[0] = True
+        _say(ready_fd, {
+            "ok": True, "socket": host.socket_path if host is not None else "",
+            "run_dir": run_dir, "pid": os.getpid(), "run_id": str(request.config.run_id),
+        })
+
+    try:
+        status, sup, host = run_cluster(request.config, mode="supervisor",
+                                        on_failure=request.on_failure, print_output=False,
+                                        on_started=started)
+    except Exception as e:  # noqa: BLE001 - told to the launcher when it still waits
+        if not told[0]:
+            _say(ready_fd, {"ok": False, "error": f"{type(e).__name__}: {e}"})
+        raise
+    if not told[0]:
+        _say(ready_fd, {"ok": False, "error": "the multi-node run ended before its ranks "
+                                              "started (see the rendezvous's error above)"})
+        return status
+    try:
+        if host is not None and sup.received_signal is None:
+            _supervise(sup, host, expect_viewer=request.expect_viewer, seen=[0])
+    finally:
+        if host is not None:
+            host.close()
+    return status
 
 
 def _supervise(sup: Supervisor, host: RunHost, *, expect_viewer: bool, seen: list[int]) -> None:

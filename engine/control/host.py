@@ -50,6 +50,8 @@ class RunHost:
         exit_status: The run's exit code once finished (torchrun's convention); called by
             the status writer.
         on_failure: A shell command run once when the run fails (``--on-failure``).
+        status_hook: Turns the status record into the one written (a multi-node run adds
+            the other nodes' ranks and the cluster's root cause); ``refresh`` rewrites it.
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class RunHost:
         exit_status: Callable[[], int | None],
         on_failure: str | None = None,
         on_clients_changed: Callable[[int], None] | None = None,
+        status_hook: Callable[[dict[str, object]], dict[str, object]] | None = None,
     ) -> None:
         self._sup = sup
+        self._status_hook = status_hook
         self._mode = mode
         self._exit_status = exit_status
         self._on_failure = on_failure
@@ -121,6 +125,10 @@ class RunHost:
         self._writer.start()
         self._dirty.set()
         return self._run_dir
+
+    def refresh(self) -> None:
+        """Rewrite status.json soon (something outside the run's events changed)."""
+        self._dirty.set()
 
     @property
     def run_dir(self) -> str:
@@ -184,7 +192,7 @@ class RunHost:
     def current_status(self) -> dict[str, object]:
         """The status.json record as it would be written now."""
         info = self._sup.snapshot()
-        return status.build_status(
+        record = status.build_status(
             info,
             self._sup.finished,
             socket=self.socket_path,
@@ -193,6 +201,7 @@ class RunHost:
             exitcode=self._exit_status() if self._sup.finished is not None else None,
             started=self.started_at,
         )
+        return self._status_hook(record) if self._status_hook is not None else record
 
     def _write_status(self) -> None:
         if not self._run_dir:

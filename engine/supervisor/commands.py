@@ -192,6 +192,11 @@ class CommandHandler:
 
     def _restart_rank(self, cmd: RestartRank) -> CommandResult:
         (slot,) = self._resolve((cmd.rank,))
+        if self._state.driven:
+            raise Refused(
+                f"rank {slot.rank} cannot be restarted alone in a multi-node run: a lone rank "
+                "cannot rejoin its collective; restart all ranks (a new round on every node)"
+            )
         if self._state.attempt_pending:
             raise Refused("all ranks are being restarted already")
         if slot.after_exit == "restart" or slot.state is RankState.RESTARTING:
@@ -209,8 +214,13 @@ class CommandHandler:
         )
 
     def _restart_all(self) -> CommandResult:
-        if self._state.attempt_pending:
+        if self._state.attempt_pending or self._state.restart_requested:
             raise Refused("all ranks are being restarted already")
+        if self._state.driven:
+            # The agent stops the ranks and joins a new round, on every node: a rank of ours
+            # stopped before the others are told would look like a failure to them.
+            self._state.restart_requested = True
+            return CommandResult(True, "a new round on every node was asked for")
         self._state.attempt_pending = True
         for slot in self._state.slots.values():
             slot.after_exit = None  # a single-rank restart is folded into the new attempt

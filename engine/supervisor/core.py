@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Union
 
+from engine.errors import ProcessFailure
 from engine.events import EventSink, RunFinished, TimerExpired
 from engine.handle import Command, CommandResult, RunInfo
 from engine.logs_specs import DefaultLogsSpecs
@@ -102,8 +103,12 @@ class Supervisor:
             runs); ``subprocess.DEVNULL`` under a TUI, which owns the terminal.
     """
 
-    def __init__(self, config: SupervisorConfig, *, stdin: int | None = None) -> None:
+    def __init__(
+        self, config: SupervisorConfig, *, stdin: int | None = None, driven: bool = False
+    ) -> None:
         self.config = config
+        self.node_label = ""
+        """Where this run sits in a multi-node job ("node 1 of 2 (host)"), for display."""
         self._port = config.master_port if config.master_port is not None else free_port(
             config.master_addr
         )
@@ -117,6 +122,7 @@ class Supervisor:
             {r: RankSlot(rank=r, argv=config.argv(r), env={}) for r in range(config.nprocs)},
             max_restarts=config.max_restarts,
         )
+        self._state.driven = driven
         self._wakeup = Wakeup()
         self._events = Publisher(self._state)
         self._stacks = StackCapture(self._state, self._events, lambda: self._logs.run_log_dir)
@@ -332,6 +338,98 @@ class Supervisor:
 
         return restore
 
+    # -- driven by an agent (multi-node: engine.cluster) -----------------------------------
+
+    def start_round(self, envs: dict[int, dict[str, str]]) -> None:
+        """Start every rank with the agent's variables for this round (a driven run).
+
+        The first call starts the run (``start``); a later one starts attempt n+1 once
+        every rank of the previous round has ended (``stop_round`` first).
+        """
+        self._launcher.round_env = {r: dict(e) for r, e in envs.items()}
+        state = self._state
+        with state.lock:
+            first = not state.started
+            if not first:
+                if state.shutting_down or state.closed:
+                    raise RuntimeError("the run is shutting down")
+                state.round_result = None
+                state.restart_requested = False
+                self._launcher.start_attempt(first=False)
+        if first:
+            self.start()
+            return
+        self._pump.run_ops()
+        self._events.flush()
+        self._wakeup.wake()
+
+    def set_prefixes(self, prefixes: dict[int, str]) -> None:
+        """Change each local rank's log line prefix (a new round's global rank numbers)."""
+        with self._state.lock:
+            self._prefixes.update(prefixes)
+
+    def round_result(self) -> RunFinished | None:
+        """How the current round ended (every rank final), None while a rank runs."""
+        with self._state.lock:
+            return self._state.round_result
+
+    def failures_now(self) -> dict[int, ProcessFailure]:
+        """Ranks whose current process failed on its own, by local rank, while the round
+        may still be ending (torch's agent reacts to the first failure, not the last exit)."""
+        with self._state.lock:
+            return {
+                s.rank: s.failure for s in self._state.slots.values()
+                if s.failure is not None and not s.failure.caused_by_us
+            }
+
+    def wait_round(self, timeout: float | None = None) -> RunFinished | None:
+        """Block until every rank of the round has ended (or ``timeout``)."""
+        state = self._state
+        with state.lock:
+            state.changed.wait_for(lambda: state.round_result is not None, timeout=timeout)
+            return state.round_result
+
+    def stop_round(self, timeout_s: float | None = None) -> RunFinished | None:
+        """Terminate every live rank (with escalation) and wait for the round to end."""
+        timeout = self.config.term_timeout if timeout_s is None else timeout_s
+        state = self._state
+        with state.lock:
+            if state.started and not state.closed:
+                for slot in state.slots.values():
+                    slot.after_exit = None
+                self._stopper.stop_ranks(
+                    [s for s in state.live() if s.stop_reason is None], "attempt",
+                    signal.SIGTERM, timeout,
+                )
+        self._events.flush()
+        self._wakeup.wake()
+        if not state.started:
+            return None
+        return self.wait_round(timeout + self.config.kill_wait_s + 1.0)
+
+    def take_restart_request(self) -> bool:
+        """Whether a person asked for a new round since the last call (RestartAll)."""
+        with self._state.lock:
+            asked = self._state.restart_requested
+            self._state.restart_requested = False
+            return asked
+
+    def finish_run(self, finished: RunFinished) -> None:
+        """Publish the run's end, as the agent decided it (a driven run)."""
+        state = self._state
+        with state.lock:
+            if state.finished is not None:
+                return
+            state.finished = finished
+            self._events.emit(finished)
+        self._events.flush()
+
+    def notice(self, message: str, severity: str = "information") -> None:
+        """Publish a line for a person (an agent's news: a new round, a remote failure)."""
+        with self._state.lock:
+            self._events.notice(message, severity)  # type: ignore[arg-type]
+        self._events.flush()
+
     # -- views ----------------------------------------------------------------------------
 
     def snapshot(self) -> RunInfo:
@@ -364,6 +462,7 @@ class Supervisor:
                 ),
                 tracking_detail=self._tracking_detail,
                 started_at=state.started_at,
+                node=self.node_label,
             )
 
     @property

@@ -73,6 +73,8 @@ class Launcher:
         self._cgroups: RunCgroups | None = None
         self._env_records: list[tuple[str, dict[str, str]]] = []
         """(directory, env additions) of the ranks just started: their env.json to write."""
+        self.round_env: dict[int, dict[str, str]] = {}
+        """Set by an agent before each round (multi-node): each local rank's variables."""
 
     def use_cgroups(self, cgroups: RunCgroups | None) -> None:
         """Spawn every later rank into a cgroup of its own under ``cgroups``."""
@@ -85,6 +87,11 @@ class Launcher:
             restart_count=self._state.attempt,
             rank_restart_count=slot.restart_count,
         )
+        # A driven run: the agent's variables for this round (RANK, WORLD_SIZE, ...).
+        env.update({
+            k: v for k, v in self.round_env.get(slot.rank, {}).items()
+            if k != "TORCHELASTIC_RESTART_COUNT"  # set after reify (see start_attempt)
+        })
         env.update(self._config.env)
         env.update(self._config.rank_env.get(slot.rank, {}))
         env.update(self._guard.env)
@@ -108,6 +115,11 @@ class Launcher:
             slot.env = self._rank_env(slot)
         envs = {r: s.env for r, s in state.slots.items()}
         state.dest = dest = self._logs.reify(envs)  # sets TORCHELASTIC_ERROR_FILE per rank
+        for slot in state.slots.values():
+            # The directory is attempt_<our round>; the variable keeps the agent's meaning.
+            count = self.round_env.get(slot.rank, {}).get("TORCHELASTIC_RESTART_COUNT")
+            if count is not None:
+                slot.env["TORCHELASTIC_RESTART_COUNT"] = count
         self._pump.add_filters(dest)
         slots = list(state.slots.values())
         for slot in slots:

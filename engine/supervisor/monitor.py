@@ -239,6 +239,11 @@ class Monitor:
             return
         if state.attempt_pending:
             return
+        if state.driven:
+            # The agent decides (a new round, or the end): the round's result, unpublished.
+            if state.round_result is None:
+                state.round_result = self._run_finished()
+            return
         if state.real_failure and state.restarts_left > 0 and not state.shutting_down:
             # torch's agent policy: any failure restarts the whole group while restarts last.
             state.restarts_left -= 1

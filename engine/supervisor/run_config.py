@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
+from engine.cluster.options import ClusterOptions
 from engine.process.signals import check_stop_signal
 from engine.std import Std
 from engine.supervisor.agent_env import check_master_addr, port_in_use
@@ -151,6 +152,8 @@ class SupervisorConfig:
     suspect_silence_factor: float = 3.0
     suspect_silence_min_s: float = 2.0
     stack_on_kill: bool = True
+    cluster: ClusterOptions | None = None
+    """Multi-node (``--nnodes`` not 1): how this node finds the others (engine.cluster)."""
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -242,6 +245,8 @@ class SupervisorConfig:
                 self.cpu_sets()
             except (RuntimeError, ValueError) as e:
                 raise ConfigError(f"--numa-binding {self.numa_binding}: {e}") from None
+        if self.cluster is not None:
+            return  # MASTER_ADDR/PORT come from the rendezvous: nothing of ours to check
         try:
             check_master_addr(self.master_addr)
         except ValueError as e:

@@ -51,6 +51,13 @@ class RunState:
         self.finished_event = threading.Event()
         """Set once ``finished`` was delivered to every sink (``Supervisor.wait``)."""
         self.received_signal: int | None = None
+        self.driven = False
+        """Driven by an agent (multi-node): no restart policy and no RunFinished of our own;
+        each round ends in ``round_result`` and the agent decides what comes next."""
+        self.round_result: RunFinished | None = None
+        """In a driven run: how the current round ended (every rank final), not published."""
+        self.restart_requested = False
+        """In a driven run: a person asked for a new round (RestartAll), for the agent."""
         self.signals_pending: list[int] = []
         """Handled signals not yet acted on (appended by the signal handler, without the
         lock: a list append is atomic, and a handler must never wait for a lock)."""

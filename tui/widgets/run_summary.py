@@ -88,7 +88,8 @@ def summary_text(
     if root is not None:
         parts.append((8, Text.assemble((f" root cause: rank {root} ", "bold red"), ("│", "dim"))))
     parts.append((2, Text.assemble(
-        f" {run.name} · {run.nprocs} ranks · attempt {run.attempt} ", ("│", "dim")
+        f" {run.name}{f' · {run.node}' if run.node else ''} · {run.nprocs} ranks"
+        f" · attempt {run.attempt} ", ("│", "dim")
     )))
     counts = Text()
     for glyph, count, words, style in _counts(run):

@@ -1,0 +1,227 @@
+"""A whole multi-node run on this node: torch's agent loop over a driven Supervisor.
+
+Used by ``rankvisor run --headless`` and by the supervisor process when ``--nnodes`` is
+not 1. The run has its socket, registry entry, status.json and events.ndjson as any other
+(``RunHost``); its status.json lists every rank of every node (``StatusBoard``).
+
+The end, on every node: this node's last record is written, then it waits (at most
+``final_wait_s``) until every node's record says its round is over, reads them, and waits
+(as long again at most) until every node has read: only then may the node hosting the store
+leave, so that every node names the same root cause.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+from engine.cluster.agent import RankvisorAgent, make_spec
+from engine.cluster.board import StatusBoard
+from engine.events import RunFinished
+from engine.result import RunProcsResult
+from engine.supervisor.core import Supervisor
+from engine.supervisor.headless import _entry_name, _HeadlessPrinter, exit_status, format_report
+from engine.supervisor.run_config import SupervisorConfig
+
+if TYPE_CHECKING:
+    from engine.control.host import RunHost
+
+__all__ = ["cluster_line", "run_cluster"]
+
+log = logging.getLogger(__name__)
+
+
+def cluster_line(rc: dict[str, Any] | None) -> str:
+    """The one line naming the cluster's root cause, for a person."""
+    if rc is None:
+        return ""
+    how = f"signal {rc['signal']}" if rc.get("signal") else f"exit code {rc.get('exitcode')}"
+    line = (f"rankvisor: cluster root cause: rank {rc.get('rank')} on node "
+            f"{rc.get('node_rank')} ({rc.get('host')}) failed first ({how})")
+    message = str(rc.get("message") or "").strip().splitlines()
+    return line + (f": {message[-1]}" if message else "")
+
+
+def run_cluster(
+    config: SupervisorConfig,
+    *,
+    mode: str = "headless",
+    on_failure: str | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    print_output: bool = True,
+    on_started: Callable[[str, RunHost | None], None] | None = None,
+) -> tuple[int, Supervisor, RunHost | None]:
+    """Run this node's part of a multi-node job to its end; the exit status.
+
+    Args:
+        config: the run, with ``config.cluster`` set.
+        mode: "headless" or "supervisor" (for ``ls``).
+        on_failure: ``--on-failure``'s command.
+        out, err: the console (headless).
+        print_output: print the ranks' output and the report (headless).
+        on_started: called once the first round's ranks run, with the run's directory.
+
+    Returns:
+        The exit status, the Supervisor (shut down) and the RunHost (closed), for a caller
+        that goes on serving viewers of the record.
+    """
+    from engine.control.host import RunHost
+
+    opts = config.cluster
+    assert opts is not None, "run_cluster needs config.cluster"
+    out = out or sys.stdout
+    err = err or sys.stderr
+    sup = Supervisor(config, stdin=None if mode == "headless" else subprocess.DEVNULL,
+                     driven=True)
+    host: RunHost | None = None
+    board = StatusBoard(
+        on_change=lambda: host.refresh() if host is not None else None,
+        notice=lambda m, s: sup.notice(m, s),
+        publish_interval=opts.publish_interval,
+        stderr_paths=lambda: {r.rank: r.stderr_path for r in sup.snapshot().ranks},
+    )
+    sup.subscribe(board.sink)
+    try:
+        host = RunHost(
+            sup, mode=mode,
+            exit_status=lambda: exit_status(sup.finished, sup.received_signal),
+            on_failure=on_failure, status_hook=board.decorate,  # type: ignore[arg-type]
+        )
+    except (OSError, ValueError) as e:
+        err.write(f"[rankvisor] warning: this run cannot be reached by `rankvisor status`/"
+                  f"`attach` ({e}); it runs anyway\n")
+    printer: list[_HeadlessPrinter] = []
+
+    def on_round(number: int, prefixes: dict[int, str]) -> None:
+        if number == 0:
+            if print_output:
+                printer.append(_HeadlessPrinter(config, prefixes, out, err))
+                sup.subscribe(printer[0])
+            run_dir = host.started() if host is not None else sup.snapshot().log_dir
+            if on_started is not None:
+                on_started(run_dir, host)
+            if printer:
+                printer[0].line(f"{sup.node_label}; process tracking: "
+                                f"{sup.snapshot().tracking_detail}")
+        else:
+            sup.notice(f"round {number} started ({sup.node_label})", "warning")
+
+    # The ranks' own store: a fresh one per round, hosted by global rank 0 (torch's
+    # non-shared mode). The rendezvous's store, shared, keeps the previous round's keys, and
+    # the ranks of a restarted round then read their peers' old addresses (seen here as
+    # "Connection refused" in init_process_group of round 1).
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    spec = make_spec(sup, opts)
+    agent = RankvisorAgent(spec, sup, board, on_round=on_round,
+                           exit_barrier_timeout=opts.exit_barrier_timeout)
+    restore = sup.install_signal_handlers()
+    restore_rdzv = _interrupt_rendezvous(agent, config.signals_to_handle)
+    signalled = False
+    error = ""
+    try:
+        try:
+            agent.run()
+        except Exception as e:  # noqa: BLE001 - a rendezvous that failed, a signal: said below
+            if sup.received_signal is not None or type(e).__name__ == "SignalException":
+                signalled = True
+            else:
+                error = f"{type(e).__name__}: {e}"
+                log.exception("the agent failed")
+        if error:
+            sup.notice(f"the multi-node agent failed: {error}", "error")
+        # The end: our last record, the others' (bounded), then the end published.
+        if host is not None:
+            host.current_status()  # the board sees this node's last state
+        board.publish_now()
+        if sup.snapshot().ranks and board.nnodes > 1 and not board.store_lost:
+            board.wait_for_others(opts.final_wait_s)
+            board.final_barrier(opts.final_wait_s)
+        finished = sup.round_result() or RunFinished(
+            RunProcsResult(return_values={}, failures={}), sup.snapshot().attempt, None
+        )
+        sup.finish_run(finished)
+        if not signalled:
+            try:
+                spec.rdzv_handler.shutdown()  # as torchrun: closes the rendezvous (not on a signal)
+            except Exception:  # noqa: BLE001 - the store may be gone already
+                log.debug("rendezvous shutdown failed", exc_info=True)
+    finally:
+        board.close()
+        if printer and sup.received_signal is not None:
+            printer[0].shutting_down()
+        sup.shutdown()
+        if host is not None:
+            host.refresh()
+        restore_rdzv()
+        restore()
+    status = exit_status(sup.finished, sup.received_signal)
+    if error and status == 0:
+        status = 1
+    if print_output and sup.received_signal is None:
+        rc = board.root_cause()
+        text = ""
+        if rc is not None:
+            text += cluster_line(rc) + "\n"
+        fin = sup.finished
+        if fin is not None and fin.result.failures:
+            text += format_report(_entry_name(config), _global(fin, board.base_rank))
+        if error:
+            text += f"rankvisor: the multi-node agent failed: {error}\n"
+        if text:
+            try:
+                err.write(text)
+                err.flush()
+            except (OSError, ValueError):
+                pass
+    return status, sup, host
+
+
+def _interrupt_rendezvous(agent: RankvisorAgent, signals: tuple[int, ...]) -> Callable[[], None]:
+    """A handled signal that comes while the agent waits in a rendezvous ends that wait.
+
+    The Supervisor's handler only records the signal and wakes its monitor; a rendezvous
+    (up to ``join_timeout``) never looks at it, so this one also raises torch's
+    ``SignalException`` there, as torchrun's own handler does.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    previous: dict[int, Any] = {}
+    for sig in signals:
+        before = signal.getsignal(sig)
+
+        def handler(signum: int, frame: FrameType | None, before: Any = before) -> None:
+            if callable(before):
+                before(signum, frame)
+            if agent.in_rendezvous:
+                raise SignalException(f"got signal {signum} in the rendezvous",
+                                      sigval=signal.Signals(signum))
+
+        previous[sig] = signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+def _global(finished: RunFinished, base: int) -> RunFinished:
+    """``finished`` keyed by global rank (the report names ranks as the job knows them)."""
+    r = finished.result
+
+    def shift(d: dict[int, Any]) -> dict[int, Any]:
+        return {base + k: v for k, v in d.items()}
+
+    result = RunProcsResult(
+        return_values=shift(r.return_values), failures=shift(r.failures),
+        stdouts=shift(r.stdouts), stderrs=shift(r.stderrs), stopped=shift(r.stopped),
+    )
+    root = None if finished.root_cause_rank is None else base + finished.root_cause_rank
+    return RunFinished(result, finished.attempt, root)

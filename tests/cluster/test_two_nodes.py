@@ -1,0 +1,179 @@
+"""Two "nodes" on one machine: two ``rankvisor run --headless --nnodes 2`` processes, a real
+c10d rendezvous on loopback and a real gloo all_reduce across the four ranks.
+
+Each node logs to a directory of its own (one run in it, so the directory names the run);
+the node numbers are the rendezvous's to give, so each test finds which process is node 0
+from its status.json. Every wait is bounded; every process is killed in ``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import BIN, wait_until
+
+ROOT = Path(__file__).parents[2]
+JOB = str(BIN / "mn_gloo_job.py")
+RDZV_CONF = "join_timeout=60,last_call_timeout=1,close_timeout=5"
+END_S = 150.0
+"""The longest a node may take from start to exit (a rendezvous, two rounds on 2 cores)."""
+
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TwoNodes:
+    """Two rankvisor processes of one job; ``logs[i]`` holds process i's run."""
+
+    def __init__(self, tmp: Path, *, run_id: str, max_restarts: int = 0,
+                 env: dict[str, str] | None = None) -> None:
+        self.port = _free_port()
+        self.logs = [tmp / "n0", tmp / "n1"]
+        self.procs: list[subprocess.Popen[str]] = []
+        self.outs = [(tmp / f"out{i}", tmp / f"err{i}") for i in range(2)]
+        child_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
+        child_env["PYTHONPATH"] = str(ROOT) + os.pathsep + child_env.get("PYTHONPATH", "")
+        for log, (out, err) in zip(self.logs, self.outs, strict=True):
+            cmd = [sys.executable, "-m", "tui", "run", "--headless", "--nnodes", "2",
+                   "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                   "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", run_id,
+                   "--rdzv-conf", RDZV_CONF, "--max-restarts", str(max_restarts),
+                   "--term-timeout", "5", "--log-dir", str(log), JOB]
+            self.procs.append(subprocess.Popen(
+                cmd, cwd=ROOT, env=child_env, stdout=out.open("w"), stderr=err.open("w"),
+                text=True, start_new_session=True,
+            ))
+
+    def wait(self) -> list[tuple[int, str, str]]:
+        """Each process's (exit status, stdout, stderr)."""
+        codes = [p.wait(END_S) for p in self.procs]
+        outs = zip(codes, self.outs, strict=True)
+        return [(c, o.read_text(), e.read_text()) for c, (o, e) in outs]
+
+    def status(self, i: int) -> dict[str, Any] | None:
+        runs = [d for d in self.logs[i].glob("*/status.json")] if self.logs[i].exists() else []
+        if not runs:
+            return None
+        try:
+            data: dict[str, Any] = json.loads(runs[0].read_text())
+        except ValueError:
+            return None  # never torn (renamed into place); an empty dir glob race only
+        return data
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                # The whole session: the supervisor and, through its guard, its ranks.
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def test_clean_run_exits_zero_on_both_nodes(tmp_path: Path) -> None:
+    nodes = TwoNodes(tmp_path, run_id="mn-clean")
+    try:
+        results = nodes.wait()
+        for code, _out, err in results:
+            assert code == 0, err[-3000:]
+        seen = "".join(out for _, out, _ in results)
+        for rank in range(4):
+            assert f"rank {rank} of 4 " in seen
+        statuses = [nodes.status(i) for i in range(2)]
+        assert sorted(s["node_rank"] for s in statuses if s) == [0, 1]
+    finally:
+        nodes.kill()
+
+
+def test_failure_on_node_one_is_the_root_cause_on_both(tmp_path: Path) -> None:
+    # Global rank 3 lives on node 1 (ranks 2, 3), whichever process the rendezvous makes it.
+    nodes = TwoNodes(tmp_path, run_id="mn-fail", env={"FAIL_RANK": "3"})
+    try:
+        results = nodes.wait()
+        for code, _out, err in results:
+            assert code != 0
+            assert "cluster root cause: rank 3 on node 1" in err, err[-3000:]
+        for i in range(2):
+            status = nodes.status(i)
+            assert status is not None and status["finished"]
+            root = status["root_cause"]
+            assert (root["rank"], root["node_rank"]) == (3, 1), root
+            assert "fails on purpose" in root["message"]
+            assert [r["rank"] for r in status["ranks"]] == [0, 1, 2, 3]
+    finally:
+        nodes.kill()
+
+
+def test_with_one_restart_both_nodes_start_attempt_one(tmp_path: Path) -> None:
+    nodes = TwoNodes(tmp_path, run_id="mn-restart", max_restarts=1,
+                     env={"FAIL_RANK": "3", "FAIL_ATTEMPTS": "1"})
+    try:
+        results = nodes.wait()
+        for code, out, err in results:
+            assert code == 0, err[-3000:]
+            assert "restart 1 " in out  # TORCHELASTIC_RESTART_COUNT of the second round
+        for i in range(2):
+            status = nodes.status(i)
+            assert status is not None and status["attempt"] == 1
+            assert (Path(status["run_dir"]) / "attempt_1").is_dir()
+    finally:
+        nodes.kill()
+
+
+def test_node_zero_status_lists_every_rank_of_both_nodes(tmp_path: Path) -> None:
+    hold = tmp_path / "go"
+    nodes = TwoNodes(tmp_path, run_id="mn-status", env={"HOLD_FILE": str(hold)})
+    try:
+        def node_zero() -> int | None:
+            for i in range(2):
+                s = nodes.status(i)
+                if s is not None and s.get("node_rank") == 0:
+                    return i
+            return None
+
+        wait_until(lambda: node_zero() is not None, timeout=END_S, interval=0.2)
+        zero = node_zero()
+        assert zero is not None
+
+        def listed() -> dict[str, Any] | None:
+            res = subprocess.run(
+                [sys.executable, "-m", "tui", "status", str(nodes.logs[zero]), "--json"],
+                cwd=ROOT, capture_output=True, text=True, timeout=30,
+            )
+            if res.returncode != 0:
+                return None
+            data: dict[str, Any] = json.loads(res.stdout)
+            running = [r for r in data["ranks"] if r["state"] == "running"]
+            return data if len(running) == 4 else None
+
+        data = wait_until(listed, timeout=60, interval=0.5)
+        assert isinstance(data, dict)
+        ranks = data["ranks"]
+        assert [(r["rank"], r["node_rank"], r["local_rank"]) for r in ranks] == [
+            (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+        assert all(isinstance(r["pid"], int) for r in ranks[:2])
+        assert all(r["pid"] is None for r in ranks[2:])
+        hold.touch()
+        for code, _out, err in nodes.wait():
+            assert code == 0, err[-3000:]
+    finally:
+        hold.touch()
+        nodes.kill()
