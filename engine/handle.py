@@ -155,6 +155,9 @@ class RunInfo:
     started_at: float = 0.0
     """Wall-clock time (``time.time()``) the ranks were first started; 0.0 before. A viewer
     that attaches late counts the run's elapsed time from here, not from its own start."""
+    progress_regex: str = ""
+    """A person's pattern for the step a rank's line reports (``--progress-regex``); viewers
+    read progress with it first. Empty: only the usual shapes (step N, tqdm's N/M, ...)."""
 
 
 class SupervisorHandle(Protocol):

@@ -19,7 +19,7 @@ from engine.events import Event, RankOutput, RankStateChanged, RankStats, Superv
 from engine.forensics.exit_cause import ExitFacts, classify
 from engine.handle import RankInfo, RunInfo
 from engine.states import RankState
-from engine.testing import BASE_PID, EPOCH, ScriptedFailure, ScriptItem, rank_paths
+from engine.testing import BASE_PID, EPOCH, Checkpoint, ScriptedFailure, ScriptItem, rank_paths
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
@@ -31,6 +31,7 @@ __all__ = [
     "suspect_script",
     "running_script",
     "scripted_info",
+    "straggler_script",
     "training_lines",
     "write_timeline_files",
 ]
@@ -126,6 +127,36 @@ def running_script(
             items.extend(
                 _stats(r, shape, (900 + 37 * r) * 1024 * 1024, numa=r * 2 // max(1, nprocs))
             )
+    return items
+
+
+LAGGING_RANK = 5
+"""``straggler_script``'s rank that keeps writing but falls behind its peers' steps."""
+SILENT_RANK = 6
+"""``straggler_script``'s rank that stops writing half way."""
+
+
+def straggler_script(nprocs: int = 8, *, rounds: int = 12) -> list[ScriptItem]:
+    """Every rank starts; then ``rounds`` checkpoints, at each of which every rank logs one
+    step line: the others 10 steps a round, ``LAGGING_RANK`` 6 (it falls behind the median
+    step), ``SILENT_RANK`` nothing after half the rounds (silent while its peers write).
+    The test advances its clock by a second before each ``advance()``, so every rank's usual
+    gap between lines is one second."""
+    items: list[ScriptItem] = []
+    for r in range(nprocs):
+        items.append(
+            RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=EPOCH)
+        )
+        cpu = [40 + ((r * 7 + i * 13) % 55) for i in range(16)]
+        items.extend(_stats(r, cpu, (800 + 29 * r) << 20))
+    for i in range(1, rounds + 1):
+        items.append(Checkpoint(f"round {i}"))
+        for r in range(nprocs):
+            if r == SILENT_RANK and i > rounds // 2:
+                continue
+            step = 6 * i if r == LAGGING_RANK else 10 * i + r % 2
+            loss = 2.5 / (1 + 0.01 * step)
+            items.append(RankOutput(r, "stdout", (f"step {step:5d} | loss {loss:.4f}",)))
     return items
 
 

@@ -356,6 +356,7 @@ class Supervisor:
                 ),
                 tracking_detail=self._tracking_detail,
                 started_at=state.started_at,
+                progress_regex=self.config.progress_regex or "",
             )
 
     @property
