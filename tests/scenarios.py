@@ -31,6 +31,7 @@ __all__ = [
     "suspect_script",
     "running_script",
     "scripted_info",
+    "play_rounds",
     "straggler_script",
     "training_lines",
     "write_timeline_files",
@@ -158,6 +159,26 @@ def straggler_script(nprocs: int = 8, *, rounds: int = 12) -> list[ScriptItem]:
             loss = 2.5 / (1 + 0.01 * step)
             items.append(RankOutput(r, "stdout", (f"step {step:5d} | loss {loss:.4f}",)))
     return items
+
+
+async def play_rounds(
+    pilot: Any, engine: Any, advance_clock: Any, rounds: int = 12, *, seconds: float = 1.0
+) -> None:
+    """Play ``straggler_script``'s rounds on the app of ``pilot``: the app's clock moves
+    ``seconds`` before each round, and each round is drawn before the next (rank 0 writes a
+    line every round: the wait is for its count)."""
+    import time
+
+    app = pilot.app
+    for i in range(1, rounds + 1):
+        advance_clock(seconds)
+        engine.advance()
+        deadline = time.monotonic() + 10
+        while app.run_view.ranks[0].lines_seen < i:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"round {i} was not drawn")
+            await pilot.pause(0.02)
+    await pilot.pause(0.1)
 
 
 TRACEBACK = """Traceback (most recent call last):

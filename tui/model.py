@@ -488,15 +488,10 @@ class RunView:
             view.buffer.extend(kind, event.lines)
             view.lines_seen += len(event.lines)
             view.last_line = event.lines[-1]
-            newest: Progress | None = None
-            seen: set[str] = set()
-            for line in reversed(event.lines[-8:]):  # the newest of each kind
+            for line in event.lines[-8:]:  # the batch's last lines, in order
                 found = self.progress_reader.read(line)
-                if found is not None and found.kind not in seen:
-                    seen.add(found.kind)
-                    if _note_progress(view, found):
-                        newest = newest or found
-            view.progress = newest or view.progress
+                if found is not None and _note_progress(view, found):
+                    view.progress = found
         if event.partial or view.buffer.partial_stream == kind:
             view.buffer.set_partial(kind, event.partial)
             if event.partial:
