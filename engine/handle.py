@@ -194,6 +194,9 @@ class RunInfo:
     that attaches late counts the run's elapsed time from here, not from its own start."""
     node: str = ""
     """In a multi-node run: this node's place ("node 1 of 2 (host)"); "" on one node."""
+    progress_regex: str = ""
+    """A person's pattern for the step a rank's line reports (``--progress-regex``); viewers
+    read progress with it first. Empty: only the usual shapes (step N, tqdm's N/M, ...)."""
 
 
 class SupervisorHandle(Protocol):

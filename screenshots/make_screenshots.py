@@ -26,9 +26,11 @@ from engine.states import RankState  # noqa: E402
 from engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
 from tests.scenarios import (  # noqa: E402
     failure_script,
+    play_rounds,
     recorded_stacks,
     running_script,
     scripted_info,
+    straggler_script,
     suspect_script,
     write_timeline_files,
 )
@@ -184,6 +186,23 @@ def stacks(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
     return app, drive
 
 
+def stragglers(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """8 ranks: rank 5 falls behind the median step, rank 6 goes silent; the strip above the
+    ranks and their borders mark them."""
+    clock = [1000.0]
+
+    def advance(seconds: float) -> None:
+        clock[0] += seconds
+
+    engine = ScriptedSupervisor(scripted_info(8), straggler_script(8), clock=lambda: clock[0])
+    app = make_app(engine, clock=lambda: clock[0])
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await play_rounds(pilot, engine, advance, 12)
+
+    return app, drive
+
+
 SCENES: dict[str, Scene] = {
     "grid": grid,
     "countdown": countdown,
@@ -197,6 +216,7 @@ SCENES: dict[str, Scene] = {
     "errors-suspect": errors_suspect,
     "timeline": timeline,
     "stacks": stacks,
+    "stragglers": stragglers,
 }
 
 

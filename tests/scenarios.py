@@ -20,7 +20,7 @@ from engine.forensics.exit_cause import ExitFacts, classify
 from engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
 from engine.handle import RankInfo, RunInfo
 from engine.states import RankState
-from engine.testing import BASE_PID, EPOCH, ScriptedFailure, ScriptItem, rank_paths
+from engine.testing import BASE_PID, EPOCH, Checkpoint, ScriptedFailure, ScriptItem, rank_paths
 
 if TYPE_CHECKING:
     from engine.errors import ProcessFailure
@@ -33,6 +33,8 @@ __all__ = [
     "suspect_script",
     "running_script",
     "scripted_info",
+    "play_rounds",
+    "straggler_script",
     "training_lines",
     "write_timeline_files",
 ]
@@ -118,7 +120,10 @@ def running_script(
         epochs = tuple(f"[trainer{r}]:{line}" for line in lines if "epoch" in line)
         items.append(RankOutput(r, "filtered_stdout", epochs))
         if r % 2 == 1:
-            warning = f"UserWarning: rank {r}: WARNING grad norm 1e4 clipped (step 17)"
+            # A step it has passed (17 in the usual 40-step runs): the warning is about the past.
+            warning = (
+                f"UserWarning: rank {r}: WARNING grad norm 1e4 clipped (step {min(17, steps - 3)})"
+            )
             items.append(RankOutput(r, "stderr", (warning,)))
             items.append(RankOutput(r, "filtered_stderr", (f"[trainer{r}]:{warning}",)))
     items.append(RankOutput(0, "stdout", (), partial=" 62%|██████▏   | 62/100 [00:31<00:19]"))
@@ -129,6 +134,56 @@ def running_script(
                 _stats(r, shape, (900 + 37 * r) * 1024 * 1024, numa=r * 2 // max(1, nprocs))
             )
     return items
+
+
+LAGGING_RANK = 5
+"""``straggler_script``'s rank that keeps writing but falls behind its peers' steps."""
+SILENT_RANK = 6
+"""``straggler_script``'s rank that stops writing half way."""
+
+
+def straggler_script(nprocs: int = 8, *, rounds: int = 12) -> list[ScriptItem]:
+    """Every rank starts; then ``rounds`` checkpoints, at each of which every rank logs one
+    step line: the others 10 steps a round, ``LAGGING_RANK`` 6 (it falls behind the median
+    step), ``SILENT_RANK`` nothing after half the rounds (silent while its peers write).
+    The test advances its clock by a second before each ``advance()``, so every rank's usual
+    gap between lines is one second."""
+    items: list[ScriptItem] = []
+    for r in range(nprocs):
+        items.append(
+            RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=EPOCH)
+        )
+        cpu = [40 + ((r * 7 + i * 13) % 55) for i in range(16)]
+        items.extend(_stats(r, cpu, (800 + 29 * r) << 20))
+    for i in range(1, rounds + 1):
+        items.append(Checkpoint(f"round {i}"))
+        for r in range(nprocs):
+            if r == SILENT_RANK and i > rounds // 2:
+                continue
+            step = 6 * i if r == LAGGING_RANK else 10 * i + r % 2
+            loss = 2.5 / (1 + 0.01 * step)
+            items.append(RankOutput(r, "stdout", (f"step {step:5d} | loss {loss:.4f}",)))
+    return items
+
+
+async def play_rounds(
+    pilot: Any, engine: Any, advance_clock: Any, rounds: int = 12, *, seconds: float = 1.0
+) -> None:
+    """Play ``straggler_script``'s rounds on the app of ``pilot``: the app's clock moves
+    ``seconds`` before each round, and each round is drawn before the next (rank 0 writes a
+    line every round: the wait is for its count)."""
+    import time
+
+    app = pilot.app
+    for i in range(1, rounds + 1):
+        advance_clock(seconds)
+        engine.advance()
+        deadline = time.monotonic() + 10
+        while app.run_view.ranks[0].lines_seen < i:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"round {i} was not drawn")
+            await pilot.pause(0.02)
+    await pilot.pause(0.1)
 
 
 TRACEBACK = """Traceback (most recent call last):

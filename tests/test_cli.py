@@ -57,6 +57,10 @@ def assert_refused(res: subprocess.CompletedProcess[str], *words: str) -> None:
         (["run", str(BIN)], ["is a directory", "Python file"]),
         (["run", "--nproc-per-node", "-2", SV_RANK], ["'-2'", "whole number of at least 1"]),
         (["run", "-r", "0:9x", SV_RANK], ["--redirects", "'0:9x'", "0:3,1:0"]),
+        (["run", "--progress-regex", "step=(", SV_RANK],
+         ["--progress-regex", "not a regular expression"]),
+        (["demo", "--progress-regex", r"(?P<a>\d+)/(?P<b>\d+)"],
+         ["--progress-regex", "(?P<step>...)"]),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(argv: list[str], words: list[str]) -> None:
@@ -533,3 +537,25 @@ def test_headless_root_cause_without_record_quotes_that_attempts_last_stderr_lin
     else:
         assert "To enable traceback" not in report.splitlines()[0]
         assert f"rank 0: no error.json, and stderr is empty ({stderr_log})" in report
+
+
+def test_the_progress_regex_reaches_the_viewer(tmp_path: Path) -> None:
+    """``--progress-regex`` (run and demo) goes into the config, the supervisor's RunInfo,
+    over the wire, and into the viewer's progress reader."""
+    from engine.control.wire import run_info_from_wire, run_info_to_wire
+    from engine.supervisor import Supervisor
+    from tui.model import RunView
+    from tui.run_args import build_demo_parser, build_run_parser, config_from_args, demo_config
+
+    regex = r"batch (?P<step>\d+) of (?P<total>\d+)"
+    args = build_run_parser().parse_args(["--progress-regex", regex, SV_RANK])
+    config = config_from_args(args)
+    assert config.progress_regex == regex
+    demo = build_demo_parser().parse_args(["--log-dir", str(tmp_path), "--progress-regex", regex])
+    assert demo_config(demo).progress_regex == regex
+    assert config_from_args(build_run_parser().parse_args([SV_RANK])).progress_regex is None
+    info = Supervisor(config).snapshot()
+    assert info.progress_regex == regex
+    viewer = RunView(run_info_from_wire(run_info_to_wire(info)))
+    found = viewer.progress_reader.read("batch 7 of 90 step 3")
+    assert found is not None and (found.kind, found.step, found.total) == ("custom", 7, 90)

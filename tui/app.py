@@ -146,7 +146,7 @@ class RankvisorApp(App[int]):
         info, self._unsubscribe = handle.watch(self.bridge)
         self.run_view = RunView(info, buffer_lines=buffer_lines)
         for view in self.run_view.ranks:
-            view.last_output_at = clock()  # quiet since we started watching
+            view.restart_clock(clock())  # quiet since we started watching
         self._drain_hz = drain_hz
         self._start_handle = start_handle
         self._sync_start = sync_start
@@ -238,7 +238,7 @@ class RankvisorApp(App[int]):
         for output in drained.outputs:
             if run.add_output(output):
                 changed.add(output.rank)
-                run.ranks[output.rank].last_output_at = now
+                run.ranks[output.rank].saw_output(now)
         for stats in drained.stats:
             changed |= run.apply(stats)
         if drained.filtered:
@@ -289,6 +289,7 @@ class RankvisorApp(App[int]):
             return
         now = self.clock() if now is None else now
         root = self.run_view.root_cause()
+        self.run_view.update_progress(now)
         try:
             with self.batch_update():
                 self.main_screen.show_ranks(changed, now, root)
@@ -337,7 +338,7 @@ class RankvisorApp(App[int]):
             self._finished_at = None
             self._snapshot_worker()  # a new attempt writes new (filtered) files
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
-            self.run_view.ranks[event.rank].last_output_at = self.clock()
+            self.run_view.ranks[event.rank].restart_clock(self.clock())
             self._paused_sync()
         self._show(changed)
 

@@ -30,7 +30,14 @@ from engine.events import (
     Suspect,
     TimerExpired,
 )
-from engine.forensics.progress import Progress, ProgressReader, stragglers
+from engine.forensics.progress import (
+    KINDS,
+    Progress,
+    ProgressReader,
+    peers_gap,
+    step_threshold,
+    stragglers,
+)
 from engine.handle import RankInfo, RunInfo
 from engine.output.sanitize import sanitize
 from engine.process.signals import exit_signal_name
@@ -42,7 +49,16 @@ LineKind = Literal["stdout", "stderr", "marker"]
 """A buffered line is program output on one stream, or a marker the UI inserted."""
 
 QUIET_S: Final = 10
-"""A running rank silent this long is shown as quiet (a stall, or just a long step)."""
+"""A running rank silent this long is shown as quiet (a stall, or just a long step), when
+there is no relative reading of its silence (no peer has written twice yet)."""
+
+STRAGGLER_SILENCE_K: Final = 3.0
+"""A running rank silent this many times its peers' median gap between lines is a straggler."""
+STRAGGLER_SILENCE_MIN_S: Final = 2.0
+"""... and silent this long at least: lines are timed by the drain tick (about 15 Hz), so a
+rank whose peers write at every tick would otherwise be flagged for a 0.3 s pause."""
+GAP_HISTORY: Final = 32
+"""Gaps between output batches kept per rank: its recent cadence."""
 
 CPU_HISTORY: Final = 48
 """CPU samples kept per rank for the sparkline (one a second by default)."""
@@ -208,6 +224,23 @@ class RankView:
     buffer: LineBuffer = field(default_factory=LineBuffer)
     progress: Progress | None = None
     """The last progress its output reported (step N, iter N, epoch N, tqdm's N/M)."""
+    progress_by_kind: dict[str, Progress] = field(default_factory=dict)
+    """The last progress of each kind it reported: ranks are compared on one kind."""
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAP_HISTORY))
+    """Seconds between its recent output batches (this incarnation's, on the app's clock)."""
+    line_at: float | None = None
+    """When this incarnation's output last arrived (None before its first): gaps run from it."""
+    shown_progress: Progress | None = None
+    """The progress the UI shows: of the kind the ranks are compared on, else the last."""
+    behind: float | None = None
+    """Steps behind the median of the running ranks (negative: ahead); None: not compared."""
+    lag_threshold: float | None = None
+    """Steps behind the median that make a straggler now (None: ranks not compared)."""
+    silence_ratio: float | None = None
+    """Its silence in units of its peers' median gap; None when no relative reading exists."""
+    straggler: Literal["", "behind", "silent"] = ""
+    """Why it is flagged as a straggler, relative to its peers ("" : it is not)."""
+    straggler_reason: str = ""
 
     @property
     def exit_label(self) -> str:
@@ -232,11 +265,41 @@ class RankView:
         return self.state in (RankState.FAILED, RankState.SIGNALLED) and self.caused_by_us
 
     def quiet_for(self, now: float) -> int | None:
-        """Whole seconds since the last output of a running rank, once over ``QUIET_S``."""
-        if self.state is not RankState.RUNNING or self.last_output_at is None:
+        """Whole seconds since the last output of a running rank, once over ``QUIET_S``: the
+        absolute reading, only while no relative one (``silence_ratio``) is possible."""
+        if (
+            self.state is not RankState.RUNNING
+            or self.last_output_at is None
+            or self.silence_ratio is not None
+        ):
             return None
         quiet = int(now - self.last_output_at)
         return quiet if quiet >= QUIET_S else None
+
+    def saw_output(self, now: float) -> None:
+        """Output arrived at ``now``: the gap since the last batch joins its cadence."""
+        if self.line_at is not None:
+            if now <= self.line_at:
+                return  # another batch of the same drain tick: no gap between them
+            self.gaps.append(now - self.line_at)
+        self.line_at = now
+        self.last_output_at = now
+
+    def restart_clock(self, now: float) -> None:
+        """A new process (or a viewer that just started watching): quiet counts from ``now``,
+        and its cadence starts afresh."""
+        self.last_output_at = now
+        self.line_at = None
+        self.gaps.clear()
+        self.progress_by_kind.clear()
+
+    def median_gap(self) -> float | None:
+        """The median of its recent gaps between batches; None before two batches."""
+        if not self.gaps:
+            return None
+        ordered = sorted(self.gaps)
+        n = len(ordered)
+        return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
 
     def countdown(self, now: float) -> int | None:
         """Whole seconds left before SIGKILL, or None when no escalation runs."""
@@ -282,8 +345,13 @@ class RunView:
         self.stderr_filters = info.stderr_filters
         self.prefixes = {r: sanitize(p) for r, p in info.log_line_prefixes.items()}
         self.finished = info.finished
-        self.progress_reader = ProgressReader()
-        """Reads each rank's progress from its lines (a ``--progress-regex`` may replace it)."""
+        self.progress_reader = ProgressReader(info.progress_regex or None)
+        """Reads each rank's progress from its lines, the run's ``--progress-regex`` first."""
+        self.progress_kind: str | None = None
+        """The kind of progress the running ranks are compared on (``update_progress``)."""
+        self.median_step: float | None = None
+        self.step_threshold: float | None = None
+        """Steps behind ``median_step`` that make a straggler."""
         self.root_cause_rank: int | None = None
         self.suspect: Suspect | None = None
         """The rank most likely to have started the failure (the supervisor's reading)."""
@@ -423,28 +491,74 @@ class RunView:
             view.buffer.extend(kind, event.lines)
             view.lines_seen += len(event.lines)
             view.last_line = event.lines[-1]
-            for line in reversed(event.lines[-8:]):  # the newest that says where it is
+            for line in event.lines[-8:]:  # the batch's last lines, in order
                 found = self.progress_reader.read(line)
-                if found is not None:
+                if found is not None and _note_progress(view, found):
                     view.progress = found
-                    break
         if event.partial or view.buffer.partial_stream == kind:
             view.buffer.set_partial(kind, event.partial)
             if event.partial:
                 view.last_line = event.partial
-                view.progress = self.progress_reader.read(event.partial) or view.progress
+                found = self.progress_reader.read(event.partial)
+                if found is not None and _note_progress(view, found):
+                    view.progress = found
         return True
 
-    def stragglers(self, now: float, gaps: dict[int, float | None]) -> dict[int, str]:
-        """Running ranks behind their peers (``engine.forensics.progress.stragglers``):
-        ``now`` on the app's clock, ``gaps`` each rank's median gap between lines."""
+    def update_progress(self, now: float, *, k_silence: float = STRAGGLER_SILENCE_K) -> None:
+        """Compare the running ranks (``now`` on the app's clock): each rank's shown
+        progress, steps behind the median, silence relative to its peers' usual gap, and
+        straggler mark (``engine.forensics.progress.stragglers``).
+
+        The ranks are compared on one kind of progress: the best kind (a person's pattern,
+        then step, iter, a tqdm bar, epoch) that two running ranks report, so that a rank's
+        tqdm bar is never set against the others' step counters."""
         running = [v for v in self.ranks if v.state is RankState.RUNNING]
-        return stragglers(
-            {v.rank: v.progress.step if v.progress else None for v in running},
-            {v.rank: now - v.last_output_at if v.last_output_at is not None else None
-             for v in running},
-            {v.rank: gaps.get(v.rank) for v in running},
+        counts: dict[str, int] = {}
+        for view in running:
+            for seen in view.progress_by_kind:
+                counts[seen] = counts.get(seen, 0) + 1
+        best = next((k for k in KINDS if counts.get(k, 0) >= 2), None)
+        kind = best or next((k for k in KINDS if counts.get(k)), None)
+        self.progress_kind = kind
+        steps: dict[int, int | None] = {}
+        for view in running:
+            found = view.progress_by_kind.get(kind) if kind else None
+            steps[view.rank] = found.step if found is not None and best else None
+        known = sorted(s for s in steps.values() if s is not None)
+        median = (
+            (known[(len(known) - 1) // 2] + known[len(known) // 2]) / 2
+            if len(known) >= 2 else None
         )
+        self.median_step = median
+        self.step_threshold = step_threshold(median) if median is not None else None
+        own_gaps = {v.rank: v.median_gap() for v in running}
+        ordered = sorted(g for g in own_gaps.values() if g is not None)
+        silent = {
+            v.rank: now - v.last_output_at if v.last_output_at is not None else None
+            for v in running
+        }
+        flagged = stragglers(
+            steps, silent, own_gaps, k_silence=k_silence, min_silence_s=STRAGGLER_SILENCE_MIN_S
+        )
+        for view in self.ranks:
+            found = view.progress_by_kind.get(kind) if kind else None
+            view.shown_progress = found or view.progress
+            view.behind = view.silence_ratio = None
+            view.lag_threshold = self.step_threshold
+            view.straggler, view.straggler_reason = "", ""
+            if view.state is not RankState.RUNNING:
+                continue
+            step = steps.get(view.rank)
+            if median is not None and step is not None:
+                view.behind = median - step
+            usual = peers_gap(ordered, own_gaps.get(view.rank))
+            quiet = silent.get(view.rank)
+            if usual is not None and usual > 0 and quiet is not None:
+                view.silence_ratio = quiet / usual
+            reason = flagged.get(view.rank)
+            if reason:
+                view.straggler = "silent" if reason.startswith("silent") else "behind"
+                view.straggler_reason = reason
 
     def apply(self, event: Event) -> set[int]:
         """Fold one event in; returns the ranks whose display changed (-1: the run)."""
@@ -566,6 +680,17 @@ class RunView:
         view.buffer.mark_incarnation(f"── {why} · pid {event.pid} ──")
         view.last_line = ""
         return {event.rank, -1}
+
+
+def _note_progress(view: RankView, found: Progress) -> bool:
+    """Keep ``found`` as the rank's progress of its kind unless it goes back: within one
+    process a counter only grows, so a lower number is a line quoting an old step (a warning
+    "clipped at step 17"), not progress. A tqdm bar may start again (one per epoch)."""
+    before = view.progress_by_kind.get(found.kind)
+    if before is not None and found.kind != "tqdm" and found.step < before.step:
+        return False
+    view.progress_by_kind[found.kind] = found
+    return True
 
 
 def _switch_files(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from engine.cluster.options import ClusterOptions, parse_nnodes, parse_rdzv_conf
+from engine.forensics.progress import check_regex
 from engine.process.signals import check_stop_signal, parse_signal
 from engine.std import Std
 from engine.supervisor.run_config import (
@@ -104,6 +105,19 @@ def _add_logging_flags(p: argparse.ArgumentParser, *, term_timeout_default: floa
                    default=_float_env("RANKVISOR_SUSPECT_SILENCE_MIN", 2.0),
                    help="... and silent at least this long (default 2, or "
                         "RANKVISOR_SUSPECT_SILENCE_MIN)")
+    p.add_argument("--progress-regex", type=_progress_regex, metavar="REGEX", default=None,
+                   help="how a line says its step, e.g. 'it=(\\d+)': the group named step, "
+                        "else the first group, else the whole match (a group named total "
+                        "gives the end); tried before step N, iter N, epoch N and tqdm's N/M")
+
+
+def _progress_regex(text: str) -> str:
+    """argparse type of ``--progress-regex``: checked now, in one line, before any rank runs."""
+    try:
+        check_regex(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _float_env(name: str, default: float) -> float:
@@ -386,6 +400,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         suspect_silence_min_s=args.suspect_silence_min,
         stack_on_kill=args.stack_on_kill,
         cluster=cluster,
+        progress_regex=args.progress_regex,
     )
     config.validate()
     return config
@@ -468,6 +483,7 @@ def demo_config(args: argparse.Namespace) -> SupervisorConfig:
         suspect_silence_factor=args.suspect_silence_factor,
         suspect_silence_min_s=args.suspect_silence_min,
         stack_on_kill=getattr(args, "stack_on_kill", True),
+        progress_regex=args.progress_regex,
     )
     config.validate()
     return config

@@ -2,21 +2,32 @@
 
 ``ProgressReader`` finds the step a line reports: tqdm's ``N/M`` (``45%|████▌ | 45/100``),
 ``step N``, ``iter N`` / ``iteration N``, ``epoch N``, or a person's ``--progress-regex``
-(its first group, else its whole match, must be a number). The most specific wins: a step
-beats an epoch when a line has both. ``stragglers`` flags, relative to the other ranks (a
-slow job is not flagged), a rank at least ``k`` steps behind the median, or silent ``k``
-times its peers' median gap between lines.
+(its group named ``step``, else its only or first group, else its whole match, must be a
+number; a group named ``total`` gives the end). The most specific wins: a step beats an
+epoch when a line has both. ``stragglers`` flags, relative to the other ranks (a slow job is
+not flagged), a rank far enough behind the median step (``step_threshold``: at least 2 steps
+and 5 % of the median, so that ranks a step apart in a collective's rhythm are not flagged),
+or silent ``k`` times its peers' median gap between lines.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["Progress", "ProgressReader", "stragglers"]
+__all__ = [
+    "KINDS",
+    "Progress",
+    "ProgressReader",
+    "check_regex",
+    "peers_gap",
+    "step_threshold",
+    "stragglers",
+]
 
 _PATTERNS: Final = (
     ("tqdm", re.compile(r"(?<![\d.])(\d+)/(\d+)(?![\d.])")),
@@ -24,6 +35,56 @@ _PATTERNS: Final = (
     ("iter", re.compile(r"\biter(?:ation)?s?[\s:=#]*(\d+)", re.I)),
     ("epoch", re.compile(r"\bepoch[\s:=#]*(\d+)", re.I)),
 )
+
+KINDS: Final = ("custom", "step", "iter", "tqdm", "epoch")
+"""Kinds of progress, the best to compare ranks by first: a person's pattern, then global
+counters, then a bar (tqdm's often restarts every epoch), then epochs (too coarse)."""
+
+_NUMBER: Final = re.compile(r"[0-9]+")
+"""ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses."""
+
+STEP_FRACTION: Final = 0.05
+MIN_STEPS_BEHIND: Final = 2
+
+
+def step_threshold(median: float) -> float:
+    """Steps behind the median that make a straggler: 5 % of the median, at least 2."""
+    return max(float(MIN_STEPS_BEHIND), STEP_FRACTION * median)
+
+
+def check_regex(regex: str) -> re.Pattern[str]:
+    """Compile a ``--progress-regex``, or say in one line why it cannot be one.
+
+    Raises:
+        ValueError: not a pattern, or several named groups and none named ``step``.
+    """
+    try:
+        pattern = re.compile(regex)
+    except re.error as e:
+        raise ValueError(f"{regex!r} is not a regular expression: {e}") from None
+    names = set(pattern.groupindex) - {"total"}
+    if len(names) > 1 and "step" not in names:
+        raise ValueError(
+            f"{regex!r}: several named groups; name the step's (?P<step>...)"
+        )
+    return pattern
+
+
+def _step_group(pattern: re.Pattern[str]) -> int | str:
+    """Which group of a person's pattern is the step (0: the whole match)."""
+    names = [n for n in pattern.groupindex if n != "total"]
+    if "step" in pattern.groupindex:
+        return "step"
+    if len(names) == 1:
+        return names[0]
+    if pattern.groups:
+        first = min(
+            (i for i in range(1, pattern.groups + 1)
+             if i != pattern.groupindex.get("total")),
+            default=0,
+        )
+        return first
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,20 +103,29 @@ class ProgressReader:
         regex: A person's pattern; when given it is tried first.
 
     Raises:
-        re.error: ``regex`` is not a valid pattern.
+        ValueError: ``regex`` is not a valid pattern (``check_regex``).
     """
 
     def __init__(self, regex: str | None = None) -> None:
-        self._custom = re.compile(regex) if regex else None
+        self._custom = check_regex(regex) if regex else None
+        self._group = _step_group(self._custom) if self._custom is not None else 0
+        self._total = (
+            self._custom.groupindex.get("total") if self._custom is not None else None
+        )
 
     def read(self, line: str) -> Progress | None:
         """The progress ``line`` reports, or None."""
         if self._custom is not None:
             m = self._custom.search(line)
             if m:
-                text = m.group(1) if m.groups() else m.group(0)
-                if text and text.isdigit():
-                    return Progress("custom", int(text))
+                text = m.group(self._group)
+                if text and _NUMBER.fullmatch(text):
+                    total_text = m.group(self._total) if self._total else None
+                    total = (
+                        int(total_text) if total_text and _NUMBER.fullmatch(total_text)
+                        else None
+                    )
+                    return Progress("custom", int(text), total)
         for kind, pattern in _PATTERNS:
             m = pattern.search(line)
             if m is None:
@@ -74,8 +144,9 @@ def stragglers(
     silent_s: Mapping[int, float | None],
     gaps_s: Mapping[int, float | None],
     *,
-    k_steps: int = 3,
+    k_steps: float | None = None,
     k_silence: float = 3.0,
+    min_silence_s: float = 0.0,
 ) -> dict[int, str]:
     """Ranks that fall behind their peers, each with why in words.
 
@@ -83,21 +154,47 @@ def stragglers(
         steps: each rank's last step (None: no progress read).
         silent_s: seconds since each rank's last output (None: it wrote nothing).
         gaps_s: each rank's median gap between lines (None: not known yet).
-        k_steps: steps behind the median that flag a rank.
+        k_steps: steps behind the median that flag a rank (None: ``step_threshold``).
         k_silence: times its peers' median gap that a silence must last to flag a rank.
+        min_silence_s: ... and at least this long (a rank whose peers write every tenth
+            of a second is not a straggler for pausing half a second).
     """
     out: dict[int, str] = {}
+    # Silence first: a rank that stopped writing is also behind, and "silent" says more.
+    # Each rank against the median of the others' gaps: one sorted list, and the median
+    # without a rank's own gap read off it by index, so that 512 ranks cost n log n.
+    ordered = sorted(g for g in gaps_s.values() if g is not None)
+    for rank, silence in silent_s.items():
+        if silence is None:
+            continue
+        usual = _median_without(ordered, gaps_s.get(rank))
+        if usual is not None and usual > 0 and silence >= max(k_silence * usual, min_silence_s):
+            out[rank] = f"silent {silence:.1f} s, {silence / usual:.0f}x its peers' usual gap"
     known = [s for s in steps.values() if s is not None]
     if len(known) >= 2:
         median = statistics.median(known)
+        least = step_threshold(median) if k_steps is None else k_steps
         for rank, step in steps.items():
-            if step is not None and median - step >= k_steps:
+            if rank not in out and step is not None and median - step >= least:
                 out[rank] = f"{median - step:g} steps behind the median ({median:g})"
-    for rank, silence in silent_s.items():
-        peers = [g for r, g in gaps_s.items() if r != rank and g is not None]
-        if silence is None or not peers or rank in out:
-            continue
-        usual = statistics.median(peers)
-        if usual > 0 and silence >= k_silence * usual:
-            out[rank] = f"silent {silence:.1f} s, {silence / usual:.0f}x its peers' usual gap"
     return out
+
+
+def peers_gap(ordered: list[float], own: float | None) -> float | None:
+    """The median of the sorted gaps ``ordered`` without one rank's own (``own``, which is
+    among them unless None): its peers' usual gap between lines; None without peers."""
+    return _median_without(ordered, own)
+
+
+def _median_without(ordered: list[float], own: float | None) -> float | None:
+    if own is None:
+        return statistics.median(ordered) if ordered else None
+    n = len(ordered) - 1
+    if n < 1:
+        return None
+    skip = bisect.bisect_left(ordered, own)
+
+    def at(j: int) -> float:
+        return ordered[j if j < skip else j + 1]
+
+    return (at((n - 1) // 2) + at(n // 2)) / 2

@@ -463,6 +463,7 @@ class Supervisor:
                 tracking_detail=self._tracking_detail,
                 started_at=state.started_at,
                 node=self.node_label,
+                progress_regex=self.config.progress_regex or "",
             )
 
     @property

@@ -116,6 +116,9 @@ class SupervisorConfig:
             own) before the first failure (``--suspect-silence-factor``).
         suspect_silence_min_s: ... and for at least this many seconds
             (``--suspect-silence-min``).
+        progress_regex: A person's pattern for the step a line reports
+            (``--progress-regex``); viewers read each rank's progress with it before the
+            usual shapes (step N, iter N, epoch N, tqdm's N/M). None: only those.
     """
 
     entrypoint: str
@@ -154,6 +157,7 @@ class SupervisorConfig:
     stack_on_kill: bool = True
     cluster: ClusterOptions | None = None
     """Multi-node (``--nnodes`` not 1): how this node finds the others (engine.cluster)."""
+    progress_regex: str | None = None
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -208,6 +212,13 @@ class SupervisorConfig:
         ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= least):
                 raise ConfigError(f"{flag} {value}: give a number of at least {least:g}")
+        if self.progress_regex:
+            from engine.forensics.progress import check_regex
+
+            try:
+                check_regex(self.progress_regex)
+            except ValueError as e:
+                raise ConfigError(f"--progress-regex {e}") from None
         if not (
             isinstance(self.term_timeout, (int, float))
             and math.isfinite(self.term_timeout)

@@ -89,7 +89,7 @@ run_infos = st.builds(
     RunInfo, text, small, text, text, small, floats, st.lists(text, max_size=3).map(tuple),
     text, text, st.lists(text, max_size=2).map(tuple), st.lists(text, max_size=2).map(tuple),
     st.dictionaries(small, text, max_size=3), st.lists(rank_infos, max_size=3).map(tuple),
-    st.booleans(), text, text,
+    st.booleans(), text, text, progress_regex=text,
 )
 events = st.one_of(
     st.builds(RankOutput, small, streams, st.lists(line, max_size=6).map(tuple), line, small,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine.forensics.progress import Progress, ProgressReader, stragglers
+from engine.forensics.progress import (
+    Progress,
+    ProgressReader,
+    check_regex,
+    peers_gap,
+    step_threshold,
+    stragglers,
+)
 
 
 @pytest.mark.parametrize(
@@ -42,3 +49,48 @@ def test_stragglers_are_relative_to_their_peers() -> None:
     }
     # A slow job (every gap long) flags nobody for the same silence.
     assert stragglers({0: 1, 1: 1}, {0: 2.0, 1: 2.0}, {0: 10.0, 1: 10.0}) == {}
+
+
+def test_a_regex_names_its_step_and_total() -> None:
+    reader = ProgressReader(r"(?P<total>\d+) batches, at (?P<step>\d+)")
+    assert reader.read("100 batches, at 7") == Progress("custom", 7, 100)
+    # The only named group, else the first group, else the whole match is the step.
+    assert ProgressReader(r"it=(?P<n>\d+)").read("it=12") == Progress("custom", 12)
+    assert ProgressReader(r"(\w+)=(\d+)").read("k=3") is None  # "k" is not a number
+    assert ProgressReader(r"\d+(?= done)").read("41 done") == Progress("custom", 41)
+
+
+@pytest.mark.parametrize(
+    ("regex", "words"),
+    [("x(", "not a regular expression"), (r"(?P<a>\d)(?P<b>\d)", "name the step's")],
+)
+def test_a_bad_regex_is_refused_in_one_line(regex: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words) as caught:
+        check_regex(regex)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_step_threshold_grows_with_the_median() -> None:
+    assert step_threshold(10) == 2
+    assert step_threshold(1000) == 50
+    steps = {0: 1000, 1: 1000, 2: 1000, 3: 960, 4: 940}
+    assert list(stragglers(steps, {}, {})) == [4]  # 60 behind; 40 is within 5 %
+
+
+def test_silence_is_said_before_lag_and_needs_a_floor() -> None:
+    # Rank 3 stopped writing: it is behind too, but "silent" says more.
+    flagged = stragglers({0: 50, 1: 50, 2: 50, 3: 20}, {3: 9.0}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert flagged[3].startswith("silent 9.0 s, 9x")
+    # Peers writing every 0.1 s: a 0.5 s pause is 5x their gap, but under the floor.
+    gaps = {0: 0.1, 1: 0.1, 2: 0.1}
+    assert stragglers({}, {2: 0.5}, gaps, min_silence_s=2.0) == {}
+    assert stragglers({}, {2: 0.5}, gaps) == {2: "silent 0.5 s, 5x its peers' usual gap"}
+
+
+def test_a_rank_s_own_gap_is_left_out_of_its_peers_median() -> None:
+    # Rank 2 writes rarely (10 s gaps): its own cadence does not excuse its silence.
+    gaps = {0: 1.0, 1: 1.0, 2: 10.0}
+    assert peers_gap(sorted(gaps.values()), 10.0) == 1.0
+    assert peers_gap(sorted(gaps.values()), 1.0) == 5.5
+    assert peers_gap([1.0], 1.0) is None
+    assert set(stragglers({}, {2: 4.0}, gaps)) == {2}

@@ -486,18 +486,29 @@ async def test_grid_layout_switches_with_size_and_g(four_ranks: ScriptedSupervis
 async def test_a_silent_running_rank_is_shown_quiet(
     four_ranks: ScriptedSupervisor, clock: FakeClock
 ) -> None:
+    """Absolute "quiet Ns" while no peer has written twice (no usual gap to compare with);
+    once one has, a silence is read against its peers' usual gap instead."""
     app = make_app(four_ranks, clock=clock)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert "quiet" not in subtitle(pane(app, 3))
         clock.advance(14.5)
+        app._show(None)
+        assert "quiet 14s" in subtitle(pane(app, 3))
         four_ranks.emit(RankOutput(0, "stdout", ("still going",)))
         await settle(pilot)
-        assert "quiet 14s" in subtitle(pane(app, 3))
+        # Rank 0 wrote again after 14.5 s: rank 3's 14.5 s is its peers' usual gap.
+        assert "quiet" not in subtitle(pane(app, 3))
         assert "quiet" not in subtitle(pane(app, 0))
+        clock.advance(50)
+        app._show(None)
+        assert "⚠ silent 64s" in subtitle(pane(app, 3))
+        # Rank 0's peers never wrote twice: its silence can only be read absolutely.
+        assert "quiet 50s" in subtitle(pane(app, 0))
         four_ranks.emit(RankOutput(3, "stderr", ("woke up",)))
         await settle(pilot)
         assert "quiet" not in subtitle(pane(app, 3))
+        assert "silent" not in subtitle(pane(app, 3))
 
 
 def test_run_tui_prints_the_root_cause_and_returns_the_exit_code(

@@ -12,9 +12,11 @@ import pytest
 from engine.testing import ScriptedSupervisor
 from tests.scenarios import (
     failure_script,
+    play_rounds,
     recorded_stacks,
     running_script,
     scripted_info,
+    straggler_script,
     suspect_script,
     write_timeline_files,
 )
@@ -86,6 +88,22 @@ def test_grid_32_ranks(snap_compare, size) -> None:  # type: ignore[no-untyped-d
     full pane; at 160 columns the tiles fill two columns, at 80 they scroll."""
     engine = ScriptedSupervisor(scripted_info(32), running_script(32, steps=6))
     assert snap_compare(make_app(engine), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_stragglers(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """8 ranks after 12 one-second rounds: rank 5 is 48 steps behind the median, rank 6
+    silent 6 s; the strip above the ranks has their cells red and names them; at 160x48 each
+    pane's header shows its step and the stragglers' borders say why, at 80x24 the tiles do."""
+    from tests.tui.conftest import FakeClock
+
+    clock = FakeClock()
+    engine = ScriptedSupervisor(scripted_info(8), straggler_script(8), clock=clock)
+
+    async def rounds(pilot) -> None:  # type: ignore[no-untyped-def]
+        await play_rounds(pilot, engine, clock.advance, 12)
+
+    assert snap_compare(make_app(engine, clock=clock), run_before=rounds, terminal_size=size)
 
 
 @pytest.mark.parametrize("size", SIZES)

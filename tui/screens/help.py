@@ -84,7 +84,20 @@ def help_table() -> Group:
         parts.append(Text(""))
     parts.append(Text("Mouse", style="bold underline"))
     parts.append(Text("click a pane or tile to select it, double-click to zoom, wheel to scroll"))
+    parts.append(Text(""))
+    parts.append(Text("Progress and stragglers", style="bold underline"))
+    parts.append(Text(MARKS_HELP))
     return Group(*parts)
+
+
+MARKS_HELP: Final = (
+    "Each rank's step is read from its output (step N, iter N, epoch N, tqdm's N/M, or "
+    "--progress-regex). The strip above the ranks has a cell per rank: colour for how far "
+    "behind the median step (green, yellow half way, red a straggler), height for how fresh "
+    "its output is. ⚠ marks a straggler: behind the median by max(2, 5% of it) steps, or "
+    "silent 3 times its peers' usual gap between lines (and 2 s at least). \"quiet Ns\" "
+    "(silent 10 s or more) shows only while no peer has a usual gap to compare with."
+)
 
 
 class HelpScreen(ModalScreen[None]):

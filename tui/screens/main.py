@@ -1,6 +1,7 @@
 """MainScreen: every rank at once, as a grid of panes or as tiles beside a focused pane.
 
-Layout is chosen from the terminal size: a grid while every pane still gets a usable size
+A one-line strip above them shows every rank's progress at once (``ProgressStrip``). Layout is
+chosen from the terminal size: a grid while every pane still gets a usable size
 (4 ranks in 80x24, 16 in 160x48), otherwise compact tiles (one line per rank, latest line
 included, paged) beside one full pane for the selected rank. ``g`` flips between the two.
 The app pushes data in with ``show_ranks``; this screen only lays out and navigates.
@@ -22,6 +23,7 @@ from tui.clip import rank_log_lines
 from tui.messages import RankSelected, ZoomRequested
 from tui.model import RunView
 from tui.widgets.notice_bar import NoticeBar
+from tui.widgets.progress_strip import ProgressStrip
 from tui.widgets.rank_pane import RankPane
 from tui.widgets.rank_tiles import RankTiles
 from tui.widgets.run_summary import RunSummary
@@ -81,6 +83,7 @@ class MainScreen(Screen[None]):
         self._root_cause: int | None = None
         # Children are made here and kept, so drawing never depends on a query finding them.
         self.summary = RunSummary()
+        self.strip = ProgressStrip(id="strip")
         self.notice_bar = NoticeBar(id="notices")
         self.tiles = RankTiles(run.ranks, id="tiles")
         self.focus_pane = RankPane(run.ranks[0], id="focus")
@@ -95,6 +98,7 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield self.summary
         with Container(id="body"):
+            yield self.strip
             if self.panes:
                 with Grid(id="grid"):
                     yield from self.panes
@@ -123,7 +127,9 @@ class MainScreen(Screen[None]):
 
     def _relayout(self) -> None:
         body = self.query_one("#body")
-        width, height = body.size.width or self.size.width, body.size.height or self.size.height - 3
+        width = body.size.width or self.size.width
+        # The body holds the progress strip (one line) above the panes.
+        height = (body.size.height or self.size.height - 3) - 1
         shape = choose_grid(len(self.run.ranks), width, height)
         mode: Literal["grid", "list"]
         if self.layout_choice == "list" or len(self.run.ranks) > MAX_GRID:
@@ -217,6 +223,7 @@ class MainScreen(Screen[None]):
     def show_ranks(self, changed: set[int] | None, now: float, root_cause: int | None) -> None:
         """Redraw what changed (``None``: everything); cheap for unchanged ranks."""
         self._root_cause = root_cause
+        self.strip.show(self.run, now)
         if self.mode == "grid":
             for pane in self.panes:
                 pane.show(now, root_cause=pane.rank == root_cause)

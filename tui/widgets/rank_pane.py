@@ -1,9 +1,11 @@
 """RankPane: one rank in the grid, a one-line header over its live log.
 
 The border carries the rank and its state (coloured by state through TCSS classes such as
-``-running`` and ``-failed``) and, during an escalation, the SIGKILL countdown. The header line
-shows pid, CPU % with a sparkline, RSS, NUMA node and restart count. Panes never keep state of
-their own: ``show(view, now)`` redraws from the ``RankView``.
+``-running`` and ``-failed``), during an escalation the SIGKILL countdown, and a straggler's
+mark (``-straggler``: steps behind the median, or silent for several of its peers' usual gaps).
+The header line shows pid, progress (``step 120`` or ``45/100``), CPU % with a sparkline, RSS,
+NUMA node and restart count. Panes never keep state of their own: ``show(view, now)`` redraws
+from the ``RankView``.
 """
 
 from __future__ import annotations
@@ -16,12 +18,21 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from engine.forensics.progress import Progress
 from engine.states import RankState
 from tui.messages import RankSelected, ZoomRequested
 from tui.model import RankView, format_bytes
 from tui.widgets.rank_log import RankLog
 
-__all__ = ["GLYPHS", "RankHeader", "RankPane", "sparkline", "state_label"]
+__all__ = [
+    "GLYPHS",
+    "RankHeader",
+    "RankPane",
+    "progress_text",
+    "sparkline",
+    "state_label",
+    "straggler_mark",
+]
 
 GLYPHS: Final = {
     RankState.STARTING: "○",
@@ -51,6 +62,37 @@ def _duration(seconds: int) -> str:
     return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
 
 
+def progress_text(progress: Progress | None, *, compact: bool = False) -> str:
+    """``"step 120"``, ``"45/100"``, ``"epoch 3"`` (``"#120"``, ``"ep3"`` compact); "" if none."""
+    if progress is None:
+        return ""
+    n = progress.step
+    if progress.kind == "tqdm" and progress.total is not None:
+        return f"{n}/{progress.total}"
+    if progress.kind == "epoch":
+        return f"ep{n}" if compact else f"epoch {n}"
+    of = f"/{progress.total}" if progress.total is not None else ""
+    if compact:
+        return f"#{n}{of}"
+    word = "iter" if progress.kind == "iter" else "step"
+    return f"{word} {n}{of}"
+
+
+def _count(value: float) -> str:
+    return f"{value:.0f}" if value < 10_000 else f"{value / 1000:.0f}k"
+
+
+def straggler_mark(view: RankView, now: float, *, compact: bool = False) -> str:
+    """``"⚠ 12 behind"`` or ``"⚠ silent 31s"`` (``"⚠-12"``, ``"⚠31s"`` compact) for a rank
+    its peers left behind; "" for one that keeps up."""
+    if view.straggler == "behind" and view.behind is not None:
+        return f"⚠-{_count(view.behind)}" if compact else f"⚠ {_count(view.behind)} behind"
+    if view.straggler == "silent" and view.last_output_at is not None:
+        quiet = _duration(max(0, int(now - view.last_output_at)))
+        return f"⚠{quiet}" if compact else f"⚠ silent {quiet}"
+    return ""
+
+
 def state_label(view: RankView, now: float, *, root_cause: bool = False) -> str:
     """``"running"``, ``"failed · exit 1"``, ``"terminating · SIGKILL in 27s"``, ..."""
     # A rank rankvisor's own signal ended did not fail: it is labelled stopped.
@@ -62,8 +104,11 @@ def state_label(view: RankView, now: float, *, root_cause: bool = False) -> str:
     countdown = view.countdown(now)
     if countdown is not None:
         words += f" · SIGKILL in {countdown}s"
+    mark = straggler_mark(view, now)
     quiet = view.quiet_for(now)
-    if quiet is not None:
+    if mark:
+        words += f" · {mark}"
+    elif quiet is not None:
         words += f" · quiet {_duration(quiet)}"
     if view.timer_scope:
         words += f" · timer {view.timer_scope}"
@@ -119,6 +164,7 @@ def header_text(view: RankView, *, width: int = 40) -> Text:
     Only our own words and numbers: nothing here comes from the rank's output."""
     head = f"pid {view.pid}" if view.pid is not None else "pid -"
     alive = view.state.is_alive
+    shown = view.shown_progress
     has_cpu = alive and view.cpu_percent is not None
     for compact in (False, True):
         tail = ""
@@ -142,16 +188,30 @@ def header_text(view: RankView, *, width: int = 40) -> Text:
         cpu = ""
         if has_cpu:
             cpu = f" {view.cpu_percent:3.0f}% " if compact else f"  cpu {view.cpu_percent:3.0f}% "
-        room = width - len(head) - len(cpu) - len(tail)
+        step = progress_text(shown, compact=compact)
+        step = f" {step}" if compact and step else f"  {step}" if step else ""
+        room = width - len(head) - len(step) - len(cpu) - len(tail)
         if room >= 6 or not has_cpu:
             break
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(head, style="bold")
+    if step:
+        text.append(step, style=_lag_style(view))
     if has_cpu:
         text.append(cpu)
         text.append(sparkline(view.cpu_history, max(3, min(24, room))), style="green")
     text.append(tail)
     return text
+
+
+def _lag_style(view: RankView) -> str:
+    """The progress's colour: red for a straggler, yellow half way there, else plain."""
+    if view.straggler:
+        return "bold red"
+    threshold = view.lag_threshold
+    if view.behind is not None and threshold and view.behind >= threshold / 2:
+        return "yellow"
+    return "bold cyan"
 
 
 class RankPane(Vertical):
@@ -211,6 +271,9 @@ class RankPane(Vertical):
             len(view.cpu_history),
             view.countdown(now),
             view.quiet_for(now),
+            view.shown_progress,
+            view.behind,
+            straggler_mark(view, now),
             view.timer_scope,
             root_cause,
             view.caused_by_us,
@@ -222,6 +285,7 @@ class RankPane(Vertical):
         for name in STATE_CLASSES:
             self.set_class(name == state_class, name)
         self.set_class(root_cause, "-root-cause")
+        self.set_class(bool(view.straggler), "-straggler")
         # Text, not str: a str border title is parsed as markup, and the timer scope in the
         # label comes from the rank's own code.
         self.border_title = Text(f"{GLYPHS[view.state]} rank {view.rank}")

@@ -1,4 +1,5 @@
-"""RankTiles: every rank as a one-line tile (state, CPU, RSS, latest line), for many ranks.
+"""RankTiles: every rank as a one-line tile (state or progress, CPU, RSS, latest line), for
+many ranks; a straggler's tile says how far behind (``⚠-12``) or how long silent (``⚠31s``).
 
 Tiles are laid out column-major in as many columns as fit (a 160-column terminal shows two
 columns of tiles beside the focused pane); when there are more rows than fit, the list
@@ -25,7 +26,7 @@ from tui.messages import RankSelected, ZoomRequested
 from tui.model import RankView, format_bytes
 from tui.widgets.ansi import plain_text
 from tui.widgets.follow import LineScrollView
-from tui.widgets.rank_pane import GLYPHS
+from tui.widgets.rank_pane import GLYPHS, progress_text, straggler_mark
 
 __all__ = ["RankTiles"]
 
@@ -48,17 +49,24 @@ _SHORT: Final = {
 
 
 def tile_status(view: RankView, now: float) -> str:
-    """Eight characters at most: ``run``, ``kill 27s``, ``exit 1``, ``SIGKILL``, ``ok``."""
+    """Eight characters at most: ``run``, ``step 120``, ``⚠ -12`` (a straggler), ``kill 27s``,
+    ``exit 1``, ``SIGKILL``, ``ok``."""
     countdown = view.countdown(now)
     if countdown is not None:
         return f"kill {countdown}s"
     if view.state is RankState.RUNNING and view.proc_status == "stopped":
         return "stopped"
+    mark = straggler_mark(view, now, compact=True)
+    if mark:
+        return mark
     quiet = view.quiet_for(now)
     if quiet is not None:
         return f"quiet {quiet}s" if quiet < 100 else f"quiet {quiet // 60}m"
     if view.exit_label and view.state is not RankState.SUCCEEDED:
         return view.exit_label
+    if view.state is RankState.RUNNING and view.shown_progress is not None:
+        full = progress_text(view.shown_progress)
+        return full if len(full) <= 8 else progress_text(view.shown_progress, compact=True)
     return _SHORT[view.state]
 
 
@@ -76,6 +84,7 @@ class RankTiles(LineScrollView, can_focus=False):
     COMPONENT_CLASSES = {
         "ranktiles--selected",
         "ranktiles--root-cause",
+        "ranktiles--straggler",
         *(f"ranktiles--{state.value}" for state in RankState),
     }
 
@@ -89,6 +98,7 @@ class RankTiles(LineScrollView, can_focus=False):
     }
     RankTiles > .ranktiles--selected { background: $accent 35%; text-style: bold; }
     RankTiles > .ranktiles--root-cause { text-style: bold reverse; }
+    RankTiles > .ranktiles--straggler { color: $warning; background: $surface; text-style: bold; }
     RankTiles > .ranktiles--starting { color: $primary; }
     RankTiles > .ranktiles--running { color: $success; }
     RankTiles > .ranktiles--terminating { color: $warning; }
@@ -188,7 +198,14 @@ class RankTiles(LineScrollView, can_focus=False):
             )
         text.append(f"{view.rank:>3} ", rank_style)
         text.append(f"{GLYPHS[view.state]} ", state_style)
-        text.append(f"{tile_status(view, self._now):<8.8} ", state_style)
+        status = f"{tile_status(view, self._now):<8.8}"
+        if view.straggler:
+            # On a background of its own: it must stand out on the selected row too.
+            mark = status.rstrip()
+            text.append(mark, self.get_component_rich_style("ranktiles--straggler", partial=True))
+            text.append(status[len(mark):] + " ", state_style)
+        else:
+            text.append(f"{status} ", state_style)
         if view.state.is_alive and view.cpu_percent is not None:
             if width >= NARROW_TILE:
                 text.append(f"{view.cpu_percent:4.0f}% {format_bytes(view.rss_bytes):>5} ")
