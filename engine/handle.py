@@ -194,6 +194,10 @@ class RunInfo:
     that attaches late counts the run's elapsed time from here, not from its own start."""
     node: str = ""
     """In a multi-node run: this node's place ("node 1 of 2 (host)"); "" on one node."""
+    rank_base: int = 0
+    """In a multi-node run: the global rank of this node's local rank 0 in the current round
+    (a local rank's global rank is ``rank_base + rank``); 0 on one node. Commands and events
+    keep local ranks; viewers add this to show the ranks as the job knows them."""
 
 
 class SupervisorHandle(Protocol):
