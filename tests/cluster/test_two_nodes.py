@@ -276,3 +276,55 @@ def test_supervisor_processes_commands_take_global_ranks(tmp_path: Path) -> None
     finally:
         hold.touch()
         nodes.kill()
+
+
+def _store_host(nodes: TwoNodes) -> int:
+    """Which of the two processes listens on the rendezvous port (hosts the c10d store)."""
+    import psutil
+
+    for i, p in enumerate(nodes.procs):
+        conns = psutil.Process(p.pid).net_connections(kind="tcp")
+        if any(c.status == psutil.CONN_LISTEN and c.laddr.port == nodes.port for c in conns):
+            return i
+    raise AssertionError("neither node listens on the rendezvous port")
+
+
+def test_store_gone_the_other_node_says_so_once_and_keeps_its_ranks(tmp_path: Path) -> None:
+    """SIGKILL of the rankvisor that hosts the c10d store: the other node says so in one
+    notice; torch's agent there (its monitor asks the store every interval) then ends its run,
+    as under torchrun: its ranks are stopped and it exits 1, its status.json keeping its own
+    ranks, and the other node's last known ones as "unknown"."""
+    hold = tmp_path / "go"
+    nodes = TwoNodes(tmp_path, run_id="mn-store-gone", env={"HOLD_FILE": str(hold)})
+    try:
+        def both_running() -> bool:
+            statuses = [nodes.status(i) or {} for i in range(2)]
+            return all(sum(r["state"] == "running" for r in s.get("ranks", [])) == 4
+                       for s in statuses)
+
+        wait_until(both_running, timeout=END_S, interval=0.2)
+        # On one machine both nodes match the endpoint's address: the first to bind its port
+        # hosts the store, whatever node rank the rendezvous then gives it.
+        host = _store_host(nodes)
+        one = 1 - host
+        os.killpg(nodes.procs[host].pid, signal.SIGKILL)  # its guard ends its ranks
+        code = nodes.procs[one].wait(END_S)
+        err = nodes.outs[one][1].read_text()
+        assert code == 1, err[-3000:]
+        assert err.count("the rendezvous store stopped answering") == 1, err[-3000:]
+        assert "torch's agent ended this node's run" in err
+        assert "Traceback" not in err, err[-3000:]
+        status = nodes.status(one)
+        assert status is not None and status["finished"]
+        assert status["cluster"]["store"] == "gone"
+        mine = [r for r in status["ranks"] if r["node_rank"] == status["node_rank"]]
+        theirs = [r for r in status["ranks"] if r["node_rank"] != status["node_rank"]]
+        assert len(mine) == len(theirs) == 2
+        assert {r["state"] for r in theirs} == {"unknown"}
+        assert {r["last_state"] for r in theirs} == {"running"}
+        for r in mine:  # stopped by the agent's teardown, listed with their pids
+            assert isinstance(r["pid"], int)
+            assert r["state"] not in ("running", "stopping"), r
+    finally:
+        hold.touch()
+        nodes.kill()
