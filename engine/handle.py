@@ -197,6 +197,10 @@ class RunInfo:
     progress_regex: str = ""
     """A person's pattern for the step a rank's line reports (``--progress-regex``); viewers
     read progress with it first. Empty: only the usual shapes (step N, tqdm's N/M, ...)."""
+    rank_base: int = 0
+    """In a multi-node run: the global rank of this node's local rank 0 in the current round
+    (a local rank's global rank is ``rank_base + rank``); 0 on one node. Commands and events
+    keep local ranks; viewers add this to show the ranks as the job knows them."""
 
 
 class SupervisorHandle(Protocol):

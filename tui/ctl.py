@@ -43,6 +43,7 @@ __all__ = [
     "EXIT_STALE",
     "EXIT_USAGE",
     "current_log",
+    "local_ranks",
     "main",
     "parse_ranks",
 ]
@@ -80,6 +81,10 @@ can die without touching any file, and only this look notices that the run went 
 
 class _Usage(Exception):
     """A usage error found after parsing (a rank the run does not have)."""
+
+
+class _Refused(Exception):
+    """A command this supervisor cannot carry out: a rank that runs on another node."""
 
 
 def _say(command: str, message: str) -> None:
@@ -134,6 +139,75 @@ def _check_ranks(ranks: tuple[int, ...], nprocs: int | None) -> None:
     bad = [r for r in ranks if r >= nprocs]
     if bad:
         raise _Usage(f"rank {bad[0]} is not in this run (its ranks are 0-{nprocs - 1})")
+
+
+def _is_cluster(status: dict[str, Any] | None) -> bool:
+    """Whether ``status`` is a node's of a multi-node run (its ranks carry ``node_rank``)."""
+    return bool(status) and isinstance(status.get("node_rank"), int)  # type: ignore[union-attr]
+
+
+def _here(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """This node's ranks in a multi-node status, by local rank."""
+    node = status.get("node_rank")
+    ranks = [r for r in status.get("ranks") or []
+             if isinstance(r, dict) and r.get("node_rank") == node]
+    return sorted(ranks, key=lambda r: int(r.get("local_rank", 0)))
+
+
+def local_ranks(ranks: tuple[int, ...], status: dict[str, Any] | None) -> tuple[int, ...]:
+    """Global ranks (as commands take them) as this node's local ranks (as the supervisor's
+    commands take them). On one node they are the same.
+
+    In a multi-node run the status lists every rank of every node with its ``node_rank``,
+    ``local_rank`` and ``host``: a rank of another node is refused with the node and host
+    where the command would act.
+
+    Raises:
+        _Refused: a rank that runs on another node (or on none this node has heard of).
+    """
+    if not _is_cluster(status):
+        return ranks
+    assert status is not None
+    node = status.get("node_rank")
+    every = {int(r["rank"]): r for r in status.get("ranks") or []
+             if isinstance(r, dict) and isinstance(r.get("rank"), int)}
+    out: list[int] = []
+    for rank in ranks:
+        r = every.get(rank)
+        if r is None:
+            here = [int(x["rank"]) for x in _here(status)]
+            span = f"ranks {min(here)}-{max(here)}" if here else "no ranks yet"
+            raise _Refused(f"rank {rank} is not on this node (node {node} has {span}) and no "
+                           "other node's record names it yet: run the command on its node")
+        if r.get("node_rank") != node:
+            raise _Refused(f"rank {rank} runs on node {r.get('node_rank')} ({r.get('host')}): "
+                           "run the command there")
+        out.append(int(r.get("local_rank", 0)))
+    return tuple(out)
+
+
+def _same_round(status: dict[str, Any] | None, handle: Any) -> None:
+    """The global-to-local mapping was read from status.json: check it against the live
+    supervisor (a new round may have renumbered this node's ranks since).
+
+    Raises:
+        _Refused: the numbering moved; the command is not sent.
+    """
+    if not _is_cluster(status):
+        return
+    assert status is not None
+    here = _here(status)
+    base = int(here[0]["rank"]) - int(here[0].get("local_rank", 0)) if here else 0
+    live = int(handle.snapshot().rank_base)
+    if live != base:
+        raise _Refused(f"a new round renumbered this node's ranks (they start at {live} now, "
+                       f"not {base}): run the command again")
+
+
+def _world(status: dict[str, Any] | None) -> int | None:
+    """The rank count to check global ranks against; None in a multi-node run, where a node
+    whose record was not read yet is missing from the list (``local_ranks`` says so)."""
+    return None if _is_cluster(status) else _nprocs(status)
 
 
 def _nprocs(status: dict[str, Any] | None) -> int | None:
@@ -217,7 +291,24 @@ def _status_text(s: dict[str, Any]) -> str:
              f"   attempt {'-' if s.get('attempt') is None else s.get('attempt')}",
              f"  supervisor  pid {s.get('supervisor_pid')}  socket {s.get('socket') or '-'}"]
     ranks = [r for r in s.get("ranks") or [] if isinstance(r, dict)]
-    if ranks:
+    cluster = _is_cluster(s)
+    if cluster:
+        info: dict[str, Any] = s["cluster"] if isinstance(s.get("cluster"), dict) else {}
+        store = "" if info.get("store") != "gone" else "  (the rendezvous store is gone)"
+        lines.append(f"  node        {s.get('node_rank')} of {s.get('nnodes')} ({s.get('host')})"
+                     f"   nodes seen {info.get('nodes_seen', '-')}{store}")
+    if ranks and cluster:
+        # Every rank of every node; the pid only for this node's (null for the others).
+        width = max([4] + [len(str(r.get("host") or "-")) for r in ranks])
+        lines.append(f"  RANK  NODE  {'HOST':<{width}}  LOCAL  PID      STATE        EXIT  "
+                     "SIGNAL     RESTARTS")
+        columns = ("rank", "node_rank", "host", "local_rank", "pid", "state", "exitcode",
+                   "signal", "restart_count")
+        for r in ranks:
+            c = ["-" if r.get(k) is None else str(r.get(k)) for k in columns]
+            lines.append(f"  {c[0]:<4}  {c[1]:<4}  {c[2]:<{width}}  {c[3]:<5}  {c[4]:<7}  "
+                         f"{c[5]:<11}  {c[6]:<4}  {c[7]:<9}  {c[8]}")
+    elif ranks:
         lines.append("  RANK  PID      STATE        EXIT  SIGNAL     RESTARTS")
         keys = ("rank", "pid", "state", "exitcode", "signal", "restart_count")
         for r in ranks:
@@ -232,7 +323,9 @@ def _status_text(s: dict[str, Any]) -> str:
         how = (f"signal {cause.get('signal')}" if cause.get("signal")
                else f"exit code {cause.get('exitcode')}")
         message = " ".join(str(cause.get("message") or "").split())
-        lines.append(f"  root cause  rank {cause.get('rank')} ({how}): {message}")
+        where = (f" on node {cause.get('node_rank')} ({cause.get('host')})"
+                 if cause.get("node_rank") is not None else "")
+        lines.append(f"  root cause  rank {cause.get('rank')}{where} ({how}): {message}")
     return "\n".join(lines)
 
 
@@ -353,9 +446,10 @@ def _logs(argv: list[str]) -> int:
     nprocs = _nprocs(status)
     if args.rank < 0:
         raise _Usage(f"--rank must be 0 or more, not {args.rank}")
-    _check_ranks((args.rank,), nprocs)
+    _check_ranks((args.rank,), _world(status) if nprocs is not None else None)
+    (local,) = local_ranks((args.rank,), status)  # the files are this node's, by local rank
     stream = "stderr" if args.stderr else "stdout"
-    path = current_log(entry.run_dir, status, args.rank, stream)
+    path = current_log(entry.run_dir, status, local, stream)
     if not os.path.exists(path) and (not args.follow or state != "running"):
         _say("logs", f"rank {args.rank} has no {stream} file at {path} "
                      "(its output may have gone to the console only)")
@@ -370,7 +464,7 @@ def _logs(argv: list[str]) -> int:
         # The state first, the bytes after: a run seen finished has written its last line,
         # so the copy that follows drains the file.
         now, st = _state(entry)
-        newer = current_log(entry.run_dir, st, args.rank, stream)
+        newer = current_log(entry.run_dir, st, local, stream)
         if newer != copier.path and os.path.exists(newer):
             copier.pump()  # the rest of the old incarnation, then the new one from its start
             print(f"==> {newer} <==", file=sys.stderr)
@@ -524,6 +618,9 @@ def _connect_and_run(
         except _Usage as e:
             print(f"{PROG} {command}: error: {e}", file=sys.stderr)
             return EXIT_USAGE
+        except _Refused as e:
+            _say(command, str(e))
+            return EXIT_REFUSED
         result: CommandResult = handle.execute(cmd)
         if show is not None:
             show(result)
@@ -556,7 +653,8 @@ def _ranks_arg(text: str, p: argparse.ArgumentParser, *,
 
 
 def _all_ranks(status: dict[str, Any] | None, handle: Any) -> tuple[int, ...]:
-    n = _nprocs(status)
+    """Every rank of this node, local (a multi-node status lists the other nodes' too)."""
+    n = None if _is_cluster(status) else _nprocs(status)
     return tuple(range(n if n is not None else int(handle.snapshot().nprocs)))
 
 
@@ -595,10 +693,17 @@ def _terminate(argv: list[str]) -> int:
     timeout = _timeout(args.timeout, p)
     ranks = _ranks_arg(args.ranks, p)
     entry = registry.resolve(args.run, running_only=True)
+    status = _state(entry)[1]
     if ranks is not None:
-        _check_ranks(ranks, _nprocs(_state(entry)[1]))
-    return _connect_and_run("terminate", entry,
-                            lambda _h: TerminateRanks(ranks, timeout_s=timeout))
+        _check_ranks(ranks, _world(status))
+        ranks = local_ranks(ranks, status)
+
+    def build(h: Any) -> Command:
+        if ranks is not None:
+            _same_round(status, h)
+        return TerminateRanks(ranks, timeout_s=timeout)
+
+    return _connect_and_run("terminate", entry, build)
 
 
 def _signal(argv: list[str]) -> int:
@@ -617,9 +722,15 @@ def _signal(argv: list[str]) -> int:
     entry = registry.resolve(args.run, running_only=True)
     status = _state(entry)[1]
     if ranks is not None:
-        _check_ranks(ranks, _nprocs(status))
-    return _connect_and_run(
-        "signal", entry, lambda h: SignalRanks(ranks or _all_ranks(status, h), sig))
+        _check_ranks(ranks, _world(status))
+        ranks = local_ranks(ranks, status)
+
+    def build(h: Any) -> Command:
+        if ranks is not None:
+            _same_round(status, h)
+        return SignalRanks(ranks if ranks is not None else _all_ranks(status, h), sig)
+
+    return _connect_and_run("signal", entry, build)
 
 
 def _restart(argv: list[str]) -> int:
@@ -639,9 +750,18 @@ def _restart(argv: list[str]) -> int:
             p.error(f"RANK is one rank or all, not {args.rank!r}")
         command = RestartRank(ranks[0])
     entry = registry.resolve(args.run, running_only=True)
+    status = _state(entry)[1]
     if isinstance(command, RestartRank):
-        _check_ranks((command.rank,), _nprocs(_state(entry)[1]))
-    return _connect_and_run("restart", entry, lambda _h: command)
+        _check_ranks((command.rank,), _world(status))
+        (local,) = local_ranks((command.rank,), status)
+        command = RestartRank(local)
+
+    def build(h: Any) -> Command:
+        if isinstance(command, RestartRank):
+            _same_round(status, h)
+        return command
+
+    return _connect_and_run("restart", entry, build)
 
 
 def _stack(argv: list[str]) -> int:
@@ -663,8 +783,10 @@ def _stack(argv: list[str]) -> int:
         p.error("--native needs a blocking dump: leave out --nonblocking")
     ranks = _ranks_arg(args.rank, p) if args.rank is not None else None
     entry = registry.resolve(args.run, running_only=True)
+    status = _state(entry)[1]
     if ranks is not None:
-        _check_ranks(ranks, _nprocs(_state(entry)[1]))
+        _check_ranks(ranks, _world(status))
+        ranks = local_ranks(ranks, status)
 
     def show(result: CommandResult) -> None:
         if args.json and result.data is not None:
@@ -711,6 +833,9 @@ def main(command: str, argv: list[str]) -> int:
     except _Usage as e:
         print(f"{PROG} {command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except _Refused as e:
+        _say(command, str(e))
+        return EXIT_REFUSED
     except NoSuchRun as e:
         _say(command, str(e))
         return EXIT_NO_RUN

@@ -183,6 +183,9 @@ class RankView:
     """One rank as the UI shows it."""
 
     rank: int
+    global_rank: int | None = None
+    """In a multi-node run: the rank as the job knows it (``RANK``); None on one node, where
+    ``rank`` is both."""
     state: RankState = RankState.STARTING
     pid: int | None = None
     exitcode: int | None = None
@@ -335,6 +338,8 @@ class RunView:
         self.run_id = info.run_id
         self.node = sanitize(info.node)
         """This node's place in a multi-node run ("" on one node)."""
+        self.rank_base = info.rank_base
+        """The global rank of local rank 0 (multi-node); 0 on one node."""
         self.log_dir = info.log_dir
         self.attempt = info.attempt
         self.term_timeout_s = info.term_timeout_s
@@ -365,12 +370,20 @@ class RunView:
         ]
         for rank_info in info.ranks:
             self._merge_info(rank_info)
+        self._set_rank_base(info)
+
+    def _set_rank_base(self, info: RunInfo) -> None:
+        """Each rank's global rank in a multi-node run (a new round may renumber them)."""
+        self.rank_base = info.rank_base
+        for view in self.ranks:
+            view.global_rank = info.rank_base + view.rank if self.node else None
 
     def merge_paths(self, info: RunInfo) -> None:
         """Take the paths of a later snapshot (the run directory exists only once started,
         and a new attempt has new files); states keep coming from events."""
         self.log_dir = info.log_dir or self.log_dir
         self.node = sanitize(info.node) or self.node
+        self._set_rank_base(info)
         self.filtered_stdout_path = info.filtered_stdout_path
         self.filtered_stderr_path = info.filtered_stderr_path
         for rank_info in info.ranks:

@@ -158,6 +158,7 @@ class RankvisorAgent(SimpleElasticAgent):
         self._board.attach(store, node_rank=node, nnodes=nnodes, round_=self.rounds,
                            base_rank=base)
         self._sup.node_label = f"node {node} of {nnodes} ({self._board.host})"
+        self._sup.rank_base = base
         self._sup.set_prefixes(prefixes)
         self._sup.start_round(envs)
         if self._on_round is not None:

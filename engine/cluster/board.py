@@ -415,9 +415,11 @@ class StatusBoard:
             for local, glob, state, code, count, age in rec.get("ranks", []):
                 ranks.append({
                     "rank": glob, "local_rank": local, "node_rank": node,
-                    "host": rec.get("host"), "pid": None, "state": state, "exitcode": code,
-                    "signal": exit_signal_name(code), "restart_count": count,
-                    "last_output_age_s": age,
+                    "host": rec.get("host"), "pid": None,
+                    # With the store gone nothing says what became of them since.
+                    "state": "unknown" if self.store_lost else state, "last_state": state,
+                    "exitcode": code, "signal": exit_signal_name(code),
+                    "restart_count": count, "last_output_age_s": age,
                 })
         ranks.sort(key=lambda r: (r["rank"], r["node_rank"]))
         out["ranks"] = ranks

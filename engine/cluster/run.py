@@ -131,15 +131,23 @@ def run_cluster(
         except Exception as e:  # noqa: BLE001 - a rendezvous that failed, a signal: said below
             if sup.received_signal is not None or type(e).__name__ == "SignalException":
                 signalled = True
+            elif _store_gone(e) or board.store_lost:
+                # The node hosting the store died: torch's agent (its monitor asks the store
+                # each interval) ends the run here too, as under torchrun. The board's notice
+                # said it once already, or does in publish_now below: no traceback.
+                error = (f"the rendezvous store at {opts.rdzv_endpoint} is gone (the node "
+                         "hosting it stopped?): torch's agent ended this node's run "
+                         f"({type(e).__name__})")
+                log.debug("the agent lost the store", exc_info=True)
             else:
                 error = f"{type(e).__name__}: {e}"
                 log.exception("the agent failed")
-        if error:
-            sup.notice(f"the multi-node agent failed: {error}", "error")
         # The end: our last record, the others' (bounded), then the end published.
         if host is not None:
             host.current_status()  # the board sees this node's last state
         board.publish_now()
+        if error:
+            sup.notice(f"the multi-node agent failed: {error}", "error")
         if sup.snapshot().ranks and board.nnodes > 1 and not board.store_lost:
             board.wait_for_others(opts.final_wait_s)
             board.final_barrier(opts.final_wait_s)
@@ -147,7 +155,7 @@ def run_cluster(
             RunProcsResult(return_values={}, failures={}), sup.snapshot().attempt, None
         )
         sup.finish_run(finished)
-        if not signalled:
+        if not signalled and not board.store_lost:
             try:
                 spec.rdzv_handler.shutdown()  # as torchrun: closes the rendezvous (not on a signal)
             except Exception:  # noqa: BLE001 - the store may be gone already
@@ -181,6 +189,16 @@ def run_cluster(
             except (OSError, ValueError):
                 pass
     return status, sup, host
+
+
+def _store_gone(e: BaseException) -> bool:
+    """Whether the agent failed because the rendezvous store stopped answering."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if type(seen).__name__ in ("RendezvousConnectionError", "DistNetworkError"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _interrupt_rendezvous(agent: RankvisorAgent, signals: tuple[int, ...]) -> Callable[[], None]:

@@ -194,8 +194,8 @@ class CommandHandler:
         (slot,) = self._resolve((cmd.rank,))
         if self._state.driven:
             raise Refused(
-                f"rank {slot.rank} cannot be restarted alone in a multi-node run: a lone rank "
-                "cannot rejoin its collective; restart all ranks (a new round on every node)"
+                f"local rank {slot.rank} cannot be restarted alone in a multi-node run: a lone "
+                "rank cannot rejoin its collective; restart all ranks (a new round on every node)"
             )
         if self._state.attempt_pending:
             raise Refused("all ranks are being restarted already")

@@ -109,6 +109,8 @@ class Supervisor:
         self.config = config
         self.node_label = ""
         """Where this run sits in a multi-node job ("node 1 of 2 (host)"), for display."""
+        self.rank_base = 0
+        """The global rank of local rank 0 in a multi-node job's current round."""
         self._port = config.master_port if config.master_port is not None else free_port(
             config.master_addr
         )
@@ -464,6 +466,7 @@ class Supervisor:
                 started_at=state.started_at,
                 node=self.node_label,
                 progress_regex=self.config.progress_regex or "",
+                rank_base=self.rank_base,
             )
 
     @property

@@ -1,5 +1,6 @@
-"""Two "nodes" on one machine: two ``rankvisor run --headless --nnodes 2`` processes, a real
-c10d rendezvous on loopback and a real gloo all_reduce across the four ranks.
+"""Two "nodes" on one machine: two ``rankvisor run --nnodes 2`` processes (``--headless``, or
+``-D``: the supervisor process of the default path), a real c10d rendezvous on loopback and a
+real gloo all_reduce across the four ranks.
 
 Each node logs to a directory of its own (one run in it, so the directory names the run);
 the node numbers are the rendezvous's to give, so each test finds which process is node 0
@@ -40,7 +41,7 @@ class TwoNodes:
     """Two rankvisor processes of one job; ``logs[i]`` holds process i's run."""
 
     def __init__(self, tmp: Path, *, run_id: str, max_restarts: int = 0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, mode: str = "--headless") -> None:
         self.port = _free_port()
         self.logs = [tmp / "n0", tmp / "n1"]
         self.procs: list[subprocess.Popen[str]] = []
@@ -48,7 +49,7 @@ class TwoNodes:
         child_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
         child_env["PYTHONPATH"] = str(ROOT) + os.pathsep + child_env.get("PYTHONPATH", "")
         for log, (out, err) in zip(self.logs, self.outs, strict=True):
-            cmd = [sys.executable, "-m", "tui", "run", "--headless", "--nnodes", "2",
+            cmd = [sys.executable, "-m", "tui", "run", mode, "--nnodes", "2",
                    "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", run_id,
                    "--rdzv-conf", RDZV_CONF, "--max-restarts", str(max_restarts),
@@ -74,7 +75,23 @@ class TwoNodes:
             return None  # never torn (renamed into place); an empty dir glob race only
         return data
 
+    def supervisors(self) -> list[int]:
+        """The supervisor processes' pids, as their status.json files name them."""
+        pids = []
+        for i in range(2):
+            status = self.status(i)
+            if status is not None and isinstance(status.get("supervisor_pid"), int):
+                pids.append(int(status["supervisor_pid"]))
+        return pids
+
     def kill(self) -> None:
+        for pid in self.supervisors():
+            # A detached supervisor leads a session of its own; its guard ends its ranks.
+            if pid not in (p.pid for p in self.procs):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         for p in self.procs:
             if p.poll() is None:
                 # The whole session: the supervisor and, through its guard, its ranks.
@@ -174,6 +191,140 @@ def test_node_zero_status_lists_every_rank_of_both_nodes(tmp_path: Path) -> None
         hold.touch()
         for code, _out, err in nodes.wait():
             assert code == 0, err[-3000:]
+    finally:
+        hold.touch()
+        nodes.kill()
+
+
+def _ctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=90)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_supervisor_processes_commands_take_global_ranks(tmp_path: Path) -> None:
+    """The default path (a supervisor process per node, here started with ``-D``): status
+    lists both nodes, a command's RANKS are global (another node's rank is refused with its
+    node and host), ``stop`` on each node ends everything."""
+    hold = tmp_path / "go"
+    nodes = TwoNodes(tmp_path, run_id="mn-detached", mode="-D", env={"HOLD_FILE": str(hold)})
+    try:
+        for code, out, err in nodes.wait():  # the launchers return once their ranks run
+            assert code == 0, err[-3000:]
+            assert "rankvisor: started; the run goes on in" in out
+        zero = next(i for i in range(2) if (nodes.status(i) or {}).get("node_rank") == 0)
+        one = 1 - zero
+        logs = [str(d) for d in nodes.logs]
+        supervisors = nodes.supervisors()
+        assert len(supervisors) == 2
+
+        def all_running() -> dict[str, Any] | None:
+            res = _ctl("status", logs[zero], "--json")
+            data: dict[str, Any] = json.loads(res.stdout) if res.returncode == 0 else {}
+            running = [r for r in data.get("ranks", []) if r["state"] == "running"]
+            return data if len(running) == 4 else None
+
+        data = wait_until(all_running, timeout=60, interval=0.5)
+        assert isinstance(data, dict) and data["nnodes"] == 2
+        host = data["ranks"][2]["host"]
+        text = _ctl("status", logs[one]).stdout
+        assert "node        1 of 2" in text and "NODE" in text
+        rows = [ln.split() for ln in text.splitlines() if ln.startswith("  ") and
+                ln.split()[0].isdigit()]
+        assert [(r[0], r[1], r[3]) for r in rows] == [
+            ("0", "0", "0"), ("1", "0", "1"), ("2", "1", "0"), ("3", "1", "1")]
+
+        # Global rank 3 is node 1's local rank 1: asked of node 0, refused where it runs.
+        for argv in (("terminate", logs[zero], "3"), ("signal", logs[zero], "2-3", "CONT"),
+                     ("restart", logs[zero], "2")):
+            res = _ctl(*argv)
+            assert res.returncode == 1, res
+            assert f"runs on node 1 ({host}): run the command there" in res.stderr, res.stderr
+        res = _ctl("restart", logs[one], "2")  # the supervisor's own refusal (a lone rank)
+        assert res.returncode == 1 and "multi-node run" in res.stderr, res
+        res = _ctl("signal", logs[one], "2", "CONT")
+        assert res.returncode == 0, res.stderr
+        res = _ctl("terminate", logs[one], "3", "--timeout", "5")
+        assert res.returncode == 0, res.stderr
+
+        def rank3_gone() -> bool:
+            s = nodes.status(one) or {}
+            by = {r["rank"]: r for r in s.get("ranks", [])}
+            return by.get(3, {}).get("state") not in (None, "running", "stopping") and \
+                by.get(2, {}).get("state") == "running"
+
+        wait_until(rank3_gone, timeout=60, interval=0.2)
+        mine = {r["rank"]: r for r in (nodes.status(one) or {})["ranks"]}
+        assert (mine[3]["node_rank"], mine[3]["local_rank"]) == (1, 1)
+        assert mine[3]["signal"] == "SIGTERM"
+
+        for i in (one, zero):
+            res = _ctl("stop", logs[i], "--timeout", "5")
+            assert res.returncode == 0, res.stderr
+        wait_until(lambda: not any(_alive(p) for p in supervisors), timeout=60, interval=0.2)
+        for i in range(2):
+            status = nodes.status(i)
+            assert status is not None and status["finished"]
+            assert not any(_alive(r["pid"]) for r in status["ranks"] if r["pid"])
+    finally:
+        hold.touch()
+        nodes.kill()
+
+
+def _store_host(nodes: TwoNodes) -> int:
+    """Which of the two processes listens on the rendezvous port (hosts the c10d store)."""
+    import psutil
+
+    for i, p in enumerate(nodes.procs):
+        conns = psutil.Process(p.pid).net_connections(kind="tcp")
+        if any(c.status == psutil.CONN_LISTEN and c.laddr.port == nodes.port for c in conns):
+            return i
+    raise AssertionError("neither node listens on the rendezvous port")
+
+
+def test_store_gone_the_other_node_says_so_once_and_keeps_its_ranks(tmp_path: Path) -> None:
+    """SIGKILL of the rankvisor that hosts the c10d store: the other node says so in one
+    notice; torch's agent there (its monitor asks the store every interval) then ends its run,
+    as under torchrun: its ranks are stopped and it exits 1, its status.json keeping its own
+    ranks, and the other node's last known ones as "unknown"."""
+    hold = tmp_path / "go"
+    nodes = TwoNodes(tmp_path, run_id="mn-store-gone", env={"HOLD_FILE": str(hold)})
+    try:
+        def both_running() -> bool:
+            statuses = [nodes.status(i) or {} for i in range(2)]
+            return all(sum(r["state"] == "running" for r in s.get("ranks", [])) == 4
+                       for s in statuses)
+
+        wait_until(both_running, timeout=END_S, interval=0.2)
+        # On one machine both nodes match the endpoint's address: the first to bind its port
+        # hosts the store, whatever node rank the rendezvous then gives it.
+        host = _store_host(nodes)
+        one = 1 - host
+        os.killpg(nodes.procs[host].pid, signal.SIGKILL)  # its guard ends its ranks
+        code = nodes.procs[one].wait(END_S)
+        err = nodes.outs[one][1].read_text()
+        assert code == 1, err[-3000:]
+        assert err.count("the rendezvous store stopped answering") == 1, err[-3000:]
+        assert "torch's agent ended this node's run" in err
+        assert "Traceback" not in err, err[-3000:]
+        status = nodes.status(one)
+        assert status is not None and status["finished"]
+        assert status["cluster"]["store"] == "gone"
+        mine = [r for r in status["ranks"] if r["node_rank"] == status["node_rank"]]
+        theirs = [r for r in status["ranks"] if r["node_rank"] != status["node_rank"]]
+        assert len(mine) == len(theirs) == 2
+        assert {r["state"] for r in theirs} == {"unknown"}
+        assert {r["last_state"] for r in theirs} == {"running"}
+        for r in mine:  # stopped by the agent's teardown, listed with their pids
+            assert isinstance(r["pid"], int)
+            assert r["state"] not in ("running", "stopping"), r
     finally:
         hold.touch()
         nodes.kill()

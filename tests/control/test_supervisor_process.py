@@ -309,7 +309,10 @@ def test_preload_imports_every_module_of_the_engine() -> None:
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for p in (ROOT / "engine").rglob("*.py")
     }
-    files = {m for m in files if not m.endswith("__main__")}
+    # The multi-node modules import torch: a multi-node run's supervisor imports them at its
+    # start (``_main_cluster``), before its ranks run; a one-node run never needs them.
+    files = {m for m in files if not m.endswith("__main__")
+             and not m.startswith("engine.cluster.")}
     assert files - loaded == set()
 
 

@@ -277,6 +277,7 @@ class RankPane(Vertical):
             view.timer_scope,
             root_cause,
             view.caused_by_us,
+            view.global_rank,
         )
         if key == self._shown:
             return
@@ -288,7 +289,10 @@ class RankPane(Vertical):
         self.set_class(bool(view.straggler), "-straggler")
         # Text, not str: a str border title is parsed as markup, and the timer scope in the
         # label comes from the rank's own code.
-        self.border_title = Text(f"{GLYPHS[view.state]} rank {view.rank}")
+        title = f"{GLYPHS[view.state]} rank {view.rank}"
+        if view.global_rank is not None:  # multi-node: the job's rank, this node's index
+            title = f"{GLYPHS[view.state]} rank {view.global_rank} (local {view.rank})"
+        self.border_title = Text(title)
         self.border_subtitle = Text(state_label(view, now, root_cause=root_cause))
         self._header.show(view)
 
