@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -31,6 +32,16 @@ def _tmux(*args: str) -> str:
 
 def _screen(session: str) -> str:
     return _tmux("capture-pane", "-p", "-t", session)
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state dir for this test alone: it opens the dir's modes to everyone (to show that
+    the peer check, not the modes, refuses another user), which the registry would then
+    rightly refuse to use for every later run of the session."""
+    path = tempfile.mkdtemp(prefix="rv-tmux-", dir="/tmp")
+    os.chmod(path, 0o700)
+    monkeypatch.setenv("RANKVISOR_STATE_DIR", path)
 
 
 def _rankvisor(*args: str) -> subprocess.CompletedProcess[str]:
