@@ -681,6 +681,19 @@ def _stop(argv: list[str]) -> int:
                             wait=not args.no_wait)
 
 
+def _targets(
+    run: str | None, ranks: tuple[int, ...] | None
+) -> tuple[registry.RunEntry, dict[str, Any] | None, tuple[int, ...] | None]:
+    """The running run RUN names, its status, and ``ranks`` (global, as a person types
+    them) as this node's local ranks; None stays None (every rank)."""
+    entry = registry.resolve(run, running_only=True)
+    status = _state(entry)[1]
+    if ranks is not None:
+        _check_ranks(ranks, _world(status))
+        ranks = local_ranks(ranks, status)
+    return entry, status, ranks
+
+
 def _terminate(argv: list[str]) -> int:
     from engine.handle import TerminateRanks
 
@@ -692,11 +705,7 @@ def _terminate(argv: list[str]) -> int:
     args = p.parse_args(argv)
     timeout = _timeout(args.timeout, p)
     ranks = _ranks_arg(args.ranks, p)
-    entry = registry.resolve(args.run, running_only=True)
-    status = _state(entry)[1]
-    if ranks is not None:
-        _check_ranks(ranks, _world(status))
-        ranks = local_ranks(ranks, status)
+    entry, status, ranks = _targets(args.run, ranks)
 
     def build(h: Any) -> Command:
         if ranks is not None:
@@ -719,11 +728,7 @@ def _signal(argv: list[str]) -> int:
         sig = parse_signal(args.sig)
     except ValueError as e:
         p.error(str(e))
-    entry = registry.resolve(args.run, running_only=True)
-    status = _state(entry)[1]
-    if ranks is not None:
-        _check_ranks(ranks, _world(status))
-        ranks = local_ranks(ranks, status)
+    entry, status, ranks = _targets(args.run, ranks)
 
     def build(h: Any) -> Command:
         if ranks is not None:
@@ -782,11 +787,7 @@ def _stack(argv: list[str]) -> int:
     if args.native and args.nonblocking:
         p.error("--native needs a blocking dump: leave out --nonblocking")
     ranks = _ranks_arg(args.rank, p) if args.rank is not None else None
-    entry = registry.resolve(args.run, running_only=True)
-    status = _state(entry)[1]
-    if ranks is not None:
-        _check_ranks(ranks, _world(status))
-        ranks = local_ranks(ranks, status)
+    entry, status, ranks = _targets(args.run, ranks)
 
     def show(result: CommandResult) -> None:
         if args.json and result.data is not None:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from engine.process.proc_table import read_entry
+from engine.process.proc_table import read_environ as _environ
 
 __all__ = [
     "AttachError",
@@ -88,20 +89,6 @@ def _owner(pid: int) -> int | None:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return None
-
-
-def _environ(pid: int) -> dict[str, str] | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
 
 
 def _cmdline(pid: int) -> tuple[str, ...]:

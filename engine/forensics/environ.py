@@ -102,14 +102,7 @@ def read_rank_env(directory: str) -> dict[str, str] | None:
 def read_proc_environ(pid: int) -> dict[str, str] | None:
     """A live process's environment as it started (``/proc/<pid>/environ``), redacted;
     None when it is gone or not ours to read."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep and name:
-            env[name.decode(errors="replace")] = value.decode(errors="replace")
-    return redact(env)
+    from engine.process.proc_table import read_environ
+
+    env = read_environ(pid)
+    return None if env is None else redact(env)

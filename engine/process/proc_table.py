@@ -26,6 +26,7 @@ __all__ = [
     "is_stopped",
     "needs_scan",
     "read_entry",
+    "read_environ",
     "scan",
     "signal_checked",
     "stat_fields",
@@ -246,3 +247,20 @@ def signal_checked(entries: Iterable[ProcEntry], sig: int) -> int:
             if fd >= 0:
                 os.close(fd)
     return sent
+
+
+def read_environ(pid: int) -> dict[str, str] | None:
+    """``pid``'s environment as it was when it started (``/proc/<pid>/environ``); None when
+    the process is gone or not ours to read. Names and values are decoded leniently: an
+    environment may hold any bytes."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep and name:
+            env[name.decode(errors="replace")] = value.decode(errors="replace")
+    return env
