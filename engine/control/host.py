@@ -122,6 +122,9 @@ class RunHost:
             started=self.started_at,
             mode=self._mode,
         )
+        # The first status now, not on the writer thread: once this returns (and `run -D`
+        # says the run started) `status`, `attach` and `stop` can find the run by its dir.
+        self._flush()
         self._writer.start()
         self._dirty.set()
         return self._run_dir
