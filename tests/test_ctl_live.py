@@ -184,7 +184,9 @@ def test_wait_exits_with_the_runs_code_and_logs_prints_and_follows(
 
 def test_wait_and_logs_of_a_failed_run(
         daemons: Daemons, capsys: pytest.CaptureFixture[str]) -> None:
-    run = daemons.start("--raise", "boom from rank 1", "--only-rank", "1", term_timeout=1.0)
+    # After a second: at once, the teardown could stop rank 0 before it wrote its pids.
+    run = daemons.start("--raise", "boom from rank 1", "--after", "1", "--only-rank", "1",
+                        term_timeout=1.0)
     run.wait_gone()
     code, _, _ = ctl(capsys, "wait", run.run_dir)
     assert code == 1

@@ -232,8 +232,10 @@ def test_on_failure_runs_once_for_a_failed_run_and_never_for_a_clean_one(
         daemons: Daemons, tmp_path: Path) -> None:
     out = tmp_path / "hook.out"
     hook = f"echo $RANKVISOR_ROOT_CAUSE_RANK $RANKVISOR_EXITCODE >> {out}"
-    failed = daemons.start("--exit", "3", "--only-rank", "1", on_failure=hook,
-                           term_timeout=1.0)
+    # Rank 1 fails after a second: had it failed at once, the teardown could stop rank 0
+    # before rank 0 wrote its pids, which the fixture waits for.
+    failed = daemons.start("--exit", "3", "--after", "1", "--only-rank", "1",
+                           on_failure=hook, term_timeout=1.0)
     assert failed.process.wait(START_S) == 1
     assert out.read_text() == "1 1\n"  # the hook ended before the supervisor did
 
