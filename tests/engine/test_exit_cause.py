@@ -174,9 +174,10 @@ def test_a_gloo_collective_that_times_out_is_named(run: Any, tmp_path: Path) -> 
 # -- OOM kills in a memory-limited cgroup ----------------------------------------------------
 
 
-def _why_no(mode: str) -> str | None:
+def _probe_memory_cgroup() -> tuple[str | None, str | None]:
+    """(the memory controller a rank's cgroup would get, why none would), probed once."""
     old = os.environ.get(cgroups.CGROUPS_ENV)
-    os.environ[cgroups.CGROUPS_ENV] = mode
+    os.environ[cgroups.CGROUPS_ENV] = "auto"
     try:
         tree, detail = cgroups.open_run("probe")
     finally:
@@ -185,31 +186,13 @@ def _why_no(mode: str) -> str | None:
         else:
             os.environ[cgroups.CGROUPS_ENV] = old
     if tree is None:
-        return detail
+        return None, detail
     kind = tree.memory_kind
     tree.close()
-    return None if kind is not None else f"no memory controller: {detail}"
+    return kind, None if kind is not None else f"no memory controller: {detail}"
 
 
-def _memory_kind() -> str | None:
-    old = os.environ.get(cgroups.CGROUPS_ENV)
-    os.environ[cgroups.CGROUPS_ENV] = "auto"
-    try:
-        tree, _ = cgroups.open_run("probe")
-    finally:
-        if old is None:
-            del os.environ[cgroups.CGROUPS_ENV]
-        else:
-            os.environ[cgroups.CGROUPS_ENV] = old
-    if tree is None:
-        return None
-    kind = tree.memory_kind
-    tree.close()
-    return kind
-
-
-_NO_MEMORY_CGROUP = _why_no("auto")
-_MEMORY_KIND = _memory_kind()
+_MEMORY_KIND, _NO_MEMORY_CGROUP = _probe_memory_cgroup()
 
 
 def _limit_memory(memory_dir: str, limit: int) -> None:
