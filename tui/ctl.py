@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from engine.control import registry
 from engine.control.registry import NoSuchRun, RunEntry
-from engine.control.status import FILENAME
+from engine.control.status import FILENAME, current_attempt
 from engine.process.signals import parse_signal
 from engine.states import RankState
 from tui.run_args import PROG, _Parser
@@ -344,20 +344,6 @@ def _status(argv: list[str]) -> int:
 # -- logs and wait ----------------------------------------------------------------------
 
 
-def _attempt(run_dir: str, status: dict[str, Any] | None) -> int:
-    attempt = status.get("attempt") if status else None
-    if isinstance(attempt, int) and not isinstance(attempt, bool):
-        return attempt
-    found = [-1]
-    try:
-        for name in os.listdir(run_dir):
-            if name.startswith("attempt_") and name[8:].isdigit():
-                found.append(int(name[8:]))
-    except OSError:
-        pass
-    return max(0, max(found))
-
-
 def current_log(run_dir: str, status: dict[str, Any] | None, rank: int, stream: str) -> str:
     """The path of ``rank``'s ``stream`` ("stdout"/"stderr") file of its current incarnation.
 
@@ -365,7 +351,8 @@ def current_log(run_dir: str, status: dict[str, Any] | None, rank: int, stream: 
     incarnation in an attempt, ``attempt_<n>/<rank>/restart_<k>/`` once it was restarted
     alone (the highest k is the current one).
     """
-    rank_dir = os.path.join(run_dir, f"attempt_{_attempt(run_dir, status)}", str(rank))
+    attempt = current_attempt(run_dir, status) or 0
+    rank_dir = os.path.join(run_dir, f"attempt_{attempt}", str(rank))
     best = 0
     try:
         for name in os.listdir(rank_dir):

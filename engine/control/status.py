@@ -35,6 +35,7 @@ __all__ = [
     "SCHEMA",
     "EffectiveState",
     "build_status",
+    "current_attempt",
     "effective_state",
     "failure_message",
     "process_start_time",
@@ -243,3 +244,19 @@ def effective_state(status: dict[str, Any]) -> EffectiveState:
     if supervisor_alive(status.get("supervisor_pid"), status.get("supervisor_start")):
         return "running"
     return "stale"
+
+
+def current_attempt(run_dir: str, status: dict[str, Any] | None) -> int | None:
+    """The run's current attempt: status.json's, else the highest ``attempt_<n>`` in
+    ``run_dir`` (a run whose status is missing or torn); None when neither says."""
+    attempt = status.get("attempt") if status else None
+    if isinstance(attempt, int) and not isinstance(attempt, bool):
+        return attempt
+    found = []
+    try:
+        for name in os.listdir(run_dir):
+            if name.startswith("attempt_") and name[8:].isdigit():
+                found.append(int(name[8:]))
+    except OSError:
+        pass
+    return max(found) if found else None

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from engine.control.status import effective_state, read_status
+from engine.control.status import current_attempt, effective_state, read_status
 from engine.forensics.environ import ENV_FILE, read_proc_environ, read_rank_env
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "Bundle", "default_bundle_path", "make_bundle"]
@@ -69,20 +69,6 @@ def default_bundle_path(run_dir: str, directory: str = ".") -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = _slug(os.path.basename(os.path.normpath(run_dir)))
     return os.path.join(directory, f"rankvisor-{name}-{stamp}.tar.gz")
-
-
-def _attempt(run_dir: str, status: dict[str, Any] | None) -> int | None:
-    attempt = status.get("attempt") if status else None
-    if isinstance(attempt, int) and not isinstance(attempt, bool):
-        return attempt
-    found = []
-    try:
-        for name in os.listdir(run_dir):
-            if name.startswith("attempt_") and name[8:].isdigit():
-                found.append(int(name[8:]))
-    except OSError:
-        pass
-    return max(found) if found else None
 
 
 def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[bytes, int]:
@@ -171,7 +157,7 @@ def make_bundle(
     out_path = out_path or default_bundle_path(run_dir)
     status = read_status(run_dir)
     live = status is not None and effective_state(status) == "running"
-    attempt = _attempt(run_dir, status)
+    attempt = current_attempt(run_dir, status)
     top = _slug(os.path.basename(run_dir))
     bundle = Bundle(path=out_path)
     out_abs = os.path.abspath(out_path)

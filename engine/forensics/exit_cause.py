@@ -28,6 +28,7 @@ import signal
 from dataclasses import dataclass
 from typing import Final
 
+from engine.logfile.tail import read_tail
 from engine.output.sanitize import sanitize, strip_sgr
 from engine.process.signals import exit_signal_name, signal_name
 
@@ -371,16 +372,7 @@ def _cap(text: str, cap: int = _TEXT_CAP) -> str:
 
 
 def _tail(path: str, max_bytes: int = TAIL_BYTES) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - max_bytes))
-            data = f.read(max_bytes)
-    except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace")
+    return read_tail(path, max_bytes)[0]
 
 
 def shm_usage(path: str = "/dev/shm") -> tuple[int, int] | None:

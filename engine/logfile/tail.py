@@ -12,28 +12,37 @@ from typing import Final
 
 from engine.output.sanitize import sanitize
 
-__all__ = ["last_lines"]
+__all__ = ["last_lines", "read_tail"]
 
 TAIL_BYTES: Final = 16 * 1024
 """How much of the file's end is read: enough for a dozen long lines, never the whole file."""
 
 
-def last_lines(path: str, count: int, *, max_bytes: int = TAIL_BYTES) -> list[str]:
-    """The last ``count`` lines of ``path`` (without newlines), oldest first, sanitised;
-    [] when the file is missing, unreadable or empty. Blank lines at the end are dropped."""
-    if not path or count <= 0:
-        return []
+def read_tail(path: str, max_bytes: int = TAIL_BYTES) -> tuple[str, bool]:
+    """The last ``max_bytes`` of ``path`` as text, and whether the file was longer (its
+    first line is then probably cut); ("", False) when it is missing or unreadable."""
+    if not path:
+        return "", False
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - max_bytes))
             data = f.read(max_bytes)
     except OSError:
+        return "", False
+    return data.decode("utf-8", errors="replace"), size > max_bytes
+
+
+def last_lines(path: str, count: int, *, max_bytes: int = TAIL_BYTES) -> list[str]:
+    """The last ``count`` lines of ``path`` (without newlines), oldest first, sanitised;
+    [] when the file is missing, unreadable or empty. Blank lines at the end are dropped."""
+    if count <= 0:
         return []
+    text, cut = read_tail(path, max_bytes)
     # Split on newlines only: a progress bar's "\r" frames are one line, shown as the
     # last frame drawn (what a terminal would show).
-    lines = [_last_frame(x) for x in data.decode("utf-8", errors="replace").split("\n")]
-    if size > max_bytes and lines:
+    lines = [_last_frame(x) for x in text.split("\n")] if text else []
+    if cut and lines:
         lines = lines[1:]  # the first line is probably cut
     while lines and not lines[-1].strip():
         lines.pop()
