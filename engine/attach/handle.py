@@ -274,12 +274,9 @@ class TorchrunHandle:
         if isinstance(command, DumpStacks):
             return self._dump(command)
         with self._lock:
-            wanted = command.ranks
-            if wanted is None:
-                wanted = tuple(r for r, x in sorted(self._ranks.items()) if x.state.is_alive)
-            unknown = [r for r in wanted if r not in self._ranks]
-            if unknown:
-                return CommandResult(False, f"no such rank: {unknown[0]}")
+            wanted = self._wanted(command.ranks)
+            if isinstance(wanted, CommandResult):
+                return wanted
             alive = [r for r in wanted if self._ranks[r].state.is_alive]
             if not alive:
                 return CommandResult(False, "not sent: no rank of those is running")
@@ -310,6 +307,16 @@ class TorchrunHandle:
                 self._poke()
             return self._sent(sent, sig)
 
+    def _wanted(self, ranks: tuple[int, ...] | None) -> tuple[int, ...] | CommandResult:
+        """The ranks a command names (None: the live ones), or its refusal naming a rank
+        this job does not have. Call with the lock held."""
+        if ranks is None:
+            return tuple(r for r, x in sorted(self._ranks.items()) if x.state.is_alive)
+        unknown = [r for r in ranks if r not in self._ranks]
+        if unknown:
+            return CommandResult(False, f"no such rank: {unknown[0]}")
+        return ranks
+
     def _dump(self, command: DumpStacks) -> CommandResult:
         """Dump the workers' stacks (py-spy), saved under the job's run directory.
 
@@ -317,12 +324,9 @@ class TorchrunHandle:
         this works only as root (the error line says so).
         """
         with self._lock:
-            wanted = command.ranks
-            if wanted is None:
-                wanted = tuple(r for r, x in sorted(self._ranks.items()) if x.state.is_alive)
-            unknown = [r for r in wanted if r not in self._ranks]
-            if unknown:
-                return CommandResult(False, f"no such rank: {unknown[0]}")
+            wanted = self._wanted(command.ranks)
+            if isinstance(wanted, CommandResult):
+                return wanted
             targets = {r: self._ranks[r].worker.pid for r in wanted
                        if self._ranks[r].state.is_alive}
             run_dir = self._initial.log_dir
