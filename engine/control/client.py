@@ -111,6 +111,8 @@ class RemoteHandle:
         self._gone = threading.Event()
         self._over = threading.Event()
         """Set when the run finished or the connection ended: what ``wait`` waits for."""
+        # Set last, after the sinks heard "went away": who sees connected False saw the notice.
+        self._ended = threading.Event()
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._sinks: tuple[EventSink, ...] = ()
@@ -186,7 +188,7 @@ class RemoteHandle:
     @property
     def connected(self) -> bool:
         """False once the connection is gone (the supervisor exited, or detach())."""
-        return not self._gone.is_set()
+        return not self._ended.is_set()
 
     @property
     def detachable(self) -> bool:
@@ -351,6 +353,7 @@ class RemoteHandle:
                 store.close()
             if not detached:
                 self._tell_gone(sinks)
+            self._ended.set()
 
     def _tell_gone(self, sinks: tuple[EventSink, ...]) -> None:
         finished = " after the run finished" if self.finished is not None else ""
