@@ -40,10 +40,6 @@ class Refused(Exception):
     """A command that cannot be carried out; the message is for a person."""
 
 
-def _words(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks))
-
-
 def _first_error(dump: object) -> str:
     ranks = getattr(dump, "ranks", ())
     errors = [f"rank {r.rank}: {r.error}" for r in ranks if r.error]
@@ -129,7 +125,8 @@ class CommandHandler:
                 # Allowed while shutting down: a rank that hangs in its teardown is the
                 # very one whose stack a person wants.
                 live, note = self._running(self._resolve(cmd.ranks), "dump")
-                targets = {s.rank: s.pid for s in live if s.pid is not None}
+                # Keyed as a person knows the ranks: the dump names them (global on many nodes).
+                targets = {self._state.shown(s.rank): s.pid for s in live if s.pid is not None}
         except Refused as e:
             return CommandResult(False, str(e))
         dump = self._stacks.dump(targets, native=cmd.native, nonblocking=cmd.nonblocking)
@@ -147,7 +144,9 @@ class CommandHandler:
             return list(slots.values())
         unknown = sorted({r for r in ranks if r not in slots})
         if unknown:
-            raise Refused(f"no rank {_words(unknown)} (ranks are 0..{len(slots) - 1})")
+            shown = self._state.shown
+            raise Refused(f"no rank {self._state.ranks_text(unknown)} "
+                          f"(ranks are {shown(0)}..{shown(len(slots) - 1)})")
         return [slots[r] for r in sorted(set(ranks))]
 
     def _running(self, slots: list[RankSlot], verb: str) -> tuple[list[RankSlot], str]:
@@ -157,9 +156,11 @@ class CommandHandler:
         if not live:
             if len(gone) == 1:
                 s = gone[0]
-                raise Refused(f"rank {s.rank} is not running ({s.state.value}): nothing to {verb}")
+                raise Refused(f"rank {self._state.shown(s.rank)} is not running "
+                              f"({s.state.value}): nothing to {verb}")
             raise Refused(f"no running rank to {verb}")
-        note = f"skipped rank(s) {_words([s.rank for s in gone])}: not running" if gone else ""
+        skipped = self._state.ranks_text(s.rank for s in gone)
+        note = f"skipped rank(s) {skipped}: not running" if gone else ""
         return live, note
 
     # -- commands (the caller holds the lock; the command was checked) ----------------------
@@ -175,7 +176,8 @@ class CommandHandler:
                 slot.note_signal(sig, stop=False)
                 sent.append(slot.rank)
         if not sent:
-            raise Refused(f"rank(s) {_words([s.rank for s in live])} exited before the signal")
+            late = self._state.ranks_text(s.rank for s in live)
+            raise Refused(f"rank(s) {late} exited before the signal")
         self._stopper.record(sent, sig, "signal")
         return CommandResult(True, note)
 
@@ -194,13 +196,14 @@ class CommandHandler:
         (slot,) = self._resolve((cmd.rank,))
         if self._state.driven:
             raise Refused(
-                f"local rank {slot.rank} cannot be restarted alone in a multi-node run: a lone "
-                "rank cannot rejoin its collective; restart all ranks (a new round on every node)"
+                f"rank {self._state.shown(slot.rank)} cannot be restarted alone in a multi-node "
+                "run: a lone rank cannot rejoin its collective; restart all ranks (a new round "
+                "on every node)"
             )
         if self._state.attempt_pending:
             raise Refused("all ranks are being restarted already")
         if slot.after_exit == "restart" or slot.state is RankState.RESTARTING:
-            raise Refused(f"rank {slot.rank} is already restarting")
+            raise Refused(f"rank {self._state.shown(slot.rank)} is already restarting")
         slot.after_exit = "restart"
         if slot.alive and slot.proc is not None:
             # The monitor starts it again once this incarnation has exited.
@@ -210,7 +213,8 @@ class CommandHandler:
             return CommandResult(True)
         # Already exited: nothing to stop, the monitor starts it again at once.
         return CommandResult(
-            True, f"rank {slot.rank} had exited ({slot.state.value}): starting it again"
+            True, f"rank {self._state.shown(slot.rank)} had exited ({slot.state.value}): "
+                  "starting it again"
         )
 
     def _restart_all(self) -> CommandResult:

@@ -109,8 +109,6 @@ class Supervisor:
         self.config = config
         self.node_label = ""
         """Where this run sits in a multi-node job ("node 1 of 2 (host)"), for display."""
-        self.rank_base = 0
-        """The global rank of local rank 0 in a multi-node job's current round."""
         self._port = config.master_port if config.master_port is not None else free_port(
             config.master_addr
         )
@@ -466,8 +464,19 @@ class Supervisor:
                 started_at=state.started_at,
                 node=self.node_label,
                 progress_regex=self.config.progress_regex or "",
-                rank_base=self.rank_base,
+                rank_base=state.rank_base,
             )
+
+    @property
+    def rank_base(self) -> int:
+        """The global rank of local rank 0 in a multi-node job's current round (0 on one
+        node): the agent sets it before each round, and what a person reads uses it."""
+        return self._state.rank_base
+
+    @rank_base.setter
+    def rank_base(self, base: int) -> None:
+        with self._state.lock:
+            self._state.rank_base = base
 
     @property
     def master_port(self) -> int:
@@ -488,7 +497,8 @@ class Supervisor:
                 slot.timer_scope = scope
             self._events.emit(TimerExpired(slot.rank if slot else -1, pid, scope))
             self._events.notice(
-                f"rank {slot.rank if slot else '?'} (pid {pid}) overran timer scope {scope!r}",
+                f"rank {self._state.shown(slot.rank) if slot else '?'} (pid {pid}) "
+                f"overran timer scope {scope!r}",
                 "warning",
             )
         self._events.flush()

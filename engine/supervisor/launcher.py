@@ -248,7 +248,9 @@ class Launcher:
             slot.rank, 0, 127, slot.error_file, exit_time_ns=slot.exit_time_ns
         )
         slot.exit_cause = ExitCause("not_started", f"could not start: {error}")
-        self._events.notice(f"rank {slot.rank} could not start: {error}", "error")
+        self._events.notice(
+            f"rank {self._state.shown(slot.rank)} could not start: {error}", "error"
+        )
         # STARTING -> FAILED: the spawn itself failed
         self._events.emit(slot.move(RankState.FAILED))
 

@@ -222,7 +222,8 @@ class Monitor:
                 others = [s for s in self._state.live() if s.stop_reason is None]
                 if others:
                     self._events.notice(
-                        f"rank {slot.rank} failed (exit code {code}): stopping the other ranks",
+                        f"rank {self._state.shown(slot.rank)} failed (exit code {code}): "
+                        "stopping the other ranks",
                         "warning",
                     )
                 self._stopper.stop_ranks(

@@ -51,7 +51,7 @@ def capture_time(now: float, deadline: float, budget_s: float = KILL_DUMP_BUDGET
     return max(deadline - budget_s, now + (deadline - now) / 2)
 
 
-def _words(ranks: list[int] | tuple[int, ...]) -> str:
+def _joined(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
@@ -102,8 +102,10 @@ class StackCapture:
         left = deadline - time.monotonic() - _MARGIN_S
         if left < MIN_DUMP_S or not targets:
             return
+        # Keyed as a person knows the ranks: the dump names them (global on many nodes).
+        shown = {self._state.shown(rank): pid for rank, pid in targets.items()}
         thread = threading.Thread(
-            target=self._capture, args=(dict(targets), left, why),
+            target=self._capture, args=(shown, left, why),
             name="rankvisor-stack-capture", daemon=True,
         )
         with self._lock:
@@ -119,9 +121,9 @@ class StackCapture:
             return
         if dump.path:
             got = list(dump.captured)
-            message = (f"rank(s) {_words(got)}: stack saved before SIGKILL: {dump.path}")
+            message = (f"rank(s) {_joined(got)}: stack saved before SIGKILL: {dump.path}")
         elif dump.problem:
-            message = (f"rank(s) {_words(sorted(targets))}: no stack before SIGKILL: "
+            message = (f"rank(s) {_joined(sorted(targets))}: no stack before SIGKILL: "
                        f"{dump.problem}")
         else:
             return  # they exited meanwhile: nothing to keep, nothing to say

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 
 from engine.events import RunFinished
 from engine.forensics.activity import OutputActivity
@@ -51,6 +52,10 @@ class RunState:
         self.finished_event = threading.Event()
         """Set once ``finished`` was delivered to every sink (``Supervisor.wait``)."""
         self.received_signal: int | None = None
+        self.rank_base = 0
+        """In a multi-node run: the global rank of local rank 0 in the current round (0 on
+        one node). Slots, commands and events keep local ranks; what a person reads (notices,
+        refusals, stack dumps) names ``rank_base + rank``, the rank the job knows."""
         self.driven = False
         """Driven by an agent (multi-node): no restart policy and no RunFinished of our own;
         each round ends in ``round_result`` and the agent decides what comes next."""
@@ -67,6 +72,14 @@ class RunState:
         self.signal_log: list[SignalRecord] = []
         """Every signal sent to ranks in this attempt, by whom and why (the suspect's
         evidence: what a person did before the first failure)."""
+
+    def shown(self, rank: int) -> int:
+        """``rank`` (local) as a person knows it: its global rank in a multi-node run."""
+        return self.rank_base + rank
+
+    def ranks_text(self, ranks: Iterable[int]) -> str:
+        """Local ranks as a person reads them: "1, 2" (global numbers on many nodes)."""
+        return ", ".join(str(self.rank_base + r) for r in ranks)
 
     @property
     def real_failure(self) -> bool:

@@ -32,10 +32,6 @@ __all__ = ["Stopper"]
 
 log = logging.getLogger(__name__)
 
-def _words(ranks: list[int] | tuple[int, ...]) -> str:
-    return ", ".join(map(str, ranks))
-
-
 BeforeKill = Callable[[dict[int, int], float, str], None]
 """Called (lock held) shortly before an escalation's SIGKILL with the ranks still alive
 (rank -> pid), the deadline and why they were stopped; must only start work elsewhere."""
@@ -153,8 +149,8 @@ class Stopper:
             slot.proc.send_signal(signal.SIGCONT, group=True)
         if stopped:
             self._events.notice(
-                f"rank(s) {_words([s.rank for s in stopped])} were stopped: sent SIGCONT so "
-                f"that they can act on {_name_or_number(sig)}",
+                f"rank(s) {self._state.ranks_text(s.rank for s in stopped)} were stopped: "
+                f"sent SIGCONT so that they can act on {_name_or_number(sig)}",
                 "information",
             )
 
@@ -203,7 +199,8 @@ class Stopper:
             try:
                 self._before_kill(targets, esc.deadline, why)
             except Exception:  # noqa: BLE001 - a capture must never cost a SIGKILL
-                log.exception("stack capture of rank(s) %s failed to start", _words(esc.ranks))
+                log.exception("stack capture of rank(s) %s failed to start",
+                              self._state.ranks_text(esc.ranks))
 
     def rank_gone(self, rank: int) -> None:
         """``rank`` exited: finish every escalation that was waiting only for it."""
@@ -229,19 +226,21 @@ class Stopper:
                     self.record(killed, signal.SIGKILL, "escalation")
                 if ranks:
                     self._events.notice(
-                        f"rank(s) {_words(ranks)} outlived the {esc.timeout_s:g} s deadline "
-                        f"after {_name_or_number(esc.sig)}: sent SIGKILL",
+                        f"rank(s) {self._state.ranks_text(ranks)} outlived the "
+                        f"{esc.timeout_s:g} s deadline after {_name_or_number(esc.sig)}: "
+                        "sent SIGKILL",
                         "warning",
                     )
             except Exception:  # noqa: BLE001 - the next escalation's SIGKILL must still go
-                log.exception("escalation of rank(s) %s failed", _words(ranks))
+                log.exception("escalation of rank(s) %s failed", self._state.ranks_text(ranks))
         for esc in self._escalations.overdue(now):
             self._events.emit(EscalationFinished(esc.ranks, tuple(esc.killed)))
             if esc.stuck:
                 # Uninterruptible sleep (D state) delays even SIGKILL; we stop waiting,
                 # the kernel will reap them when their I/O returns.
                 self._events.notice(
-                    f"rank(s) {_words(esc.stuck)} did not exit after SIGKILL", "error"
+                    f"rank(s) {self._state.ranks_text(esc.stuck)} did not exit after SIGKILL",
+                    "error",
                 )
 
 

@@ -253,6 +253,40 @@ def test_a_teardown_saves_the_stacks_of_ranks_it_must_kill(job: Any) -> None:
     assert max(_kill_time(j, 0), _kill_time(j, 1)) <= scheduled.deadline + 1.0
 
 
+def test_on_a_later_node_dumps_and_notices_name_the_global_ranks(tmp_path: Path) -> None:
+    """A multi-node agent sets ``rank_base`` (node 1 of a 4-rank-per-node job: 4): the engine
+    keeps local ranks in commands and events, but what a person reads names ranks 4 to 6."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    sup = Supervisor(SupervisorConfig(
+        entrypoint=PYTHON, args=("-u", WAITER, str(ready), "1", "--ignore-term"), nprocs=3,
+        log_dir=str(tmp_path / "logs"), sample_interval=0, term_timeout=2.0,
+    ))
+    sup.rank_base = 4
+    notices: list[str] = []
+    sup.subscribe(lambda e: notices.append(e.message) if isinstance(e, SupervisorNotice) else None)
+    sup.start()
+    try:
+        wait_until(lambda: len([p for p in ready.iterdir() if p.name.isdigit()]) >= 3, timeout=30)
+        dump = StackDump.from_dict(sup.execute(DumpStacks()).data or {})
+        assert [g.ranks for g in dump.groups] == [(5,), (4, 6)]
+        assert dump.merged_text().splitlines()[0].startswith("odd  rank 5: stuck_in_data_loader")
+        refused = sup.execute(TerminateRanks((3,)))
+        assert not refused.ok and refused.message == "no rank 7 (ranks are 4..6)"
+        assert sup.execute(TerminateRanks((1,))).ok
+        sup_ranks = sup.snapshot().ranks
+        wait_until(lambda: any("rank(s) 5 outlived the 2 s deadline" in n for n in notices),
+                   timeout=30)
+        wait_until(lambda: any("stack saved before SIGKILL" in n for n in notices), timeout=30)
+        (saved,) = [n for n in notices if "stack saved before SIGKILL" in n]
+        assert saved.startswith("rank(s) 5: ")
+        text = Path(saved.rpartition(": ")[2]).read_text()
+        assert "rank 5: stuck_in_data_loader <- main" in text
+        assert f"--- rank 5 (pid {sup_ranks[1].pid})" in text
+    finally:
+        sup.shutdown(timeout_s=0.5)
+
+
 def test_no_stack_on_kill_saves_none(job: Any) -> None:
     j = job(2, "1", "--ignore-term", term_timeout=1.0, stack_on_kill=False)
     j.wait_ready(2)
