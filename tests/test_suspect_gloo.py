@@ -153,7 +153,13 @@ def test_the_demo_names_rank_3_with_its_silence(tmp_path: Path) -> None:
         res.stderr, re.M,
     ), res.stderr[-3000:]
     assert "rankvisor: root cause: rank 2 failed first" in res.stderr
+    # The report says why rank 2 ended (its exit code alone does not), and names every stack
+    # dump saved for the run (rank 3 is SIGKILLed after it ignored SIGTERM).
+    assert re.search(r"^rankvisor: rank 2: gloo collective timed out \(often a knock-on",
+                     res.stderr, re.M), res.stderr[-3000:]
     (run_dir,) = tmp_path.iterdir()
+    said = re.findall(r"^rankvisor: stacks saved: (.+)$", res.stderr, re.M)
+    assert said == sorted(str(p) for p in (run_dir / "stacks").glob("*.txt"))
     status = json.loads((run_dir / "status.json").read_text())
     assert status["suspect"]["rank"] == 3 and status["suspect"]["ranks"] == [3]
     assert status["suspect"]["reason"].startswith("rank 3: silent ")

@@ -40,6 +40,9 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
             when = " at " + stamp
         how = view.exit_label or view.state.value
         out.append(f"  {head}: rank {view.rank} (pid {view.pid}) {how}{when}")
+        cause = view.exit_cause
+        if cause is not None and cause.tells_more:
+            out.append(f"    {plain_text(cause.text)}")
         if view.rank != root:
             continue
         last_line = details.callstack.strip().splitlines()[-1] if details.callstack.strip() else ""

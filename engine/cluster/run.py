@@ -26,7 +26,13 @@ from engine.cluster.board import StatusBoard
 from engine.events import RunFinished
 from engine.result import RunProcsResult
 from engine.supervisor.core import Supervisor
-from engine.supervisor.headless import _entry_name, _HeadlessPrinter, exit_status, format_report
+from engine.supervisor.headless import (
+    _entry_name,
+    _HeadlessPrinter,
+    exit_status,
+    format_report,
+    report_forensics,
+)
 from engine.supervisor.run_config import SupervisorConfig
 
 if TYPE_CHECKING:
@@ -179,7 +185,10 @@ def run_cluster(
             text += cluster_line(rc) + "\n"
         fin = sup.finished
         if fin is not None and fin.result.failures:
-            text += format_report(_entry_name(config), _global(fin, board.base_rank))
+            causes, dumps = report_forensics(sup)
+            base = board.base_rank
+            text += format_report(_entry_name(config), _global(fin, base),
+                                  {base + r: c for r, c in causes.items()}, dumps)
         if error:
             text += f"rankvisor: the multi-node agent failed: {error}\n"
         if text:

@@ -120,6 +120,13 @@ class ExitCause:
     text: str
     detail: str = ""
 
+    @property
+    def tells_more(self) -> bool:
+        """Whether this says more than a report's exit code, error message and "stopped by
+        rankvisor" do: an OOM kill, SIGBUS, a collective's timeout... yes; a plain exit code,
+        an exception, rankvisor's own stop: no (summaries print only causes that do)."""
+        return self.code not in ("exit", "exception", "stopped")
+
     def to_json(self) -> dict[str, str]:
         """The object status.json carries (``detail`` stays out: the error view shows it)."""
         return {"code": self.code, "text": self.text}

@@ -5,10 +5,11 @@
 ``--local-ranks-filter`` decide what reaches the console, as under torchrun; the files
 always get everything), rankvisor's own notices on stderr as ``[rankvisor] ...`` lines, and
 the torch-style root-cause report on stderr when a rank failed (with the failing
-incarnation's last stderr lines when it recorded no traceback). A progress bar's current
-frame is printed once a second at most, so a rank that only redraws one line is seen to
-move. Its first line of its own says how the ranks' processes are tracked:
-``[rankvisor] process tracking: cgroup (...)`` or ``process-tree (why no cgroup)``.
+incarnation's last stderr lines when it recorded no traceback, each failure's exit cause
+where it says more than its exit code, and the stack dumps saved under the run directory).
+A progress bar's current frame is printed once a second at most, so a rank that only
+redraws one line is seen to move. Its first line of its own says how the ranks' processes
+are tracked: ``[rankvisor] process tracking: cgroup (...)`` or ``process-tree (why no cgroup)``.
 
 Exit status, as torchrun's: 0 when every rank succeeded, 1 when not; 128 + N when we were
 stopped by signal N (SIGTERM, SIGINT, SIGHUP), after the ranks were terminated with
@@ -23,7 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
@@ -35,11 +36,16 @@ from engine.supervisor.run_config import SupervisorConfig
 
 if TYPE_CHECKING:
     from engine.control.host import RunHost
+    from engine.forensics.exit_cause import ExitCause
 
 __all__ = ["exit_status", "format_report", "run_headless", "run_interactive"]
 
 STDERR_LINES = 12
 """Last stderr lines quoted for a root cause without a traceback (as many as the UI shows)."""
+
+REPORTED_DUMPS = 5
+"""The newest stack dumps the report names (the error view and ``rankvisor stack`` list
+them all)."""
 
 
 def exit_status(finished: RunFinished | None, received_signal: int | None) -> int:
@@ -52,7 +58,12 @@ def exit_status(finished: RunFinished | None, received_signal: int | None) -> in
     return 1 if finished.result.failures or finished.result.stopped else 0
 
 
-def format_report(name: str, finished: RunFinished) -> str:
+def format_report(
+    name: str,
+    finished: RunFinished,
+    causes: Mapping[int, ExitCause] | None = None,
+    dumps: Sequence[str] = (),
+) -> str:
     """The root-cause report torch prints, after a line naming the suspect (the rank most
     likely to have started it, with its evidence) and one naming the root cause.
 
@@ -61,13 +72,18 @@ def format_report(name: str, finished: RunFinished) -> str:
     lists the failures only. When every rank that ended badly was ours (terminate-all, quit,
     shutdown) no rank is blamed: the first line says the run was stopped, and the torch-style
     report lists the ranks with no root cause (``ChildFailedError`` agrees).
+
+    ``causes`` (rank -> exit cause) adds a line for each failure whose cause says more than
+    the report does; ``dumps`` are the paths of stack dumps saved for the run.
     """
     # Messages and tracebacks come from the ranks' error.json files, the name from the
     # command line: the report goes through the sanitiser before it reaches a terminal.
-    return sanitize(_report(name, finished))
+    return sanitize(_report(name, finished, causes or {}, dumps))
 
 
-def _report(name: str, finished: RunFinished) -> str:
+def _report(
+    name: str, finished: RunFinished, causes: Mapping[int, ExitCause], dumps: Sequence[str]
+) -> str:
     from engine.errors import ChildFailedError, root_cause_rank
 
     failures = finished.result.failures
@@ -77,6 +93,7 @@ def _report(name: str, finished: RunFinished) -> str:
     if not failures:
         ranks = ", ".join(map(str, sorted(stopped)))
         head = f"rankvisor: no root cause: the run was stopped by rankvisor (rank(s) {ranks})"
+        head += _dump_lines(dumps)
         return head + "\n" + ChildFailedError(name, stopped).format_msg() + "\n"
     rank = finished.root_cause_rank
     if rank is None or rank not in failures:
@@ -106,6 +123,11 @@ def _report(name: str, finished: RunFinished) -> str:
     if stopped:
         ranks = ", ".join(f"rank {r} ({_how(s)})" for r, s in sorted(stopped.items()))
         head += f"\nrankvisor: stopped by rankvisor, not failures: {ranks}"
+    for r in sorted(failures, key=lambda r: (r != rank, r)):  # the root cause's first
+        cause = causes.get(r)
+        if cause is not None and cause.tells_more:
+            head += f"\nrankvisor: rank {r}: {cause.text}"
+    head += _dump_lines(dumps)
     if stderr_path:
         if tail:
             head += f"\nrankvisor: last stderr lines of rank {rank} ({stderr_path}):"
@@ -113,6 +135,24 @@ def _report(name: str, finished: RunFinished) -> str:
         else:
             head += f"\nrankvisor: rank {rank}: no error.json, and stderr is empty ({stderr_path})"
     return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
+
+
+def _dump_lines(dumps: Sequence[str]) -> str:
+    shown = list(dumps)[-REPORTED_DUMPS:]
+    more = len(dumps) - len(shown)
+    text = "".join(f"\nrankvisor: stacks saved: {path}" for path in shown)
+    return text + (f"\nrankvisor: ... and {more} older dump(s) beside them" if more else "")
+
+
+def report_forensics(sup: Supervisor) -> tuple[dict[int, ExitCause], list[str]]:
+    """What the report adds for ``sup``'s run: each rank's exit cause (local ranks) and
+    the paths of the stack dumps saved under its run directory, oldest first."""
+    from engine.forensics.stacks import list_dumps
+
+    info = sup.snapshot()
+    causes = {r.rank: r.exit_cause for r in info.ranks if r.exit_cause is not None}
+    dumps = [d.path for d in list_dumps(info.log_dir)] if info.log_dir else []
+    return causes, dumps
 
 
 def _has_traceback(failure: Any) -> bool:
@@ -258,7 +298,8 @@ def run_headless(
     finished = sup.finished
     status = exit_status(finished, sup.received_signal)
     if finished is not None and finished.result.failures and sup.received_signal is None:
-        printer.write_err(format_report(_entry_name(config), finished))
+        printer.write_err(format_report(_entry_name(config), finished,
+                                        *report_forensics(sup)))
     return status
 
 
@@ -360,7 +401,8 @@ def _write_summary_file(sup: Supervisor, config: SupervisorConfig) -> None:
     head = f"rankvisor: the run was stopped by {signal_name(received)}" if received else ""
     try:
         with open(os.path.join(run_dir, SUMMARY_FILE), "w") as f:
-            f.write(head + "\n" + format_report(_entry_name(config), finished))
+            f.write(head + "\n" + format_report(_entry_name(config), finished,
+                                                 *report_forensics(sup)))
     except OSError:
         pass  # nowhere to say it: the logs in the run directory remain the record
 

@@ -320,3 +320,37 @@ def test_faulthandler_block_stops_at_the_programs_own_output() -> None:
         "Fatal Python error: Bus error\nThread 0x01 (most recent call first):\n"
         '  File "a.py", line 3 in g\nCurrent thread 0x02 (most recent call first):\n'
         '  File "b.py", line 9 in f')
+
+
+# -- the headless report -------------------------------------------------------------------
+
+
+def test_the_headless_report_says_a_cause_its_exit_code_does_not(run: Any) -> None:
+    from engine.supervisor.headless import format_report, report_forensics
+
+    sup, events = run(1, "sigbus")
+    cause = _ended(sup, events)
+    finished = sup.wait(30)
+    assert finished is not None
+    report = format_report("die_of.py", finished, *report_forensics(sup))
+    lines = report.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("rankvisor: root cause: rank 0"))
+    assert lines[at + 1] == f"rankvisor: rank 0: {cause.text}", report
+    # A plain exit code says it all already: no line of its own.
+    plain = format_report("die_of.py", finished, {0: ExitCause("exit", "exited with code 3")})
+    assert "rankvisor: rank 0:" not in plain
+
+
+def test_the_headless_report_names_the_newest_stack_dumps() -> None:
+    from engine.errors import ProcessFailure
+    from engine.events import RunFinished
+    from engine.result import RunProcsResult
+    from engine.supervisor.headless import REPORTED_DUMPS, format_report
+
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file="")
+    finished = RunFinished(RunProcsResult(failures={0: failure}), 0, 0)
+    paths = [f"/run/stacks/{i}.txt" for i in range(REPORTED_DUMPS + 2)]
+    lines = format_report("x.py", finished, dumps=paths).splitlines()
+    said = [ln for ln in lines if ln.startswith("rankvisor: stacks saved: ")]
+    assert said == [f"rankvisor: stacks saved: {p}" for p in paths[2:]]
+    assert "rankvisor: ... and 2 older dump(s) beside them" in lines

@@ -209,6 +209,15 @@ def test_printed_summary_names_the_root_cause_with_its_traceback() -> None:
     assert "FloatingPointError: loss is nan at step 23 [rank2]" in text
     assert "also failed: rank 0" in text
     assert "\x1b" not in text
+    # A cause that says more than the exit code gets a line under its rank; plain ones not.
+    from engine.forensics.exit_cause import ExitCause
+
+    run.ranks[0].exit_cause = ExitCause("sigbus", "bus error (SIGBUS): often a too-small /dev/shm")
+    run.ranks[2].exit_cause = ExitCause("exception", "raised FloatingPointError (exit code 1)")
+    lines = format_summary(run).splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("  also failed: rank 0"))
+    assert lines[at + 1] == "    bus error (SIGBUS): often a too-small /dev/shm"
+    assert not [ln for ln in lines if "raised FloatingPointError (exit" in ln]
 
 
 def test_printed_summary_blames_nobody_when_rankvisor_stopped_every_rank() -> None:
