@@ -26,6 +26,9 @@ def build_attach_parser() -> argparse.ArgumentParser:
                    help="watch only: every command is refused")
     p.add_argument("--torchrun", metavar="PID|LOG_DIR", default=None,
                    help="a torchrun job rankvisor did not start: its agent's pid or --log-dir")
+    p.add_argument("--no-stack-on-kill", dest="stack_on_kill", action="store_false",
+                   help="with --torchrun: do not save the stacks of workers a terminate is "
+                        "about to SIGKILL (a run of rankvisor's own takes this at `run`)")
     return p
 
 
@@ -64,7 +67,12 @@ def main(argv: list[str], *, need_terminal: bool = True) -> int:
             return 2
         from tui.torchrun_view import run_torchrun_view
 
-        return run_torchrun_view(args.torchrun, read_only=args.read_only)
+        return run_torchrun_view(args.torchrun, read_only=args.read_only,
+                                 stack_on_kill=args.stack_on_kill)
+    if not args.stack_on_kill:
+        print(f"{PROG} attach: error: --no-stack-on-kill goes with --torchrun (a run of "
+              f"rankvisor's own takes it at `{PROG} run`)", file=sys.stderr)
+        return 2
     from engine.control.client import NoAnswer, ProtocolMismatch
     from engine.control.registry import NoSuchRun
 

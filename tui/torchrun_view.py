@@ -37,14 +37,16 @@ def build_handle(target: str, *, read_only: bool = False, **kwargs: Any) -> Torc
     return job_cls.attach(target, **kwargs)
 
 
-def run_torchrun_view(target: str, *, read_only: bool = False, **app_kwargs: Any) -> int:
+def run_torchrun_view(
+    target: str, *, read_only: bool = False, stack_on_kill: bool = True, **app_kwargs: Any
+) -> int:
     """Attach the app to the torchrun job ``target`` names; return the exit code.
 
     Returns 1 (with one line on stderr) when there is nothing to attach to; else the app's
     code once the user quits (the job keeps running).
     """
     try:
-        handle = build_handle(target, read_only=read_only)
+        handle = build_handle(target, read_only=read_only, stack_on_kill=stack_on_kill)
     except AttachError as e:
         sys.stderr.write(f"rankvisor attach --torchrun: {e}\n")
         return 1

@@ -12,7 +12,9 @@ over. This handle watches and signals, never owns:
   status unknown (not our child)", unless its error.json says it raised;
 * a new attempt: the agent's children are looked at every ``poll_interval`` seconds;
 * signals go through pidfds to the worker and its descendants (``engine.process``), and a
-  terminate escalates to SIGKILL after its timeout (``engine.supervisor.escalation``);
+  terminate escalates to SIGKILL after its timeout (``engine.supervisor.escalation``); as
+  under rankvisor's own supervisor, the stacks of the workers still alive are saved under
+  the job's log dir just before that SIGKILL (``stack_on_kill``);
 * restarts are refused: torchrun owns them (``--max-restarts``).
 
 Threads: one watcher thread (exits, escalations, new attempts), the pump thread, the stats
@@ -46,7 +48,6 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.forensics.stacks import dump_stacks, save_dump
 from engine.handle import (
     Command,
     CommandResult,
@@ -68,6 +69,7 @@ from engine.process.signals import exit_signal_name, signal_name
 from engine.result import RunProcsResult
 from engine.states import RankState, final_state_for
 from engine.supervisor.escalation import EscalationTable
+from engine.supervisor.stack_capture import CaptureSchedule, StackCapture
 from engine.supervisor.stats import StatsSampler
 
 __all__ = ["RESTART_REFUSED", "UNKNOWN_EXIT", "TorchrunHandle"]
@@ -163,6 +165,7 @@ class TorchrunHandle:
         poll_interval: seconds between looks for a new attempt's workers.
         sample_interval: seconds between stats samples.
         use_inotify: pump wake-ups by inotify (False: poll the files).
+        stack_on_kill: save the stacks of workers a terminate is about to SIGKILL.
     """
 
     def __init__(
@@ -174,6 +177,7 @@ class TorchrunHandle:
         sample_interval: float = 1.0,
         kill_wait_s: float = 5.0,
         use_inotify: bool = True,
+        stack_on_kill: bool = True,
     ) -> None:
         self.job = job
         self._term_timeout = term_timeout_s
@@ -187,6 +191,7 @@ class TorchrunHandle:
         self._ranks: dict[int, _Rank] = {w.local_rank: _Rank(w) for w in job.workers}
         self._attempt = job.attempt
         self._esc = EscalationTable(kill_wait_s)
+        self._captures = CaptureSchedule() if stack_on_kill else None
         self._finished: RunFinished | None = None
         self._agent_fd: int | None = None
         try:
@@ -203,6 +208,7 @@ class TorchrunHandle:
         self._pump = OutputPump(self._on_output, use_inotify=use_inotify, name="attach-pump")
         self._sampler = StatsSampler(self._on_stats, interval=sample_interval)
         self._initial = self._info_locked()
+        self._stacks = StackCapture(lambda: self._initial.log_dir, self._notice)
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -301,6 +307,8 @@ class TorchrunHandle:
                 timeout = self._term_timeout if command.timeout_s is None else command.timeout_s
                 now = time.monotonic()
                 esc = self._esc.add(tuple(sent), int(sig), float(timeout), now)
+                if self._captures is not None:
+                    self._captures.add(esc, now, "terminate")
                 self._emit(
                     EscalationScheduled(tuple(sent), signal_name(sig), timeout, esc.deadline)
                 )
@@ -329,18 +337,14 @@ class TorchrunHandle:
                 return wanted
             targets = {r: self._ranks[r].worker.pid for r in wanted
                        if self._ranks[r].state.is_alive}
-            run_dir = self._initial.log_dir
         if not targets:
             return CommandResult(False, "not dumped: no rank of those is running")
-        dump = dump_stacks(targets, native=command.native, nonblocking=command.nonblocking)
+        dump = self._stacks.dump(targets, native=command.native,
+                                 nonblocking=command.nonblocking)
         if not dump.captured:
             first = next((f"rank {r.rank}: {r.error}" for r in dump.ranks if r.error), "")
             return CommandResult(False, f"no stack dumped: {dump.problem or first}",
                                  dump.to_dict())
-        try:
-            dump = save_dump(dump, run_dir)
-        except OSError as e:
-            logger.warning("stack dump not saved under %s: %s", run_dir, e)
         return CommandResult(True, "", dump.to_dict())
 
     def snapshot(self) -> RunInfo:
@@ -367,6 +371,7 @@ class TorchrunHandle:
         self._poke()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        self._stacks.join(timeout_s=2.0)  # a capture in flight ends before its SIGKILL anyway
         self._sampler.stop()
         self._pump.stop()
         with self._lock:
@@ -557,6 +562,9 @@ class TorchrunHandle:
                 }
                 agent_fd = self._agent_fd
                 deadline = self._esc.next_deadline()
+                capture = self._captures.next_time() if self._captures is not None else None
+                if capture is not None and (deadline is None or capture < deadline):
+                    deadline = capture
             poller = select.poll()
             for fd in fds:
                 poller.register(fd, select.POLLIN)
@@ -640,6 +648,10 @@ class TorchrunHandle:
             self._finish()  # the last orphan of a dead agent is gone
 
     def _escalate(self, now: float) -> None:
+        if self._captures is not None:
+            # Captures first, on threads of their own: they never delay a SIGKILL.
+            for targets, deadline, why in self._captures.due(now, self._live_pid):
+                self._stacks.before_kill(targets, deadline, why)
         for esc, survivors in self._esc.due(now):
             for r in survivors:
                 # The terminate's timeout ran out and the rank lives on: SIGKILL it.
@@ -653,6 +665,10 @@ class TorchrunHandle:
                 )
         for esc in self._esc.overdue(now):
             self._emit(EscalationFinished(esc.ranks, tuple(esc.killed)))
+
+    def _live_pid(self, rank: int) -> int | None:
+        r = self._ranks.get(rank)
+        return r.worker.pid if r is not None and r.state.is_alive else None
 
     def _look_for_attempt(self) -> None:
         workers = workers_of(self.job.agent_pid)

@@ -80,7 +80,7 @@ from engine.supervisor.publisher import Publisher
 from engine.supervisor.pump_link import PumpLink
 from engine.supervisor.rank_slot import RankSlot
 from engine.supervisor.run_config import SupervisorConfig
-from engine.supervisor.stack_capture import StackCapture, capture_time
+from engine.supervisor.stack_capture import CaptureSchedule, StackCapture
 from engine.supervisor.state import RunState, Wakeup
 from engine.supervisor.stats import StatsSampler
 from engine.supervisor.stopper import Stopper
@@ -125,11 +125,11 @@ class Supervisor:
         self._state.driven = driven
         self._wakeup = Wakeup()
         self._events = Publisher(self._state)
-        self._stacks = StackCapture(self._state, self._events, lambda: self._logs.run_log_dir)
+        self._stacks = StackCapture(lambda: self._logs.run_log_dir, self._say_capture)
         self._stopper = Stopper(
             self._state, self._events, kill_wait_s=config.kill_wait_s,
-            before_kill=self._stacks.before_kill if config.stack_on_kill else None,
-            capture_at=capture_time,
+            before_kill=self._before_kill if config.stack_on_kill else None,
+            captures=CaptureSchedule(),
         )
         self._pump = PumpLink(
             config, self._prefixes, self._events.publish_now, self._state.activity
@@ -489,6 +489,20 @@ class Supervisor:
         return self._guard.pid
 
     # -- watchdog hooks (called on torch's watchdog thread) -------------------------------
+
+    # -- stack captures before a SIGKILL ---------------------------------------------------
+
+    def _before_kill(self, targets: dict[int, int], deadline: float, why: str) -> None:
+        """The Stopper's hook (lock held): dump ``targets`` before their SIGKILL, the dump
+        naming the ranks as a person knows them (global on many nodes)."""
+        shown = {self._state.shown(rank): pid for rank, pid in targets.items()}
+        self._stacks.before_kill(shown, deadline, why)
+
+    def _say_capture(self, message: str) -> None:
+        """A capture's notice, from its own thread."""
+        with self._state.lock:
+            self._events.notice(message, "information")
+        self._events.flush()
 
     def _on_timer_expired(self, pid: int, scope: str) -> None:
         with self._state.lock:

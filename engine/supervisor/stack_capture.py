@@ -12,10 +12,14 @@ not. The dump is saved under ``<run_dir>/stacks/`` and announced in a notice.
 
 A dump a person asks for runs on the caller's thread (a viewer's connection, the TUI's
 worker), without the state lock: only the ranks' pids are read under it.
+
+``CaptureSchedule`` says which escalations still owe a capture and when; the Supervisor's
+``Stopper`` and the torchrun handle (which escalates on its own) both keep one.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -28,10 +32,9 @@ from engine.forensics.stacks import (
     dump_stacks,
     save_dump,
 )
-from engine.supervisor.publisher import Publisher
-from engine.supervisor.state import RunState
+from engine.supervisor.escalation import Escalation
 
-__all__ = ["MIN_DUMP_S", "StackCapture", "capture_time"]
+__all__ = ["MIN_DUMP_S", "CaptureSchedule", "StackCapture", "capture_time"]
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +58,72 @@ def _joined(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
-class StackCapture:
-    """Runs the run's stack dumps and saves them under its run directory.
+class CaptureSchedule:
+    """The captures owed before SIGKILLs: one per escalation, due at ``capture_at``.
+
+    A capture is dropped once every rank of its escalation exited or its SIGKILL went out,
+    and a pid is dumped once (a rank stopped twice). Not thread-safe: its owner's lock
+    guards it.
 
     Args:
-        state: The run (its lock is taken briefly to announce a capture).
-        events: Where the notice of a capture goes.
-        run_dir: The run's directory once it exists (None before).
+        capture_at: When, for an escalation sent at ``now`` with SIGKILL at ``deadline``,
+            to start its capture.
     """
 
-    def __init__(
-        self, state: RunState, events: Publisher, run_dir: Callable[[], str | None]
-    ) -> None:
-        self._state = state
-        self._events = events
+    def __init__(self, capture_at: Callable[[float, float], float] = capture_time) -> None:
+        self._capture_at = capture_at
+        self._heap: list[tuple[float, int, Escalation, str]] = []
+        """(when, escalation id, escalation, why): captures not yet started."""
+        self._captured: set[int] = set()
+
+    def add(self, esc: Escalation, now: float, why: str) -> None:
+        """Owe a capture of ``esc``'s ranks (just signalled at ``now``) before its SIGKILL."""
+        heapq.heappush(self._heap, (self._capture_at(now, esc.deadline), esc.id, esc, why))
+
+    def next_time(self) -> float | None:
+        """When the next capture is due (``time.monotonic()``), None if none is owed."""
+        while self._heap and not _owed(self._heap[0][2]):
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def due(
+        self, now: float, pid_of: Callable[[int], int | None]
+    ) -> list[tuple[dict[int, int], float, str]]:
+        """The captures to start now: (rank -> pid, SIGKILL deadline, why) each.
+
+        ``pid_of(rank)`` is the rank's live pid, None once it exited.
+        """
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            _, _, esc, why = heapq.heappop(self._heap)
+            if not _owed(esc):
+                continue
+            targets = {}
+            for r in sorted(esc.alive):
+                pid = pid_of(r)
+                if pid is not None and pid not in self._captured:
+                    targets[r] = pid
+            if targets:
+                self._captured.update(targets.values())
+                out.append((targets, esc.deadline, why))
+        return out
+
+
+def _owed(esc: Escalation) -> bool:
+    return not esc.done and esc.kill_deadline is None
+
+
+class StackCapture:
+    """Runs a run's stack dumps and saves them under its run directory.
+
+    Args:
+        run_dir: The run's directory once it exists (None or "" before: nothing is saved).
+        say: Tells a person about a capture before a SIGKILL (called on the capture's
+            thread with one line).
+    """
+
+    def __init__(self, run_dir: Callable[[], str | None], say: Callable[[str], None]) -> None:
+        self._say = say
         self._run_dir = run_dir
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -97,15 +152,14 @@ class StackCapture:
     def before_kill(self, targets: dict[int, int], deadline: float, why: str) -> None:
         """Start a dump of ``targets``, to be over before ``deadline`` (``time.monotonic``).
 
-        Called with the state lock held (by the Stopper): only starts a thread.
+        ``targets`` are keyed as a person knows the ranks: the dump names them so. Called
+        with its owner's lock held: only starts a thread.
         """
         left = deadline - time.monotonic() - _MARGIN_S
         if left < MIN_DUMP_S or not targets:
             return
-        # Keyed as a person knows the ranks: the dump names them (global on many nodes).
-        shown = {self._state.shown(rank): pid for rank, pid in targets.items()}
         thread = threading.Thread(
-            target=self._capture, args=(shown, left, why),
+            target=self._capture, args=(dict(targets), left, why),
             name="rankvisor-stack-capture", daemon=True,
         )
         with self._lock:
@@ -127,9 +181,7 @@ class StackCapture:
                        f"{dump.problem}")
         else:
             return  # they exited meanwhile: nothing to keep, nothing to say
-        with self._state.lock:
-            self._events.notice(message, "information")
-        self._events.flush()
+        self._say(message)
 
     def join(self, timeout_s: float) -> None:
         """Wait (bounded) for captures in flight: each ends before its deadline anyway."""

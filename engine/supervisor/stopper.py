@@ -10,7 +10,6 @@ state lock; events are queued on the publisher and delivered after the lock is r
 
 from __future__ import annotations
 
-import heapq
 import logging
 import signal
 import time
@@ -23,9 +22,10 @@ from engine.process.proc_table import is_stopped
 from engine.process.rank_process import send_signal_all
 from engine.process.signals import signal_name
 from engine.states import RankState
-from engine.supervisor.escalation import Escalation, EscalationTable
+from engine.supervisor.escalation import EscalationTable
 from engine.supervisor.publisher import Publisher
 from engine.supervisor.rank_slot import RankSlot, StopReason
+from engine.supervisor.stack_capture import CaptureSchedule
 from engine.supervisor.state import RunState
 
 __all__ = ["Stopper"]
@@ -46,8 +46,7 @@ class Stopper:
         kill_wait_s: How long to wait for a reap after SIGKILL before giving up on a rank.
         before_kill: Started at each escalation's capture time (see
             ``engine.supervisor.stack_capture``) with its ranks still alive; None: nothing.
-        capture_at: When, for an escalation sent at ``now`` with SIGKILL at ``deadline``,
-            to call ``before_kill`` (``capture_at(now, deadline)``).
+        captures: When each escalation's ``before_kill`` is due (None: never).
     """
 
     def __init__(
@@ -56,31 +55,22 @@ class Stopper:
         events: Publisher,
         kill_wait_s: float,
         before_kill: BeforeKill | None = None,
-        capture_at: Callable[[float, float], float] | None = None,
+        captures: CaptureSchedule | None = None,
     ) -> None:
         self._state = state
         self._events = events
         self._escalations = EscalationTable(kill_wait_s=kill_wait_s)
         self._before_kill = before_kill
-        self._capture_at = capture_at
-        self._captures: list[tuple[float, int, Escalation, str]] = []
-        """(when, escalation id, escalation, why): a heap of captures not yet started."""
-        self._captured: set[int] = set()
-        """Pids already dumped before a SIGKILL (a rank in two escalations: once)."""
+        self._captures = captures if before_kill is not None else None
 
     def next_deadline(self) -> float | None:
         """When the monitor must wake next for an escalation (``time.monotonic()``): a
         SIGKILL, the end of the wait after one, or the start of a capture before one."""
         deadline = self._escalations.next_deadline()
-        while self._captures and not self._pending_capture(self._captures[0][2]):
-            heapq.heappop(self._captures)
-        if self._captures and (deadline is None or self._captures[0][0] < deadline):
-            return self._captures[0][0]
+        capture = self._captures.next_time() if self._captures is not None else None
+        if capture is not None and (deadline is None or capture < deadline):
+            return capture
         return deadline
-
-    @staticmethod
-    def _pending_capture(esc: Escalation) -> bool:
-        return not esc.done and esc.kill_deadline is None
 
     def stop_ranks(
         self, slots: list[RankSlot], reason: StopReason, sig: int, timeout: float
@@ -116,11 +106,8 @@ class Stopper:
         now = time.monotonic()
         esc = self._escalations.add(ranks, int(sig), timeout, now)
         self._events.emit(EscalationScheduled(ranks, signal_name(sig), timeout, esc.deadline))
-        if self._before_kill is not None and self._capture_at is not None and (
-            sig != signal.SIGKILL
-        ):
-            when = self._capture_at(now, esc.deadline)
-            heapq.heappush(self._captures, (when, esc.id, esc, reason))
+        if self._captures is not None and sig != signal.SIGKILL:
+            self._captures.add(esc, now, reason)
 
     def signal_slots(self, slots: list[RankSlot], sig: int) -> list[int]:
         """Send a stop signal to every slot's process group and descendants; the ranks
@@ -183,24 +170,18 @@ class Stopper:
         self._events.emit(RanksSignalled(ranks_t, name, by, reason, now / 1e9))
 
     def _start_captures(self, now: float) -> None:
-        while self._captures and self._captures[0][0] <= now:
-            _, _, esc, why = heapq.heappop(self._captures)
-            if not self._pending_capture(esc) or self._before_kill is None:
-                continue
-            targets = {}
-            for r in sorted(esc.alive):
-                slot = self._state.slots[r]
-                pid = slot.pid
-                if slot.alive and pid is not None and pid not in self._captured:
-                    targets[r] = pid
-            if not targets:
-                continue
-            self._captured.update(targets.values())
+        if self._captures is None or self._before_kill is None:
+            return
+        for targets, deadline, why in self._captures.due(now, self._live_pid):
             try:
-                self._before_kill(targets, esc.deadline, why)
+                self._before_kill(targets, deadline, why)
             except Exception:  # noqa: BLE001 - a capture must never cost a SIGKILL
                 log.exception("stack capture of rank(s) %s failed to start",
-                              self._state.ranks_text(esc.ranks))
+                              self._state.ranks_text(targets))
+
+    def _live_pid(self, rank: int) -> int | None:
+        slot = self._state.slots[rank]
+        return slot.pid if slot.alive else None
 
     def rank_gone(self, rank: int) -> None:
         """``rank`` exited: finish every escalation that was waiting only for it."""

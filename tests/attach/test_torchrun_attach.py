@@ -267,6 +267,9 @@ def test_terminate_rank_one_and_what_torchrun_does(torchrun: Any) -> None:
 
 
 def test_sigterm_ignored_gets_sigkill_after_the_timeout(torchrun: Any) -> None:
+    """...with the worker's stack saved under the job's log dir before that SIGKILL."""
+    from engine.forensics.stacks import find_py_spy
+
     job = torchrun("--interval", "0.05", "--ignore-sigterm", "0")
     job.workers()
     handle = TorchrunHandle.attach(job.log_dir)
@@ -274,13 +277,23 @@ def test_sigterm_ignored_gets_sigkill_after_the_timeout(torchrun: Any) -> None:
     try:
         handle.watch(events)
         wait_until(lambda: len(_numbered(events.lines(0), 0)) >= 3, timeout=SLOW)
-        assert handle.execute(TerminateRanks((0,), timeout_s=1.0)).ok
+        assert handle.execute(TerminateRanks((0,), timeout_s=3.0)).ok
         final = wait_until(lambda: events.final(0), timeout=30)
         assert final.signal_name == "SIGKILL" and final.caused_by_us
         finished = wait_until(lambda: events.of(EscalationFinished), timeout=10)
         assert finished[0].ranks == (0,) and finished[0].killed == (0,)
         # It ignored SIGTERM: it wrote on after the signal.
         assert len(_numbered(events.lines(0), 0)) > 3
+        if find_py_spy() is not None:
+            notices = [e for e in events.of(SupervisorNotice) if "before SIGKILL" in e.message]
+            assert len(notices) == 1 and notices[0].message.startswith(
+                "rank(s) 0: stack saved before SIGKILL: "), notices
+            # Saved before the kill: the notice came before the rank's end.
+            assert list(events).index(notices[0]) < list(events).index(final)
+            path = Path(notices[0].message.rpartition(": ")[2])
+            assert path.parent == Path(handle.snapshot().log_dir) / "stacks"
+            text = path.read_text()
+            assert "before SIGKILL (terminate)" in text and "--- rank 0 " in text
     finally:
         handle.detach()
 
@@ -372,6 +385,12 @@ def test_attach_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     run.mkdir(parents=True)
     with pytest.raises(AttachError, match="no live torchrun worker"):
         find_by_log_dir(str(tmp_path))
+    # --no-stack-on-kill is the torchrun handle's: a run of rankvisor's own took it at run.
+    from tui.attach import main as attach_main
+
+    assert attach_main(["--no-stack-on-kill"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--no-stack-on-kill goes with --torchrun" in err, err
 
 
 def test_agent_killed_leaves_orphans_that_can_still_be_ended(torchrun: Any) -> None:

@@ -363,3 +363,26 @@ def test_a_capture_never_starts_too_close_to_its_deadline() -> None:
     assert capture_time(now, now + 30.0, 1.0) == now + 29.0
     assert capture_time(now, now + 1.0, 1.0) == now + 0.5
     assert signal.SIGKILL  # the capture is for escalations that end in one
+
+
+def test_the_capture_schedule_owes_one_capture_per_escalation_and_one_per_pid() -> None:
+    from engine.supervisor.escalation import EscalationTable
+    from engine.supervisor.stack_capture import CaptureSchedule
+
+    table = EscalationTable(kill_wait_s=5.0)
+    schedule = CaptureSchedule(lambda now, deadline: deadline - 1.0)
+    pids = {0: 100, 1: 101, 2: 102}
+    first = table.add((0, 1), signal.SIGTERM, 10.0, now=0.0)
+    schedule.add(first, 0.0, "terminate")
+    second = table.add((1,), signal.SIGINT, 5.0, now=1.0)
+    schedule.add(second, 1.0, "signal")
+    gone = table.add((2,), signal.SIGTERM, 3.0, now=1.0)
+    schedule.add(gone, 1.0, "teardown")
+    table.rank_gone(2)  # rank 2 exited on its own: its capture is no longer owed
+    assert schedule.next_time() == 5.0
+    assert schedule.due(4.9, pids.get) == []
+    # Rank 1's pid is dumped with the second escalation; the first one then takes rank 0 only.
+    assert schedule.due(5.0, pids.get) == [({1: 101}, 6.0, "signal")]
+    assert schedule.next_time() == 9.0
+    assert schedule.due(9.0, pids.get) == [({0: 100}, 10.0, "terminate")]
+    assert schedule.next_time() is None
