@@ -46,6 +46,7 @@ def run_tui(
     go to ``RankvisorApp``; ``on_app`` is given the app before it runs; ``detach_message``
     replaces the attach hint printed after a detach.
     """
+    kwargs.setdefault("freeze_heap", not headless)  # tests drive it headless: no freeze
     app = RankvisorApp(handle, **kwargs)
     if on_app is not None:
         on_app(app)

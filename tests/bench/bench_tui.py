@@ -262,7 +262,7 @@ async def run_config(
             handle = RemoteHandle.connect(started.socket, name="bench")
         else:
             handle = Supervisor(config)
-        app = BenchApp(handle)
+        app = BenchApp(handle, freeze_heap=True)  # as `rankvisor run` does
         skipped_lines = [0]
         drain = app.bridge.drain
 

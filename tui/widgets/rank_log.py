@@ -5,6 +5,12 @@ renders only the rows on screen, each on demand with ``Text.from_ansi`` (through
 ``display_text``) and an LRU of strips keyed by the line's absolute index. A batch of a
 thousand new lines costs a deque extend and one refresh, not a thousand widget writes.
 
+The LRU holds twice the rows on screen, no more: each Strip carries Textual's own caches
+(half a dozen small objects, and the strips derived from it), all of which Python's cyclic
+GC walks in every full collection. At 1024 strips per pane, 8 flooding panes kept about 45k
+such objects alive and each full collection took 100-300 ms of the UI thread: the tail of
+the key-to-screen latency (``tests/bench/bench_tui.py``).
+
 Following: the log sticks to its tail until the user scrolls up, and follows again when they
 scroll back to the bottom (or press space, which pauses and resumes following explicitly).
 While not following, the visible lines stay put even as old lines fall off the ring.
@@ -17,6 +23,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
+from textual import events
 from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.strip import Strip
@@ -25,7 +32,10 @@ from tui.model import LineBuffer
 from tui.widgets.ansi import display_text, safe_line
 from tui.widgets.follow import FollowingScrollView
 
-__all__ = ["RankLog"]
+__all__ = ["MIN_CACHED_STRIPS", "RankLog"]
+
+MIN_CACHED_STRIPS = 16
+"""The strip LRU's size before the first resize, and its floor after (twice the rows)."""
 
 
 class RankLog(FollowingScrollView, can_focus=False):
@@ -47,7 +57,7 @@ class RankLog(FollowingScrollView, can_focus=False):
     def __init__(self, buffer: LineBuffer | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._buffer = buffer if buffer is not None else LineBuffer(1)
-        self._strips: LRUCache[tuple[int, int, int, int], Strip] = LRUCache(1024)
+        self._strips: LRUCache[tuple[int, int, int, int], Strip] = LRUCache(128)
         self._seen_evicted = self._buffer.evicted
         self._seen_version = -1
 
@@ -70,6 +80,10 @@ class RankLog(FollowingScrollView, can_focus=False):
     def on_mount(self) -> None:
         super().on_mount()
         self.sync()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Enough for every row on screen and as many again (a scroll of a page reuses them).
+        self._strips.maxsize = max(MIN_CACHED_STRIPS, event.size.height + 8)
 
     # -- updating --------------------------------------------------------------------------
 
