@@ -659,3 +659,30 @@ async def test_the_header_and_pane_call_a_rank_we_stopped_stopped_not_failed() -
         header = as_text(app.main_screen.query_one(RunSummary).render())
         assert "1 failed" in header and "1 stopped by rankvisor" in header
         assert "signalled" not in header
+
+
+async def test_a_run_freezes_the_heap_once_drawn_and_panes_cache_only_their_rows(
+    four_ranks: ScriptedSupervisor,
+) -> None:
+    """What keeps the garbage collector's full passes short under a flood of lines (the
+    UI benchmark's key-to-screen tail): the long-lived heap frozen after the first frame,
+    and each pane's strip cache sized to its rows."""
+    import gc
+
+    from tui.widgets.rank_log import MIN_CACHED_STRIPS
+
+    assert gc.get_freeze_count() == 0
+    app = make_app(four_ranks, freeze_heap=True)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            assert gc.get_freeze_count() > 10_000  # the modules, classes and widgets
+            log = pane(app, 0).query_one(RankLog)
+            assert log._strips.maxsize == max(MIN_CACHED_STRIPS, log.size.height + 8)
+            assert log._strips.maxsize < 100
+    finally:
+        gc.unfreeze()  # this test process goes on: let its objects be collected again
+    plain = make_app(four_ranks)  # as the tests drive it: nothing frozen
+    async with plain.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert gc.get_freeze_count() == 0
