@@ -600,14 +600,7 @@ def _connect_and_run(
         _say(command, f"cannot reach the supervisor at {entry.socket}: {e.strerror or e}")
         return EXIT_REFUSED
     try:
-        try:
-            cmd = build(handle)
-        except _Usage as e:
-            print(f"{PROG} {command}: error: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        except _Refused as e:
-            _say(command, str(e))
-            return EXIT_REFUSED
+        cmd = build(handle)  # _Usage and _Refused are said by ``main``, as for every command
         result: CommandResult = handle.execute(cmd)
         if show is not None:
             show(result)
