@@ -46,6 +46,19 @@ def wait_until(
         time.sleep(interval)
 
 
+def limit_memory(memory_dir: str, limit: int) -> None:
+    """A memory limit on one cgroup, with no swap to spill into."""
+    if os.path.exists(os.path.join(memory_dir, "memory.max")):  # v2
+        Path(memory_dir, "memory.max").write_text(str(limit))
+        if os.path.exists(os.path.join(memory_dir, "memory.swap.max")):
+            Path(memory_dir, "memory.swap.max").write_text("0")
+        return
+    Path(memory_dir, "memory.limit_in_bytes").write_text(str(limit))
+    memsw = Path(memory_dir, "memory.memsw.limit_in_bytes")
+    if memsw.exists():
+        memsw.write_text(str(limit))  # memory + swap: no swap either
+
+
 def pid_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
     try:

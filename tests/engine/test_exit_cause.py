@@ -32,7 +32,7 @@ from engine.forensics.exit_cause import (
 from engine.process import cgroups
 from engine.supervisor import Supervisor
 from engine.supervisor.run_config import SupervisorConfig
-from tests.conftest import BIN, PYTHON, pid_alive, wait_until
+from tests.conftest import BIN, PYTHON, limit_memory, pid_alive, wait_until
 
 DIE_OF = str(BIN / "die_of.py")
 
@@ -195,19 +195,6 @@ def _probe_memory_cgroup() -> tuple[str | None, str | None]:
 _MEMORY_KIND, _NO_MEMORY_CGROUP = _probe_memory_cgroup()
 
 
-def _limit_memory(memory_dir: str, limit: int) -> None:
-    """A memory limit on one cgroup, with no swap to spill into."""
-    if os.path.exists(os.path.join(memory_dir, "memory.max")):  # v2
-        Path(memory_dir, "memory.max").write_text(str(limit))
-        if os.path.exists(os.path.join(memory_dir, "memory.swap.max")):
-            Path(memory_dir, "memory.swap.max").write_text("0")
-        return
-    Path(memory_dir, "memory.limit_in_bytes").write_text(str(limit))
-    memsw = Path(memory_dir, "memory.memsw.limit_in_bytes")
-    if memsw.exists():
-        memsw.write_text(str(limit))
-
-
 @pytest.mark.parametrize("kind", ["v1", "v2"])
 def test_an_oom_kill_in_the_ranks_memory_cgroup_is_named(
     run: Any, tmp_path: Path, kind: str
@@ -221,7 +208,7 @@ def test_an_oom_kill_in_the_ranks_memory_cgroup_is_named(
     pid = _ready_pid(tmp_path, 0)
     memory_dir = cgroups.cgroup_dirs_of(pid).get("memory") or cgroups.cgroup_dirs_of(pid)["v2"]
     assert "rankvisor-" in memory_dir, memory_dir
-    _limit_memory(memory_dir, 96 << 20)
+    limit_memory(memory_dir, 96 << 20)
     (tmp_path / "go").touch()
     cause = _ended(sup, events)
     assert cause.code == "oom_killed"
@@ -258,7 +245,7 @@ def test_without_a_cgroup_of_its_own_the_kernel_log_names_the_oom_kill(
                     "kernel.dmesg_restrict=1)")
     sup, events = run(1, "oom", cgroups_mode="0")  # process-tree tracking: nothing counts
     pid = _ready_pid(tmp_path, 0)
-    _limit_memory(memory_cgroup, 96 << 20)
+    limit_memory(memory_cgroup, 96 << 20)
     Path(memory_cgroup, "cgroup.procs").write_text(str(pid))
     (tmp_path / "go").touch()
     cause = _ended(sup, events)

@@ -27,7 +27,7 @@ from engine.process.rank_process import RankProcess
 from engine.states import RankState
 from engine.supervisor import Supervisor
 from engine.supervisor.run_config import SupervisorConfig
-from tests.conftest import BIN, PYTHON, pid_alive, wait_until
+from tests.conftest import BIN, PYTHON, limit_memory, pid_alive, wait_until
 
 ROOT = Path(__file__).parents[2]
 ESCAPER = str(BIN / "escaper.py")
@@ -250,7 +250,7 @@ def test_an_oom_kill_shows_in_the_rank_stats_and_in_the_rank_info(
     (rank,) = leftovers.read(tmp_path / "0.pids")
     memory_dir = cgroups.cgroup_dirs_of(rank).get("memory") or cgroups.cgroup_dirs_of(rank)["v2"]
     assert "rankvisor-" in memory_dir, memory_dir
-    _limit_memory(memory_dir, 160 << 20)
+    limit_memory(memory_dir, 160 << 20)
     info = sup.snapshot().ranks[0]
     assert info.oom_kills == 0 and not info.oom_killed
     events = supervise.events
@@ -387,16 +387,3 @@ def _guard_of(rankvisor: int) -> int:
                 found.add(kid)
     assert len(found) == 1, found
     return found.pop()
-
-
-def _limit_memory(memory_dir: str, limit: int) -> None:
-    """A memory limit on one cgroup, with no swap to spill into."""
-    if os.path.exists(os.path.join(memory_dir, "memory.max")):  # v2
-        Path(memory_dir, "memory.max").write_text(str(limit))
-        if os.path.exists(os.path.join(memory_dir, "memory.swap.max")):
-            Path(memory_dir, "memory.swap.max").write_text("0")
-        return
-    Path(memory_dir, "memory.limit_in_bytes").write_text(str(limit))
-    memsw = Path(memory_dir, "memory.memsw.limit_in_bytes")
-    if memsw.exists():
-        memsw.write_text(str(limit))  # memory + swap: no swap either
