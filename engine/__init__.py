@@ -7,13 +7,13 @@ this package starts nothing, installs nothing and never imports torch, textual o
 
 from __future__ import annotations
 
-from engine._lazy import face
-from engine.errors import ProcessFailure
-from engine.logs_specs import DefaultLogsSpecs, LogsDest, LogsSpecs
-from engine.pcontext import PContext, RunProcsResult, SignalException
-from engine.start import start_processes
-from engine.std import Std, to_map
-from engine.subprocess_context import SubprocessContext
+from ._lazy import face
+from .errors import ProcessFailure
+from .logs_specs import DefaultLogsSpecs, LogsDest, LogsSpecs
+from .pcontext import PContext, RunProcsResult, SignalException
+from .start import start_processes
+from .std import Std, to_map
+from .subprocess_context import SubprocessContext
 
 __all__ = [
     "DefaultLogsSpecs",

@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, Union
 
-from engine.states import RankState
+from .states import RankState
 
 if TYPE_CHECKING:
-    from engine.errors import ProcessFailure
-    from engine.forensics.exit_cause import ExitCause
-    from engine.result import RunProcsResult
+    from .errors import ProcessFailure
+    from .forensics.exit_cause import ExitCause
+    from .result import RunProcsResult
 
 Stream = Literal["stdout", "stderr", "filtered_stdout", "filtered_stderr"]
 """``filtered_*`` are the duplicate-filter streams (filtered_stdout.log / filtered_stderr.log)."""

@@ -17,12 +17,12 @@ import signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
 
-from engine.events import EventSink
-from engine.process.signals import check_signal
-from engine.states import RankState
+from .events import EventSink
+from .process.signals import check_signal
+from .states import RankState
 
 if TYPE_CHECKING:
-    from engine.forensics.exit_cause import ExitCause
+    from .forensics.exit_cause import ExitCause
 
 
 @dataclass(frozen=True, slots=True)

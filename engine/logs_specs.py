@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from engine.std import Std, to_map
+from .std import Std, to_map
 
 __all__ = ["DefaultLogsSpecs", "LogsDest", "LogsSpecs"]
 

@@ -50,13 +50,13 @@ import tempfile
 import time
 from typing import Any, Callable, Final, Optional
 
-from engine.errors import ProcessFailure
-from engine.logs_specs import LogsSpecs
-from engine.pcontext import PContext, RunProcsResult, ended_result
-from engine.process import numa
-from engine.process import spawner as _spawner
-from engine.process.mp_bootstrap import RankSpec, run_rank
-from engine.process.rank_process import RankProcess, send_signal_all, wait_any
+from .errors import ProcessFailure
+from .logs_specs import LogsSpecs
+from .pcontext import PContext, RunProcsResult, ended_result
+from .process import numa
+from .process import spawner as _spawner
+from .process.mp_bootstrap import RankSpec, run_rank
+from .process.rank_process import RankProcess, send_signal_all, wait_any
 
 __all__ = ["MultiprocessContext"]
 

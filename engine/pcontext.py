@@ -31,9 +31,9 @@ import weakref
 from types import FrameType
 from typing import Any, Callable, Final, Optional, TextIO, Union
 
-from engine.errors import ProcessFailure
-from engine.logs_specs import LogsSpecs
-from engine.result import RunProcsResult
+from .errors import ProcessFailure
+from .logs_specs import LogsSpecs
+from .result import RunProcsResult
 
 __all__ = ["PContext", "RunProcsResult", "SignalException", "ended_result"]
 
@@ -126,7 +126,7 @@ class PContext(abc.ABC):
         if not (logs_dest.tee_stdouts or logs_dest.tee_stderrs or duplicate_stdout_filters
                 or duplicate_stderr_filters):
             return  # nothing to tail: no TailLog threads, no import
-        from engine.tail_log import TailLog
+        from .tail_log import TailLog
 
         self._tail_logs = [
             TailLog(name, logs_dest.tee_stdouts, sys.stdout, log_line_prefixes),
@@ -248,7 +248,7 @@ class PContext(abc.ABC):
         self, path: str, tee_files: dict[int, str], filters: list[str]
     ) -> TextIO:
         """Open a filtered_*.log and tail the tee'd files into it, lines with a filter only."""
-        from engine.tail_log import TailLog
+        from .tail_log import TailLog
 
         dst = open(path, mode="w", errors="replace", buffering=1)  # noqa: SIM115 - close()
         try:

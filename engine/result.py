@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import ProcessFailure
+from .errors import ProcessFailure
 
 __all__ = ["RunProcsResult"]
 

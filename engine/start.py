@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
-from engine.logs_specs import LogsSpecs
-from engine.pcontext import PContext, _validate_full_rank
-from engine.subprocess_context import SubprocessContext
+from .logs_specs import LogsSpecs
+from .pcontext import PContext, _validate_full_rank
+from .subprocess_context import SubprocessContext
 
 __all__ = ["start_processes"]
 
@@ -69,7 +69,7 @@ def start_processes(
         )
     else:
         # Imported here: function ranks are the only path that may need multiprocessing.
-        from engine.multiprocess_context import MultiprocessContext
+        from .multiprocess_context import MultiprocessContext
 
         context = MultiprocessContext(
             name=name,

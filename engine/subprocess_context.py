@@ -28,18 +28,18 @@ import signal
 import time
 from typing import Any, Optional
 
-from engine.errors import ChildFailedError, ProcessFailure
-from engine.logs_specs import LogsSpecs
-from engine.pcontext import PContext, RunProcsResult, ended_result
-from engine.process import numa
-from engine.process.rank_process import (
+from .errors import ChildFailedError, ProcessFailure
+from .logs_specs import LogsSpecs
+from .pcontext import PContext, RunProcsResult, ended_result
+from .process import numa
+from .process.rank_process import (
     RankProcess,
     on_spawner_thread,
     resolve_program,
     send_signal_all,
     wait_any,
 )
-from engine.subprocess_handler import SubprocessHandler
+from .subprocess_handler import SubprocessHandler
 
 __all__ = ["SubprocessContext"]
 

@@ -15,8 +15,8 @@ import signal
 import subprocess
 from typing import IO, Any, Collection, Optional
 
-from engine.process import numa
-from engine.process.rank_process import RankProcess
+from .process import numa
+from .process.rank_process import RankProcess
 
 __all__ = ["SubprocessHandler", "get_subprocess_handler"]
 

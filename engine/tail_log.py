@@ -34,9 +34,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, TextIO
 
-from engine.output.console import ConsoleSink
-from engine.output.lines import DEFAULT_MAX_LINE_CHARS
-from engine.output.pump import OutputPump
+from .output.console import ConsoleSink
+from .output.lines import DEFAULT_MAX_LINE_CHARS
+from .output.pump import OutputPump
 
 __all__ = ["TailLog"]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast
 
-from engine.events import (
+from .events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -47,7 +47,7 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.forensics.stacks import (
+from .forensics.stacks import (
     Frame,
     RankStack,
     StackDump,
@@ -56,7 +56,7 @@ from engine.forensics.stacks import (
     merge,
     save_dump,
 )
-from engine.handle import (
+from .handle import (
     Command,
     CommandResult,
     DumpStacks,
@@ -69,13 +69,13 @@ from engine.handle import (
     TerminateRanks,
     command_problem,
 )
-from engine.logfile.arrival import ArrivalWriter, arrival_path
-from engine.states import RankState
+from .logfile.arrival import ArrivalWriter, arrival_path
+from .states import RankState
 
 if TYPE_CHECKING:
     # ScriptedFailure / ScriptedResult stand in for these in the events (duck-typed).
-    from engine.errors import ProcessFailure
-    from engine.result import RunProcsResult
+    from .errors import ProcessFailure
+    from .result import RunProcsResult
 
 __all__ = [
     "BASE_PID",

@@ -20,10 +20,12 @@ from typing import Awaitable, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.events import RankStateChanged  # noqa: E402
-from engine.handle import TerminateRanks  # noqa: E402
-from engine.states import RankState  # noqa: E402
-from engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
+from rankvisor.engine.events import RankStateChanged  # noqa: E402
+from rankvisor.engine.handle import TerminateRanks  # noqa: E402
+from rankvisor.engine.states import RankState  # noqa: E402
+from rankvisor.engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
+from rankvisor.tui.app import RankvisorApp, make_app  # noqa: E402
+
 from tests.scenarios import (  # noqa: E402
     failure_script,
     play_rounds,
@@ -34,7 +36,6 @@ from tests.scenarios import (  # noqa: E402
     suspect_script,
     write_timeline_files,
 )
-from tui.app import RankvisorApp, make_app  # noqa: E402
 
 Scene = Callable[[Path], tuple[RankvisorApp, Callable[..., Awaitable[None]] | None]]
 

@@ -15,16 +15,23 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
-from engine.events import Event, RankOutput, RankStateChanged, RankStats, SupervisorNotice
-from engine.forensics.exit_cause import ExitFacts, classify
-from engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
-from engine.handle import RankInfo, RunInfo
-from engine.states import RankState
-from engine.testing import BASE_PID, EPOCH, Checkpoint, ScriptedFailure, ScriptItem, rank_paths
+from rankvisor.engine.events import Event, RankOutput, RankStateChanged, RankStats, SupervisorNotice
+from rankvisor.engine.forensics.exit_cause import ExitFacts, classify
+from rankvisor.engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
+from rankvisor.engine.handle import RankInfo, RunInfo
+from rankvisor.engine.states import RankState
+from rankvisor.engine.testing import (
+    BASE_PID,
+    EPOCH,
+    Checkpoint,
+    ScriptedFailure,
+    ScriptItem,
+    rank_paths,
+)
 
 if TYPE_CHECKING:
-    from engine.errors import ProcessFailure
-    from engine.result import RunProcsResult
+    from rankvisor.engine.errors import ProcessFailure
+    from rankvisor.engine.result import RunProcsResult
 
 __all__ = [
     "recorded_stacks",
@@ -271,8 +278,8 @@ def suspect_script(run_dir: str | os.PathLike[str] | None = None) -> list[Script
     """``failure_script``, but rank 3 had stalled before it (a last warning, then nothing)
     and the run ends with the supervisor naming rank 3 the suspect (rank 2 stays torch's
     root cause)."""
-    from engine.events import RunFinished, Suspect
-    from engine.testing import ScriptedResult
+    from rankvisor.engine.events import RunFinished, Suspect
+    from rankvisor.engine.testing import ScriptedResult
 
     items = failure_script(run_dir)
     stall = "UserWarning: rank 3: WARNING data loader worker has not answered (stalled)"
@@ -308,7 +315,7 @@ def write_timeline_files(run_dir: str | os.PathLike[str]) -> None:
     warning, rank 2 raises at EPOCH + 42 and ranks 0 and 1 fail in the collective after."""
     import struct
 
-    from engine.logfile.arrival import MAGIC, arrival_path
+    from rankvisor.engine.logfile.arrival import MAGIC, arrival_path
 
     info = scripted_info(4, run_dir=run_dir)
     sec = 1_000_000_000

@@ -112,7 +112,7 @@ def test_log_dir_not_writable(
         assert_refused(rankvisor("run", "--log-dir", str(locked), SV_RANK), "not writable")
         return
     # root may write anywhere, so make the permission check see what a user would see.
-    from tui.cli import main
+    from rankvisor.tui.cli import main
 
     real_access = os.access
     monkeypatch.setattr(
@@ -201,7 +201,7 @@ def test_a_rank_the_teardown_stopped_is_named_apart_not_as_a_failure(tmp_path: P
 
 
 def test_serve_is_dispatched_to_tui_serve() -> None:
-    import tui.serve  # noqa: F401 - our own module: a broken import fails the test
+    import rankvisor.tui.serve  # noqa: F401 - our own module: a broken import fails the test  # noqa: F401
 
     res = rankvisor("serve", "--help")
     assert res.returncode == 0 and "usage:" in res.stdout
@@ -259,7 +259,7 @@ def _exit_of(pid: int, screen: _Screen) -> int:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_foreground_tui_on_a_signal_stops_the_ranks_and_exits(tmp_path: Path, sig: int) -> None:
     """The table's last row: the TUI with the supervisor inside ends the run with it."""
-    import tui.app  # noqa: F401 - our own module: a broken import fails, never skips
+    import rankvisor.tui.app  # noqa: F401 - our own module: a broken import fails, never skips  # noqa: F401
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     pid, fd = _tui_on_a_terminal(
@@ -334,7 +334,7 @@ def test_a_viewer_ends_on_a_signal_and_the_run_goes_on(tmp_path: Path, sig: int)
 
 
 def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path) -> None:
-    from tui.run_args import build_demo_parser, demo_config
+    from rankvisor.tui.run_args import build_demo_parser, demo_config
 
     args = build_demo_parser().parse_args(
         ["--log-dir", str(tmp_path), "-t", "3", "--term-timeout", "4", "--headless"]
@@ -349,7 +349,7 @@ def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path)
 def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.run_args import build_demo_parser, build_run_parser, demo_config
+    from rankvisor.tui.run_args import build_demo_parser, build_run_parser, demo_config
 
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     env = {k: v for k, v in os.environ.items() if k != "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}
@@ -365,7 +365,7 @@ def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
     assert demo_config(parse(["--log-dir", str(tmp_path)])).term_timeout == 7
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     # ``run`` keeps torchrun's 30 s.
-    from tui.run_args import config_from_args
+    from rankvisor.tui.run_args import config_from_args
 
     run_args = build_run_parser().parse_args(["--log-dir", str(tmp_path), SV_RANK])
     assert config_from_args(run_args).term_timeout == 30
@@ -373,12 +373,12 @@ def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
 
 def test_printed_summary_after_terminate_all_blames_no_rank(tmp_path: Path) -> None:
     """What the CLI prints after the TUI, from a real run whose ranks rankvisor stopped."""
-    from engine.handle import TerminateRanks
-    from engine.supervisor import Supervisor
-    from engine.supervisor.headless import exit_status, format_report
-    from engine.supervisor.run_config import SupervisorConfig
-    from tui.model import RunView
-    from tui.report import format_summary
+    from rankvisor.engine.handle import TerminateRanks
+    from rankvisor.engine.supervisor import Supervisor
+    from rankvisor.engine.supervisor.headless import exit_status, format_report
+    from rankvisor.engine.supervisor.run_config import SupervisorConfig
+    from rankvisor.tui.model import RunView
+    from rankvisor.tui.report import format_summary
 
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -428,7 +428,7 @@ def test_signals_to_handle_and_numa_binding_flags(tmp_path: Path) -> None:
     )
     try:
         wait_until(lambda: len(list(pid_dir.glob("*.pids"))) == 2, timeout=30)
-        from engine.process.numa import AffinityMode, NumaOptions, plan
+        from rankvisor.engine.process.numa import AffinityMode, NumaOptions, plan
 
         cpus = plan(NumaOptions(AffinityMode.NODE), 2)
         for r in range(2):
@@ -542,10 +542,15 @@ def test_headless_root_cause_without_record_quotes_that_attempts_last_stderr_lin
 def test_the_progress_regex_reaches_the_viewer(tmp_path: Path) -> None:
     """``--progress-regex`` (run and demo) goes into the config, the supervisor's RunInfo,
     over the wire, and into the viewer's progress reader."""
-    from engine.control.wire import run_info_from_wire, run_info_to_wire
-    from engine.supervisor import Supervisor
-    from tui.model import RunView
-    from tui.run_args import build_demo_parser, build_run_parser, config_from_args, demo_config
+    from rankvisor.engine.control.wire import run_info_from_wire, run_info_to_wire
+    from rankvisor.engine.supervisor import Supervisor
+    from rankvisor.tui.model import RunView
+    from rankvisor.tui.run_args import (
+        build_demo_parser,
+        build_run_parser,
+        config_from_args,
+        demo_config,
+    )
 
     regex = r"batch (?P<step>\d+) of (?P<total>\d+)"
     args = build_run_parser().parse_args(["--progress-regex", regex, SV_RANK])

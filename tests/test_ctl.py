@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine.control import registry
+from rankvisor.engine.control.status import read_status, write_status
+from rankvisor.engine.states import RankState
+from rankvisor.tui import ctl
+from rankvisor.tui.cli import main
 
-from engine.control import registry
-from engine.control.status import read_status, write_status
-from engine.states import RankState
 from tests.conftest import wait_until
 from tests.control.runs import Supervisors, failed_finish, make_run, state_dir, supervisors
-from tui import ctl
-from tui.cli import main
 
 __all__ = ["state_dir", "supervisors"]  # fixtures, used by name
 
@@ -49,7 +49,7 @@ def finish(run_dir: str, exitcode: int) -> None:
 
 def cli(*argv: str, **kw: Any) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "tui.cli", *argv], env=env, **kw)
+    return subprocess.Popen([sys.executable, "-m", "rankvisor.tui.cli", *argv], env=env, **kw)
 
 
 def write_log(run_dir: str, rank: int, text: str, stream: str = "stdout",
@@ -68,7 +68,7 @@ def test_every_command_is_a_bare_word_and_listed_in_help(
     assert code == 0
     for name in ctl.COMMANDS:
         assert f"\n  {name} " in out
-    from tui.cli import _CTL_COMMANDS
+    from rankvisor.tui.cli import _CTL_COMMANDS
     assert _CTL_COMMANDS == ctl.COMMANDS
     code, out, _ = run(capsys, "ls", "-h")
     assert code == 0 and "--json" in out

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine.control import registry
+from rankvisor.engine.control.spawn import Started
+from rankvisor.tui.cli import main
 
-from engine.control import registry
-from engine.control.spawn import Started
 from tests.conftest import PYTHON, pid_alive, wait_until
 from tests.control.live import START_S, SV_RANK, Daemons, daemons
 from tests.control.runs import state_dir
-from tui.cli import main
 
 __all__ = ["daemons", "state_dir"]  # fixtures, used by name
 
@@ -230,7 +230,7 @@ def test_a_headless_run_is_found_and_stopped(
 
 FOREGROUND = """
 import pickle, sys
-from engine.supervisor.headless import run_interactive
+from rankvisor.engine.supervisor.headless import run_interactive
 
 def run_tui(sup):
     # What the app does with a handle it holds: start it, then stay until the run ends.

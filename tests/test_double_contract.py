@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any, Union
 
 import pytest
-
-from engine.events import (
+from rankvisor.engine.events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -42,7 +41,7 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.handle import (
+from rankvisor.engine.handle import (
     Command,
     CommandResult,
     DumpStacks,
@@ -53,10 +52,11 @@ from engine.handle import (
     SignalRanks,
     TerminateRanks,
 )
-from engine.states import RankState
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
-from engine.testing import BASE_PID, EPOCH, ScriptedSupervisor
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+from rankvisor.engine.testing import BASE_PID, EPOCH, ScriptedSupervisor
+
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 from tests.scenarios import scripted_info

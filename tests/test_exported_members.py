@@ -7,9 +7,8 @@ import inspect
 from typing import Any
 
 import pytest
-
-import engine
-import engine.errors
+import rankvisor.engine.errors  # noqa: F401
+from rankvisor import engine
 
 # Names whose callables add keyword-only parameters (with defaults) after torch's own.
 EXTENDED = {"ProcessFailure", "RunProcsResult", "SubprocessHandler"}
@@ -43,7 +42,7 @@ def test_same_names_and_signatures_as_torch() -> None:
     tm = importlib.import_module("torch.distributed.elastic.multiprocessing")
     te = importlib.import_module("torch.distributed.elastic.multiprocessing.errors")
     tsh = importlib.import_module("torch.distributed.elastic.multiprocessing.subprocess_handler")
-    import engine.subprocess_handler as esh
+    import rankvisor.engine.subprocess_handler as esh
 
     assert set(tm.__all__) <= set(engine.__all__)
     pairs: list[tuple[str, Any, Any]] = []
@@ -83,8 +82,8 @@ def test_same_names_and_signatures_as_torch() -> None:
 
 
 def test_supervisor_and_its_config_are_exported() -> None:
-    import engine.supervisor.core
-    import engine.supervisor.run_config
+    import rankvisor.engine.supervisor.core  # noqa: F401
+    import rankvisor.engine.supervisor.run_config  # noqa: F401
 
     assert {"Supervisor", "SupervisorConfig"} <= set(engine.__all__)
     assert engine.Supervisor is engine.supervisor.core.Supervisor

@@ -6,13 +6,12 @@ from __future__ import annotations
 import inspect
 
 import pytest
-
-from engine.attach.handle import TorchrunHandle
-from engine.control.client import RemoteHandle
-from engine.control.replay import RecordedRun
-from engine.handle import SupervisorHandle
-from engine.supervisor.core import Supervisor
-from engine.testing import ScriptedSupervisor
+from rankvisor.engine.attach.handle import TorchrunHandle
+from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.control.replay import RecordedRun
+from rankvisor.engine.handle import SupervisorHandle
+from rankvisor.engine.supervisor.core import Supervisor
+from rankvisor.engine.testing import ScriptedSupervisor
 
 MEMBERS = sorted(
     name for name, _ in inspect.getmembers(SupervisorHandle)

@@ -12,38 +12,39 @@ def _loaded_after(stmt: str, names: tuple[str, ...]) -> list[str]:
     return eval(out.stdout.strip())  # noqa: S307 - our own literal list
 
 
+E = "rankvisor.engine"
+
+
 def test_engine_imports_no_ui_and_no_torch() -> None:
-    assert _loaded_after("import engine", ("textual", "rich", "tui", "torch")) == []
+    assert _loaded_after("from rankvisor import engine", ("textual", "rich", "rankvisor.tui",
+                                                          "torch")) == []
 
 
 def test_engine_events_and_states_are_plain() -> None:
     loaded = _loaded_after(
-        "import engine.events, engine.states, engine.handle", ("textual", "rich", "torch")
+        f"import {E}.events, {E}.states, {E}.handle", ("textual", "rich", "torch")
     )
     assert loaded == []
 
 
 def test_supervisor_exports_are_lazy() -> None:
     """``engine.Supervisor`` / ``engine.SupervisorConfig`` load nothing at ``import engine``."""
-    lazy = (
-        "engine.supervisor.core", "engine.supervisor.run_config", "engine.supervisor.monitor",
-        "engine.output.pump", "engine.supervisor.stats", "engine.process.guard",
-        "engine.supervisor.timer_watchdog", "engine.multiprocess_context",
-    )
-    assert _loaded_after("import engine", lazy) == []
+    lazy = tuple(f"{E}.{m}" for m in (
+        "supervisor.core", "supervisor.run_config", "supervisor.monitor", "output.pump",
+        "supervisor.stats", "process.guard", "supervisor.timer_watchdog", "multiprocess_context",
+    ))
+    assert _loaded_after("from rankvisor import engine", lazy) == []
     loaded = _loaded_after(
-        "import engine; engine.Supervisor; engine.SupervisorConfig",
-        ("engine.supervisor.core", "engine.supervisor.run_config", "textual", "rich", "torch"),
+        "from rankvisor import engine; engine.Supervisor; engine.SupervisorConfig",
+        (f"{E}.supervisor.core", f"{E}.supervisor.run_config", "textual", "rich", "torch"),
     )
-    assert loaded == ["engine.supervisor.core", "engine.supervisor.run_config"]
+    assert loaded == [f"{E}.supervisor.core", f"{E}.supervisor.run_config"]
 
 
 def test_sub_package_faces_load_nothing_until_asked() -> None:
     """Importing a room of the engine loads none of its modules until a name is used."""
-    modules = (
-        "engine.output.pump", "engine.logfile.store", "engine.process.guard",
-        "engine.supervisor.core",
-    )
-    stmt = "import engine.output, engine.logfile, engine.process, engine.supervisor"
+    modules = (f"{E}.output.pump", f"{E}.logfile.store", f"{E}.process.guard",
+               f"{E}.supervisor.core")
+    stmt = f"import {E}.output, {E}.logfile, {E}.process, {E}.supervisor"
     assert _loaded_after(stmt, modules) == []
-    assert _loaded_after(f"{stmt}; engine.logfile.LogStore", modules) == ["engine.logfile.store"]
+    assert _loaded_after(f"{stmt}; {E}.logfile.LogStore", modules) == [f"{E}.logfile.store"]

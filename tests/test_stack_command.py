@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.control import registry
+from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
+from rankvisor.engine.forensics.stacks import StackDump, find_py_spy, list_dumps
+from rankvisor.engine.handle import CommandResult, DumpStacks, TerminateRanks
 
-from engine.control import registry
-from engine.control.client import RemoteHandle
-from engine.control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
-from engine.forensics.stacks import StackDump, find_py_spy, list_dumps
-from engine.handle import CommandResult, DumpStacks, TerminateRanks
 from tests.conftest import BIN, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

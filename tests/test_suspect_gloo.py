@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.events import RanksSignalled, RunFinished
+from rankvisor.engine.handle import SignalRanks
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
-from engine.events import RanksSignalled, RunFinished
-from engine.handle import SignalRanks
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 

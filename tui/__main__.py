@@ -1,10 +1,10 @@
-"""``python -m tui``: the same as the ``rankvisor`` command."""
+"""``python -m rankvisor.tui``: the same as the ``rankvisor`` command."""
 
 from __future__ import annotations
 
 import sys
 
-from tui.cli import main
+from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

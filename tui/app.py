@@ -34,14 +34,14 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer
 
-from engine.events import (
+from ..engine.events import (
     AttemptStarted,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
     TimerExpired,
 )
-from engine.handle import (
+from ..engine.handle import (
     Command,
     CommandResult,
     KillRanks,
@@ -51,19 +51,19 @@ from engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
-from engine.process.signals import default_action, signal_name
-from engine.states import RankState
-from tui.bridge import EngineBridge
-from tui.clip import file_log_lines, plural, traceback_text
-from tui.messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
-from tui.model import RunView
-from tui.screens.confirm import ConfirmScreen, QuitScreen, RestartRankScreen
-from tui.screens.errors import ErrorsScreen
-from tui.screens.help import HelpScreen
-from tui.screens.main import MainScreen
-from tui.screens.notices import NoticesScreen
-from tui.screens.signal_picker import SignalPicker, effect_words
-from tui.widgets.notice_bar import Notice, NoticeBar
+from ..engine.process.signals import default_action, signal_name
+from ..engine.states import RankState
+from .bridge import EngineBridge
+from .clip import file_log_lines, plural, traceback_text
+from .messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
+from .model import RunView
+from .screens.confirm import ConfirmScreen, QuitScreen, RestartRankScreen
+from .screens.errors import ErrorsScreen
+from .screens.help import HelpScreen
+from .screens.main import MainScreen
+from .screens.notices import NoticesScreen
+from .screens.signal_picker import SignalPicker, effect_words
+from .widgets.notice_bar import Notice, NoticeBar
 
 __all__ = ["RankvisorApp", "make_app"]
 
@@ -439,7 +439,7 @@ class RankvisorApp(App[int]):
         if screen is self.main_screen:
             lines = self.main_screen.visible_lines()
             return "\n".join(lines), f"{plural(len(lines), 'line')} of rank {self.selected}"
-        from tui.widgets.file_log import FileLog
+        from .widgets.file_log import FileLog
 
         for log in screen.query(FileLog):
             if log.display:  # the zoom keeps its other views mounted but hidden
@@ -591,20 +591,20 @@ class RankvisorApp(App[int]):
         self.push_screen(ConfirmScreen(title, question), answered)
 
     def action_zoom(self) -> None:
-        from tui.screens.zoom import ZoomScreen
+        from .screens.zoom import ZoomScreen
 
         if isinstance(self.screen, ZoomScreen):
             return
         self.push_screen(ZoomScreen(self.run_view, self.selected))
 
     def action_filtered(self) -> None:
-        from tui.screens.filtered import FilteredScreen
+        from .screens.filtered import FilteredScreen
 
         if not isinstance(self.screen, FilteredScreen):
             self._push_view(FilteredScreen(self.run_view))
 
     def action_timeline(self) -> None:
-        from tui.screens.timeline import TimelineScreen
+        from .screens.timeline import TimelineScreen
 
         if not isinstance(self.screen, TimelineScreen):
             self._push_view(TimelineScreen(self.run_view, tz=self.time_zone))
@@ -615,7 +615,7 @@ class RankvisorApp(App[int]):
 
     def action_stacks(self) -> None:
         """Dump and merge every running rank's stack (a read-only viewer: nonblocking)."""
-        from tui.screens.stacks import StacksScreen
+        from .screens.stacks import StacksScreen
 
         if isinstance(self.screen, StacksScreen):
             self.screen.action_dump()
@@ -631,7 +631,7 @@ class RankvisorApp(App[int]):
 
     def action_search(self) -> None:
         """Search the zoomed rank's log (zooms first from the grid)."""
-        from tui.screens.zoom import ZoomScreen
+        from .screens.zoom import ZoomScreen
 
         if not isinstance(self.screen, ZoomScreen):
             self.action_zoom()

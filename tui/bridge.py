@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
-from engine.events import Event, RankOutput, RankStats
-from tui.messages import EngineEvent
+from ..engine.events import Event, RankOutput, RankStats
+from .messages import EngineEvent
 
 __all__ = ["Drained", "EngineBridge"]
 

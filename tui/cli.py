@@ -20,8 +20,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from engine.supervisor.run_config import ConfigError
-from tui.run_args import PROG, Job, parse_job
+from ..engine.supervisor.run_config import ConfigError
+from .run_args import PROG, Job, parse_job
 
 __all__ = ["main"]
 
@@ -40,7 +40,7 @@ def _fail(message: str) -> int:
 
 def _serve(argv: list[str]) -> int:
     try:
-        from tui import serve
+        from . import serve
     except ImportError:
         return _fail("'serve' is not available in this installation")
     return int(serve.main(argv) or 0)
@@ -53,13 +53,13 @@ def _launch(job: Job) -> int:
     ``--foreground`` keeps the supervisor inside the TUI's process; ``--detach`` starts the
     supervisor process and returns.
     """
-    from engine.supervisor.headless import run_headless, run_interactive
+    from ..engine.supervisor.headless import run_headless, run_interactive
 
     if job.detach:
         return _start_detached(job)
     if not job.headless and sys.stdout.isatty():
         try:
-            from tui.run import run_tui, run_viewer
+            from .run import run_tui, run_viewer
         except ImportError:
             print(f"{PROG}: the TUI is not available here; running headless", file=sys.stderr)
         else:
@@ -70,7 +70,7 @@ def _launch(job: Job) -> int:
                 return run_interactive(job.config, run_tui, on_failure=job.on_failure)
             return _run_attached(job, run_viewer)
     if job.config.cluster is not None:
-        from engine.cluster.run import run_cluster
+        from ..engine.cluster.run import run_cluster
 
         status, _sup, host = run_cluster(job.config, on_failure=job.on_failure)
         if host is not None:
@@ -80,9 +80,9 @@ def _launch(job: Job) -> int:
 
 
 def _start_detached(job: Job) -> int:
-    from engine.control.daemon import Request
-    from engine.control.spawn import SpawnError, start_supervisor
-    from tui.run import attach_hint
+    from ..engine.control.daemon import Request
+    from ..engine.control.spawn import SpawnError, start_supervisor
+    from .run import attach_hint
 
     try:
         started = start_supervisor(
@@ -98,16 +98,16 @@ def _start_detached(job: Job) -> int:
 
 def _ready_timeout(job: Job) -> float:
     """A multi-node run's ranks start after the rendezvous, which may take its join_timeout."""
-    from engine.control.spawn import READY_TIMEOUT_S
+    from ..engine.control.spawn import READY_TIMEOUT_S
 
     cluster = job.config.cluster
     return READY_TIMEOUT_S + (cluster.join_timeout_s if cluster is not None else 0.0)
 
 
 def _run_attached(job: Job, run_viewer: Any) -> int:
-    from engine.control.client import RemoteHandle
-    from engine.control.daemon import Request
-    from engine.control.spawn import SpawnError, start_supervisor
+    from ..engine.control.client import RemoteHandle
+    from ..engine.control.daemon import Request
+    from ..engine.control.spawn import SpawnError, start_supervisor
 
     try:
         started = start_supervisor(Request(job.config, on_failure=job.on_failure),
@@ -120,7 +120,7 @@ def _run_attached(job: Job, run_viewer: Any) -> int:
 
 
 def _attach(argv: list[str]) -> int:
-    from tui.attach import main as attach_main
+    from .attach import main as attach_main
 
     return attach_main(argv)
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rankvisor`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-h", "--help"):
-        from tui.ctl import HELP
+        from .ctl import HELP
 
         names = ",".join(_SUBCOMMANDS + _CTL_COMMANDS)
         lines = [f"usage: {PROG} {{{names}}} ...\n",
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG} {_version()}")
         return 0
     if argv and argv[0] in _CTL_COMMANDS:
-        from tui.ctl import main as ctl_main
+        from .ctl import main as ctl_main
 
         return ctl_main(argv[0], argv[1:])
     command = argv.pop(0) if argv and argv[0] in _SUBCOMMANDS else "run"

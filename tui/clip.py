@@ -6,11 +6,11 @@ without a terminal; the app sends the result with ``App.copy_to_clipboard`` (OSC
 
 from __future__ import annotations
 
-from tui.model import RunView
-from tui.widgets.ansi import plain_text
-from tui.widgets.failure_report import failure_details
-from tui.widgets.file_log import FileLog
-from tui.widgets.rank_log import RankLog
+from .model import RunView
+from .widgets.ansi import plain_text
+from .widgets.failure_report import failure_details
+from .widgets.file_log import FileLog
+from .widgets.rank_log import RankLog
 
 __all__ = ["file_log_lines", "plural", "rank_log_lines", "traceback_text"]
 

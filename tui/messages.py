@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from engine.events import Event
-from engine.handle import Command, CommandResult
+from ..engine.events import Event
+from ..engine.handle import Command, CommandResult
 
 __all__ = ["CommandFinished", "EngineEvent", "RankSelected", "ZoomRequested"]
 

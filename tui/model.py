@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import islice, repeat
 from typing import Any, Final, Literal, Sequence
 
-from engine.events import (
+from ..engine.events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -30,7 +30,7 @@ from engine.events import (
     Suspect,
     TimerExpired,
 )
-from engine.forensics.progress import (
+from ..engine.forensics.progress import (
     KINDS,
     Progress,
     ProgressReader,
@@ -38,10 +38,10 @@ from engine.forensics.progress import (
     step_threshold,
     stragglers,
 )
-from engine.handle import RankInfo, RunInfo
-from engine.output.sanitize import sanitize
-from engine.process.signals import exit_signal_name
-from engine.states import RankState
+from ..engine.handle import RankInfo, RunInfo
+from ..engine.output.sanitize import sanitize
+from ..engine.process.signals import exit_signal_name
+from ..engine.states import RankState
 
 __all__ = ["Incarnation", "LineBuffer", "LineKind", "RankView", "RunView", "format_bytes"]
 

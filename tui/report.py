@@ -5,10 +5,10 @@ then the ranks rankvisor stopped (listed apart: they did not fail).
 
 from __future__ import annotations
 
-from engine.states import RankState
-from tui.model import RunView
-from tui.widgets.ansi import plain_text
-from tui.widgets.failure_report import failure_details, stderr_tail, when_text
+from ..engine.states import RankState
+from .model import RunView
+from .widgets.ansi import plain_text
+from .widgets.failure_report import failure_details, stderr_tail, when_text
 
 __all__ = ["format_summary"]
 

@@ -7,10 +7,10 @@ from typing import Any, Callable
 
 from textual.app import AutopilotCallbackType
 
-from engine.events import Event
-from engine.handle import SupervisorHandle
-from tui.app import RankvisorApp
-from tui.report import format_summary
+from ..engine.events import Event
+from ..engine.handle import SupervisorHandle
+from .app import RankvisorApp
+from .report import format_summary
 
 __all__ = ["attach_hint", "run_tui", "run_viewer"]
 

@@ -10,7 +10,7 @@ supervisor's stats sampler and escalation table; nothing imports it but the fron
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = [
     "AttachError",

@@ -21,8 +21,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from engine.process.proc_table import read_entry
-from engine.process.proc_table import read_environ as _environ
+from ..process.proc_table import read_entry
+from ..process.proc_table import read_environ as _environ
 
 __all__ = [
     "AttachError",

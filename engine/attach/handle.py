@@ -33,9 +33,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from engine.attach.discovery import TorchrunJob, Worker, discover, workers_of
-from engine.errors import ProcessFailure, root_cause_rank
-from engine.events import (
+from ..errors import ProcessFailure, root_cause_rank
+from ..events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -48,7 +47,7 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.handle import (
+from ..handle import (
     Command,
     CommandResult,
     DumpStacks,
@@ -61,16 +60,17 @@ from engine.handle import (
     TerminateRanks,
     command_problem,
 )
-from engine.logfile.arrival import arrival_path
-from engine.output.pump import OutputPump, StdStream
-from engine.output.text_batch import Batch
-from engine.process.proc_table import find_descendants, read_entry, signal_checked, stat_fields
-from engine.process.signals import exit_signal_name, signal_name
-from engine.result import RunProcsResult
-from engine.states import RankState, final_state_for
-from engine.supervisor.escalation import EscalationTable
-from engine.supervisor.stack_capture import CaptureSchedule, StackCapture
-from engine.supervisor.stats import StatsSampler
+from ..logfile.arrival import arrival_path
+from ..output.pump import OutputPump, StdStream
+from ..output.text_batch import Batch
+from ..process.proc_table import find_descendants, read_entry, signal_checked, stat_fields
+from ..process.signals import exit_signal_name, signal_name
+from ..result import RunProcsResult
+from ..states import RankState, final_state_for
+from ..supervisor.escalation import EscalationTable
+from ..supervisor.stack_capture import CaptureSchedule, StackCapture
+from ..supervisor.stats import StatsSampler
+from .discovery import TorchrunJob, Worker, discover, workers_of
 
 __all__ = ["RESTART_REFUSED", "UNKNOWN_EXIT", "TorchrunHandle"]
 

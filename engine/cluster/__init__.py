@@ -12,7 +12,7 @@ Only ``agent`` and ``run`` import torch.
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = ["ClusterOptions", "RankvisorAgent", "StatusBoard", "run_cluster"]
 

@@ -34,9 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from engine.control.status import failure_message
-from engine.events import Event, RankOutput, RankStateChanged
-from engine.process.signals import exit_signal_name
+from ..control.status import failure_message
+from ..events import Event, RankOutput, RankStateChanged
+from ..process.signals import exit_signal_name
 
 __all__ = ["HEARTBEAT_S", "KNOCK_ON", "MESSAGE_CAP", "StatusBoard", "cluster_root_cause"]
 

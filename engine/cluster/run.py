@@ -21,22 +21,22 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from engine.cluster.agent import RankvisorAgent, make_spec
-from engine.cluster.board import StatusBoard
-from engine.events import RunFinished
-from engine.result import RunProcsResult
-from engine.supervisor.core import Supervisor
-from engine.supervisor.headless import (
+from ..events import RunFinished
+from ..result import RunProcsResult
+from ..supervisor.core import Supervisor
+from ..supervisor.headless import (
     _entry_name,
     _HeadlessPrinter,
     exit_status,
     format_report,
     report_forensics,
 )
-from engine.supervisor.run_config import SupervisorConfig
+from ..supervisor.run_config import SupervisorConfig
+from .agent import RankvisorAgent, make_spec
+from .board import StatusBoard
 
 if TYPE_CHECKING:
-    from engine.control.host import RunHost
+    from ..control.host import RunHost
 
 __all__ = ["cluster_line", "run_cluster"]
 
@@ -78,7 +78,7 @@ def run_cluster(
         The exit status, the Supervisor (shut down) and the RunHost (closed), for a caller
         that goes on serving viewers of the record.
     """
-    from engine.control.host import RunHost
+    from ..control.host import RunHost
 
     opts = config.cluster
     assert opts is not None, "run_cluster needs config.cluster"

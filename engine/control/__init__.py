@@ -14,7 +14,7 @@ Never imports textual.
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = [
     "PROTOCOL_VERSION",

@@ -20,8 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from engine.control import wire
-from engine.events import (
+from ..events import (
     AttemptStarted,
     Event,
     EventSink,
@@ -31,8 +30,8 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.forensics.stacks import DEFAULT_TIMEOUT_S
-from engine.handle import (
+from ..forensics.stacks import DEFAULT_TIMEOUT_S
+from ..handle import (
     Command,
     CommandResult,
     DumpStacks,
@@ -40,9 +39,10 @@ from engine.handle import (
     TerminateRanks,
     command_problem,
 )
-from engine.logfile.arrival import arrival_path
-from engine.logfile.merged import MergedSource
-from engine.logfile.store import LogStore
+from ..logfile.arrival import arrival_path
+from ..logfile.merged import MergedSource
+from ..logfile.store import LogStore
+from . import wire
 
 __all__ = ["NoAnswer", "ProtocolMismatch", "RemoteHandle", "recent_output"]
 

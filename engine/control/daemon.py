@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.control.host import RunHost
-    from engine.supervisor.core import Supervisor
-    from engine.supervisor.run_config import SupervisorConfig
+    from ..supervisor.core import Supervisor
+    from ..supervisor.run_config import SupervisorConfig
+    from .host import RunHost
 
 __all__ = ["LOG_FILE", "Request", "main", "preload"]
 
@@ -63,12 +63,12 @@ def preload() -> int:
     What the supervisor runs later (a restart, an escalation, the teardown) then uses the
     code it started with, whatever happens to the files of the installed package.
     """
-    import engine
+    package = importlib.import_module(__package__.rpartition(".")[0])  # rankvisor.engine
 
     count = 0
-    for module in pkgutil.walk_packages(engine.__path__, "engine."):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         name = module.name
-        if name.endswith("__main__") or ".daemon" in name or name.startswith("engine.cluster."):
+        if name.endswith("__main__") or ".daemon" in name or ".engine.cluster." in name:
             continue  # the multi-node room imports torch: loaded by a multi-node run only
         try:
             importlib.import_module(name)
@@ -121,9 +121,9 @@ def _log_to(run_dir: str) -> None:
 def main(request_fd: int, ready_fd: int) -> int:
     """Run one request to its end; the process's exit status."""
     preload()
-    from engine.control.host import RunHost
-    from engine.supervisor.core import Supervisor
-    from engine.supervisor.headless import exit_status
+    from ..supervisor.core import Supervisor
+    from ..supervisor.headless import exit_status
+    from .host import RunHost
 
     try:
         request = _read_request(request_fd)
@@ -179,7 +179,7 @@ def _main_cluster(request: Request, ready_fd: int) -> int:
     The launcher hears from us once the first round's ranks run (after the rendezvous);
     a rendezvous that fails is told to it as the run's error.
     """
-    from engine.cluster.run import run_cluster
+    from ..cluster.run import run_cluster
 
     told = [False]
 

@@ -22,7 +22,7 @@ import subprocess
 import time
 from typing import Any, Final
 
-from engine.control.status import FILENAME
+from .status import FILENAME
 
 __all__ = ["LOG_NAME", "hook_environment", "run_on_failure"]
 

@@ -22,12 +22,12 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
-from engine.control import registry, status, wire
-from engine.control.server import ControlServer
-from engine.events import Event, RankOutput, RankStats, RunFinished
+from ..events import Event, RankOutput, RankStats, RunFinished
+from . import registry, status, wire
+from .server import ControlServer
 
 if TYPE_CHECKING:
-    from engine.supervisor.core import Supervisor
+    from ..supervisor.core import Supervisor
 
 __all__ = ["EVENTS_FILE", "RunHost"]
 
@@ -221,7 +221,7 @@ class RunHost:
         command, run_dir, record = self._on_failure, self._run_dir, self.current_status()
 
         def run_hook() -> None:
-            from engine.control.hooks import run_on_failure
+            from .hooks import run_on_failure
 
             try:
                 code = run_on_failure(command, run_dir, record)

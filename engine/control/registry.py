@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from engine.control.status import (
+from .status import (
     EffectiveState,
     effective_state,
     process_start_time,

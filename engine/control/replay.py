@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from engine.control import wire
-from engine.control.client import recent_output
-from engine.events import Event, EventSink
-from engine.handle import Command, CommandResult, RunInfo, command_problem
+from ..events import Event, EventSink
+from ..handle import Command, CommandResult, RunInfo, command_problem
+from . import wire
+from .client import recent_output
 
 __all__ = ["RecordedRun"]
 

@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from engine.control import wire
-from engine.events import Event, RankOutput, RankStats
-from engine.handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle
+from ..events import Event, RankOutput, RankStats
+from ..handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle
+from . import wire
 
 __all__ = ["READ_ONLY_DUMP_REFUSAL", "READ_ONLY_REFUSAL", "ControlServer"]
 

@@ -2,9 +2,8 @@
 
 The supervisor (``engine.control.daemon``) gets a session of its own (no controlling
 terminal: a hang-up of ours never reaches it), stdin from /dev/null, and the request over a
-pipe. It is started with ``python -c`` and this package's directory first on ``sys.path``,
-not ``python -m``: ``-m`` would put the current directory first, where a user's own
-``engine`` package would be imported in place of ours.
+pipe. It is started with ``python -c`` with the working directory taken off ``sys.path``:
+nothing of the user's project is imported into the supervisor.
 """
 
 from __future__ import annotations
@@ -17,10 +16,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from engine.control.daemon import Request
+from .daemon import Request
 
 __all__ = ["SpawnError", "Started", "start_supervisor"]
 
@@ -45,10 +43,11 @@ class Started:
 
 
 def _bootstrap() -> str:
-    root = str(Path(__file__).resolve().parents[2])
+    # ``-c`` puts the working directory first on sys.path: drop it, so that nothing of the
+    # user's (a ``rankvisor.py`` of theirs) is imported in place of ours.
     return (
-        f"import sys; sys.path.insert(0, {root!r}); "
-        "from engine.control.daemon import _entry; _entry()"
+        "import sys; sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; "
+        "from rankvisor.engine.control.daemon import _entry; _entry()"
     )
 
 

@@ -21,14 +21,14 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from engine.logfile.tail import last_lines
-from engine.process.proc_table import stat_fields
-from engine.process.signals import exit_signal_name
+from ..logfile.tail import last_lines
+from ..process.proc_table import stat_fields
+from ..process.signals import exit_signal_name
 
 if TYPE_CHECKING:
-    from engine.errors import ProcessFailure
-    from engine.events import RunFinished
-    from engine.handle import RunInfo
+    from ..errors import ProcessFailure
+    from ..events import RunFinished
+    from ..handle import RunInfo
 
 __all__ = [
     "FILENAME",

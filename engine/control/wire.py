@@ -22,8 +22,8 @@ Two values cannot travel as they are:
 
 ``RankOutput`` is the volume (64 ranks x 10k lines/s = 640k lines/s): it has a compact form
 of its own, built by hand on the hot path, its lines joined with ``\\n`` into one JSON string
-(a line never holds a newline). Measured with ``python -m engine.control.wire`` (batches of
-100 lines of 60 characters, encode to bytes and decode back to an equal ``RankOutput``; a
+(a line never holds a newline). Measured with ``python -m rankvisor.engine.control.wire``
+(batches of 100 lines of 60 characters, encode to bytes and decode back to an equal ``RankOutput``; a
 2-core machine shared with other jobs): encode 2.4-2.5 M lines/s, decode 2.1-2.3 M lines/s,
 both together 1.1-1.2 M lines/s, 64 bytes a line on the wire. So at 640k lines/s the
 supervisor spends about a quarter of a core encoding for any number of viewers (each event
@@ -41,8 +41,8 @@ import types
 import typing
 from typing import Any, Final, Literal, Union
 
-from engine.errors import ProcessFailure
-from engine.events import (
+from ..errors import ProcessFailure
+from ..events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -56,8 +56,8 @@ from engine.events import (
     SupervisorNotice,
     TimerExpired,
 )
-from engine.forensics.exit_cause import ExitCause
-from engine.handle import (
+from ..forensics.exit_cause import ExitCause
+from ..handle import (
     Command,
     CommandResult,
     DumpStacks,
@@ -69,8 +69,8 @@ from engine.handle import (
     SignalRanks,
     TerminateRanks,
 )
-from engine.result import RunProcsResult
-from engine.states import RankState
+from ..result import RunProcsResult
+from ..states import RankState
 
 __all__ = [
     "EVENT_TYPES",
@@ -495,7 +495,7 @@ def encode_error(message: str) -> bytes:
 
 
 def _bench() -> None:
-    """Encode + decode rate of output batches (``python -m engine.control.wire``)."""
+    """Encode + decode rate of output batches (``python -m rankvisor.engine.control.wire``)."""
     import time
 
     batches = [

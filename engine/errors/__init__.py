@@ -28,11 +28,11 @@ from functools import wraps
 from string import Template
 from typing import Any, Callable, Optional, TypeVar
 
-from engine.errors.error_file import ErrorFileContent, read_error_file
-from engine.errors.error_handler import ErrorHandler
-from engine.errors.full_disk import full_disk_note
-from engine.errors.handlers import get_error_handler
-from engine.process.signals import exit_signal_name
+from ..process.signals import exit_signal_name
+from .error_file import ErrorFileContent, read_error_file
+from .error_handler import ErrorHandler
+from .full_disk import full_disk_note
+from .handlers import get_error_handler
 
 __all__ = [
     "ChildFailedError",

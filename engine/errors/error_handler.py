@@ -18,7 +18,7 @@ import traceback
 import warnings
 from typing import Any, Optional
 
-from engine.errors.error_file import read_error_file, write_error_file
+from .error_file import read_error_file, write_error_file
 
 __all__ = ["ErrorHandler"]
 

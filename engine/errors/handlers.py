@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.errors.error_handler import ErrorHandler
+from .error_handler import ErrorHandler
 
 __all__ = ["get_error_handler"]
 

@@ -18,7 +18,7 @@ packages; never textual.
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = [
     "ExitCause",

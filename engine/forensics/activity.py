@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from engine.events import RankOutput
+from ..events import RankOutput
 
 __all__ = ["HISTORY", "OutputActivity", "RankActivity"]
 

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from engine.control.status import current_attempt, effective_state, read_status
-from engine.forensics.environ import ENV_FILE, read_proc_environ, read_rank_env
+from ..control.status import current_attempt, effective_state, read_status
+from .environ import ENV_FILE, read_proc_environ, read_rank_env
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "Bundle", "default_bundle_path", "make_bundle"]
 

@@ -102,7 +102,7 @@ def read_rank_env(directory: str) -> dict[str, str] | None:
 def read_proc_environ(pid: int) -> dict[str, str] | None:
     """A live process's environment as it started (``/proc/<pid>/environ``), redacted;
     None when it is gone or not ours to read."""
-    from engine.process.proc_table import read_environ
+    from ..process.proc_table import read_environ
 
     env = read_environ(pid)
     return None if env is None else redact(env)

@@ -28,9 +28,9 @@ import signal
 from dataclasses import dataclass
 from typing import Final
 
-from engine.logfile.tail import read_tail
-from engine.output.sanitize import sanitize, strip_sgr
-from engine.process.signals import exit_signal_name, signal_name
+from ..logfile.tail import read_tail
+from ..output.sanitize import sanitize, strip_sgr
+from ..process.signals import exit_signal_name, signal_name
 
 __all__ = [
     "ExitCause",

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any, Final
 
-from engine.process.proc_table import find_descendants
+from ..process.proc_table import find_descendants
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Final
 
-from engine.events import Suspect
-from engine.forensics.activity import RankActivity
-from engine.forensics.knockon import knock_on_reason
-from engine.process.signals import exit_signal_name
+from ..events import Suspect
+from ..process.signals import exit_signal_name
+from .activity import RankActivity
+from .knockon import knock_on_reason
 
 __all__ = [
     "DEFAULT_SILENCE_FACTOR",

@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from engine.logfile.arrival import arrival_path, read_records
-from engine.output.sanitize import sanitize
+from ..logfile.arrival import arrival_path, read_records
+from ..output.sanitize import sanitize
 
 __all__ = ["TimelineLine", "merge_ranks", "rank_lines"]
 

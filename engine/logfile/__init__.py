@@ -10,7 +10,7 @@ nothing of the process or supervisor packages.
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = [
     "ArrivalWriter",

@@ -16,8 +16,8 @@ import heapq
 import threading
 from typing import TYPE_CHECKING, Iterator
 
-from engine.logfile.arrival import STREAMS, MergedOrder
-from engine.logfile.store import LogStore
+from .arrival import STREAMS, MergedOrder
+from .store import LogStore
 
 if TYPE_CHECKING:
     import re

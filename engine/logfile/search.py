@@ -20,8 +20,8 @@ import re
 import threading
 from typing import Any, Callable, Final, Iterator, Protocol
 
-from engine.output.lines import collapse_cr
-from engine.output.sanitize import strip_sgr
+from ..output.lines import collapse_cr
+from ..output.sanitize import strip_sgr
 
 __all__ = ["SearchJob", "Searchable", "compile_pattern", "search_file"]
 

@@ -43,10 +43,10 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final, Iterator
 
-from engine.logfile.line_index import DEFAULT_BLOCK_SIZE, LineIndex
-from engine.logfile.search import SearchJob, search_file
-from engine.output.lines import DEFAULT_MAX_LINE_CHARS, collapse_cr, cut_marker
-from engine.output.sanitize import sanitize as _sanitize
+from ..output.lines import DEFAULT_MAX_LINE_CHARS, collapse_cr, cut_marker
+from ..output.sanitize import sanitize as _sanitize
+from .line_index import DEFAULT_BLOCK_SIZE, LineIndex
+from .search import SearchJob, search_file
 
 if TYPE_CHECKING:
     import re

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from engine.output.sanitize import sanitize
+from ..output.sanitize import sanitize
 
 __all__ = ["last_lines", "read_tail"]
 

@@ -10,7 +10,7 @@ nothing of the process, log-file or supervisor packages.
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = ["ConsoleSink", "LineAssembler", "OutputPump", "TextBatch", "sanitize"]
 

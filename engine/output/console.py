@@ -42,9 +42,9 @@ import time
 import weakref
 from typing import Any, Callable, Collection, Iterable, TextIO, Union
 
-from engine.events import RankOutput
-from engine.output.sanitize import sanitize
-from engine.output.text_batch import Prefixes, TextBatch, prefix_for
+from ..events import RankOutput
+from .sanitize import sanitize
+from .text_batch import Prefixes, TextBatch, prefix_for
 
 __all__ = ["ConsoleSink"]
 

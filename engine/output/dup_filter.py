@@ -16,8 +16,8 @@ import logging
 import os
 from typing import Collection, Sequence, cast
 
-from engine.events import RankOutput, Stream
-from engine.output.text_batch import Batch, Prefixes, TextBatch, prefix_for
+from ..events import RankOutput, Stream
+from .text_batch import Batch, Prefixes, TextBatch, prefix_for
 
 __all__ = ["DuplicateFilter"]
 

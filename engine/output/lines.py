@@ -32,7 +32,7 @@ import codecs
 import re
 from typing import Final
 
-from engine.output.sanitize import bytes_look_safe, sanitize
+from .sanitize import bytes_look_safe, sanitize
 
 __all__ = ["DEFAULT_MAX_LINE_CHARS", "LineAssembler", "cut_marker"]
 

@@ -71,12 +71,12 @@ import os
 import threading
 from typing import Any, Callable, Collection, Final, Iterable, Literal, Sequence
 
-from engine.events import RankOutput, Stream
-from engine.logfile.arrival import ArrivalWriter
-from engine.output.dup_filter import DuplicateFilter
-from engine.output.lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
-from engine.output.text_batch import Batch, Prefixes, TextBatch
-from engine.output.wakeups import Wake, Waker, make_waker
+from ..events import RankOutput, Stream
+from ..logfile.arrival import ArrivalWriter
+from .dup_filter import DuplicateFilter
+from .lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
+from .text_batch import Batch, Prefixes, TextBatch
+from .wakeups import Wake, Waker, make_waker
 
 # Prefixes and TextBatch are re-exported for callers.
 __all__ = ["TRUNCATED_NOTICE", "OutputPump", "Prefixes", "TextBatch"]

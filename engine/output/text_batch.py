@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from engine.events import RankOutput, Stream
+from ..events import RankOutput, Stream
 
 __all__ = ["Batch", "Prefixes", "TextBatch", "prefix_for"]
 

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from engine.output import inotify
+from . import inotify
 
 __all__ = ["InotifyWaker", "PollWaker", "RustNotifyWaker", "Wake", "Waker", "make_waker"]
 

@@ -15,7 +15,7 @@ textual.
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = [
     "Guard",

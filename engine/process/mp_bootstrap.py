@@ -42,7 +42,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from engine.process.parent_death import die_with_parent
+from .parent_death import die_with_parent
 
 __all__ = ["RankSpec", "run_rank"]
 
@@ -108,7 +108,7 @@ def run_rank(spec: RankSpec) -> None:
 
 def _print_user_traceback(e: BaseException) -> None:
     """Print ``e``'s traceback to stderr without our own frames above the user's code."""
-    from engine import errors
+    from .. import errors
 
     ours = {__file__, errors.__file__}
     tb = e.__traceback__
@@ -123,7 +123,7 @@ def _run_recorded(spec: RankSpec) -> None:
     # Imported here, not at module top: under spawn the parent's modules are not needed
     # until the redirect is in place, and ``record`` reads TORCHELASTIC_ERROR_FILE at
     # call time from the environment set above.
-    from engine.errors import record
+    from ..errors import record
 
     def body() -> None:
         _bind_numa(spec)
@@ -144,7 +144,7 @@ def _run_recorded(spec: RankSpec) -> None:
 def _bind_numa(spec: RankSpec) -> None:
     if spec.cpus is None:
         return
-    from engine.process.numa import bind_current_process
+    from .numa import bind_current_process
 
     # Before the user's module is imported, so thread pools it creates at import time
     # (OpenMP, BLAS) start with the right CPU set.
@@ -167,7 +167,7 @@ def _forget_parent_state() -> None:
     rank's siblings and deleting their return values; and the supervisor's SIGTERM/SIGINT
     handlers would turn the rank's own death signal into a ``SignalException``.
     """
-    from engine import pcontext
+    from .. import pcontext
 
     pcontext._open_contexts.clear()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
@@ -189,7 +189,7 @@ def _redirect_for_life(fd: int, path: str) -> None:
     """Point ``fd`` at ``path`` until the process exits (no restore: the process is ours)."""
     if not path:
         return
-    from engine.redirects import _flush_c_streams, _python_fd
+    from ..redirects import _flush_c_streams, _python_fd
 
     dst = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     _flush_c_streams()

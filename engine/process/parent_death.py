@@ -37,7 +37,7 @@ def die_with_parent(parent_pid: int | None) -> bool:
     """
     if not sys.platform.startswith("linux"):
         return False
-    from engine.redirects import get_libc
+    from ..redirects import get_libc
 
     libc = get_libc()
     if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(PDEATHSIG), 0, 0, 0) != 0:

@@ -38,10 +38,10 @@ from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 
 import psutil
 
-from engine.process import cgroups as _cgroups
-from engine.process import exit_watch as _exitwatch
-from engine.process import proc_table as _proctable
-from engine.process import spawner as _spawner
+from . import cgroups as _cgroups
+from . import exit_watch as _exitwatch
+from . import proc_table as _proctable
+from . import spawner as _spawner
 
 __all__ = ["RankProcess", "on_spawner_thread", "resolve_program", "send_signal_all", "wait_any"]
 

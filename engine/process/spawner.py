@@ -44,7 +44,7 @@ import subprocess
 import threading
 from typing import IO, Any, Callable, Optional, Protocol, TypeVar
 
-from engine.process import exit_watch as _exitwatch
+from . import exit_watch as _exitwatch
 
 __all__ = [
     "call",

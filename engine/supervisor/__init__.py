@@ -9,7 +9,7 @@ every other engine package; nothing imports it but ``engine`` (lazily) and the f
 
 from __future__ import annotations
 
-from engine._lazy import face
+from .._lazy import face
 
 __all__ = ["ConfigError", "Supervisor", "SupervisorConfig", "run_headless"]
 

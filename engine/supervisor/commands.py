@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 
-from engine.handle import (
+from ..handle import (
     Command,
     CommandResult,
     DumpStacks,
@@ -25,13 +25,13 @@ from engine.handle import (
     TerminateRanks,
     command_problem,
 )
-from engine.states import RankState
-from engine.supervisor.publisher import Publisher
-from engine.supervisor.rank_slot import RankSlot
-from engine.supervisor.run_config import SupervisorConfig
-from engine.supervisor.stack_capture import StackCapture
-from engine.supervisor.state import RunState, Wakeup
-from engine.supervisor.stopper import Stopper
+from ..states import RankState
+from .publisher import Publisher
+from .rank_slot import RankSlot
+from .run_config import SupervisorConfig
+from .stack_capture import StackCapture
+from .state import RunState, Wakeup
+from .stopper import Stopper
 
 __all__ = ["CommandHandler", "Refused", "check_command"]
 

@@ -65,26 +65,26 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Union
 
-from engine.errors import ProcessFailure
-from engine.events import EventSink, RunFinished, TimerExpired
-from engine.handle import Command, CommandResult, RunInfo
-from engine.logs_specs import DefaultLogsSpecs
-from engine.process import cgroups as _cgroups
-from engine.process.guard import Guard
-from engine.std import Std
-from engine.supervisor.agent_env import EnvOptions, free_port, log_line_prefixes
-from engine.supervisor.commands import CommandHandler
-from engine.supervisor.launcher import Launcher
-from engine.supervisor.monitor import Monitor
-from engine.supervisor.publisher import Publisher
-from engine.supervisor.pump_link import PumpLink
-from engine.supervisor.rank_slot import RankSlot
-from engine.supervisor.run_config import SupervisorConfig
-from engine.supervisor.stack_capture import CaptureSchedule, StackCapture
-from engine.supervisor.state import RunState, Wakeup
-from engine.supervisor.stats import StatsSampler
-from engine.supervisor.stopper import Stopper
-from engine.supervisor.timer_watchdog import HealthCheck, Watchdog
+from ..errors import ProcessFailure
+from ..events import EventSink, RunFinished, TimerExpired
+from ..handle import Command, CommandResult, RunInfo
+from ..logs_specs import DefaultLogsSpecs
+from ..process import cgroups as _cgroups
+from ..process.guard import Guard
+from ..std import Std
+from .agent_env import EnvOptions, free_port, log_line_prefixes
+from .commands import CommandHandler
+from .launcher import Launcher
+from .monitor import Monitor
+from .publisher import Publisher
+from .pump_link import PumpLink
+from .rank_slot import RankSlot
+from .run_config import SupervisorConfig
+from .stack_capture import CaptureSchedule, StackCapture
+from .state import RunState, Wakeup
+from .stats import StatsSampler
+from .stopper import Stopper
+from .timer_watchdog import HealthCheck, Watchdog
 
 __all__ = ["Supervisor", "SupervisorConfig"]
 

@@ -27,16 +27,16 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from engine.events import Event, RankOutput, RunFinished, SupervisorNotice
-from engine.logfile.tail import last_lines
-from engine.output.sanitize import sanitize
-from engine.process.signals import signal_name
-from engine.supervisor.core import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
+from ..events import Event, RankOutput, RunFinished, SupervisorNotice
+from ..logfile.tail import last_lines
+from ..output.sanitize import sanitize
+from ..process.signals import signal_name
+from .core import Supervisor
+from .run_config import SupervisorConfig
 
 if TYPE_CHECKING:
-    from engine.control.host import RunHost
-    from engine.forensics.exit_cause import ExitCause
+    from ..control.host import RunHost
+    from ..forensics.exit_cause import ExitCause
 
 __all__ = ["exit_status", "format_report", "run_headless", "run_interactive"]
 
@@ -84,7 +84,7 @@ def format_report(
 def _report(
     name: str, finished: RunFinished, causes: Mapping[int, ExitCause], dumps: Sequence[str]
 ) -> str:
-    from engine.errors import ChildFailedError, root_cause_rank
+    from ..errors import ChildFailedError, root_cause_rank
 
     failures = finished.result.failures
     stopped = finished.result.stopped
@@ -147,7 +147,7 @@ def _dump_lines(dumps: Sequence[str]) -> str:
 def report_forensics(sup: Supervisor) -> tuple[dict[int, ExitCause], list[str]]:
     """What the report adds for ``sup``'s run: each rank's exit cause (local ranks) and
     the paths of the stack dumps saved under its run directory, oldest first."""
-    from engine.forensics.stacks import list_dumps
+    from ..forensics.stacks import list_dumps
 
     info = sup.snapshot()
     causes = {r.rank: r.exit_cause for r in info.ranks if r.exit_cause is not None}
@@ -182,7 +182,7 @@ class _HeadlessPrinter:
 
     def __init__(self, config: SupervisorConfig, prefixes: dict[int, str],
                  out: TextIO, err: TextIO) -> None:
-        from engine.output.console import ConsoleSink
+        from ..output.console import ConsoleSink
 
         self._shown = {r: config.console(r) for r in range(config.nprocs)}
         # A progress bar's current frame is printed once a second at most (torchrun prints
@@ -239,7 +239,7 @@ def _open_host(
 ) -> RunHost | None:
     """The run's socket, registry entry and status.json; a run goes on without them (with
     a warning) where they cannot be made: an unusable state directory must not stop a job."""
-    from engine.control.host import RunHost
+    from ..control.host import RunHost
 
     try:
         return RunHost(

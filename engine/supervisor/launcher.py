@@ -16,24 +16,24 @@ import os
 import signal
 import time
 
-from engine.errors import ProcessFailure
-from engine.events import AttemptStarted, RankRestarted
-from engine.forensics.environ import write_rank_envs_later
-from engine.forensics.exit_cause import ExitCause
-from engine.logs_specs import DefaultLogsSpecs
-from engine.process.cgroups import RunCgroups
-from engine.process.guard import Guard
-from engine.process.rank_process import RankProcess, on_spawner_thread
-from engine.states import RankState
-from engine.supervisor.agent_env import RESTART_COUNT_ENV, EnvOptions, build_rank_env
-from engine.supervisor.publisher import Publisher
-from engine.supervisor.pump_link import PumpLink
-from engine.supervisor.rank_slot import RankSlot, incarnation_dir
-from engine.supervisor.run_config import SupervisorConfig
-from engine.supervisor.state import RunState, Wakeup
-from engine.supervisor.stats import StatsSampler
-from engine.supervisor.stopper import Stopper
-from engine.supervisor.timer_watchdog import Watchdog
+from ..errors import ProcessFailure
+from ..events import AttemptStarted, RankRestarted
+from ..forensics.environ import write_rank_envs_later
+from ..forensics.exit_cause import ExitCause
+from ..logs_specs import DefaultLogsSpecs
+from ..process.cgroups import RunCgroups
+from ..process.guard import Guard
+from ..process.rank_process import RankProcess, on_spawner_thread
+from ..states import RankState
+from .agent_env import RESTART_COUNT_ENV, EnvOptions, build_rank_env
+from .publisher import Publisher
+from .pump_link import PumpLink
+from .rank_slot import RankSlot, incarnation_dir
+from .run_config import SupervisorConfig
+from .state import RunState, Wakeup
+from .stats import StatsSampler
+from .stopper import Stopper
+from .timer_watchdog import Watchdog
 
 __all__ = ["Launcher"]
 

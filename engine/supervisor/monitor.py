@@ -29,23 +29,23 @@ import signal
 import threading
 import time
 
-from engine.errors import ProcessFailure, root_cause_rank
-from engine.events import RunFinished, Suspect
-from engine.forensics.exit_cause import ExitCause, diagnose
-from engine.forensics.suspect import RankFacts, find_suspect
-from engine.logfile.tail import last_lines
-from engine.process.guard import Guard
-from engine.process.rank_process import RankProcess
-from engine.process.signals import signal_name
-from engine.result import RunProcsResult
-from engine.states import final_state_for
-from engine.supervisor.launcher import Launcher
-from engine.supervisor.publisher import Publisher
-from engine.supervisor.pump_link import PumpLink
-from engine.supervisor.rank_slot import RankSlot
-from engine.supervisor.run_config import SupervisorConfig
-from engine.supervisor.state import RunState, Wakeup
-from engine.supervisor.stopper import Stopper
+from ..errors import ProcessFailure, root_cause_rank
+from ..events import RunFinished, Suspect
+from ..forensics.exit_cause import ExitCause, diagnose
+from ..forensics.suspect import RankFacts, find_suspect
+from ..logfile.tail import last_lines
+from ..process.guard import Guard
+from ..process.rank_process import RankProcess
+from ..process.signals import signal_name
+from ..result import RunProcsResult
+from ..states import final_state_for
+from .launcher import Launcher
+from .publisher import Publisher
+from .pump_link import PumpLink
+from .rank_slot import RankSlot
+from .run_config import SupervisorConfig
+from .state import RunState, Wakeup
+from .stopper import Stopper
 
 __all__ = ["Monitor"]
 

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from engine.events import Event, EventSink, RunFinished, SupervisorNotice
-from engine.supervisor.state import RunState
+from ..events import Event, EventSink, RunFinished, SupervisorNotice
+from .state import RunState
 
 __all__ = ["Publisher", "Severity"]
 

@@ -18,14 +18,14 @@ import threading
 from collections.abc import Callable
 from functools import partial
 
-from engine.events import Event, RankOutput
-from engine.forensics.activity import OutputActivity
-from engine.logfile.arrival import arrival_path
-from engine.logs_specs import LogsDest
-from engine.output.pump import OutputPump, StdStream
-from engine.output.text_batch import Batch
-from engine.supervisor.rank_slot import RankSlot
-from engine.supervisor.run_config import SupervisorConfig
+from ..events import Event, RankOutput
+from ..forensics.activity import OutputActivity
+from ..logfile.arrival import arrival_path
+from ..logs_specs import LogsDest
+from ..output.pump import OutputPump, StdStream
+from ..output.text_batch import Batch
+from .rank_slot import RankSlot
+from .run_config import SupervisorConfig
 
 __all__ = ["PumpLink"]
 

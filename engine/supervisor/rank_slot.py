@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from engine.events import RankStateChanged
-from engine.handle import RankInfo
-from engine.process.signals import exit_signal_name
-from engine.states import RankState, can_move
+from ..events import RankStateChanged
+from ..handle import RankInfo
+from ..process.signals import exit_signal_name
+from ..states import RankState, can_move
 
 if TYPE_CHECKING:
-    from engine.errors import ProcessFailure
-    from engine.forensics.exit_cause import ExitCause
-    from engine.process.rank_process import RankProcess
+    from ..errors import ProcessFailure
+    from ..forensics.exit_cause import ExitCause
+    from ..process.rank_process import RankProcess
 
 __all__ = ["AfterExit", "InvalidTransition", "RankSlot", "StopReason", "incarnation_dir"]
 

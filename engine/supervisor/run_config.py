@@ -19,10 +19,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
-from engine.cluster.options import ClusterOptions
-from engine.process.signals import check_stop_signal
-from engine.std import Std
-from engine.supervisor.agent_env import check_master_addr, port_in_use
+from ..cluster.options import ClusterOptions
+from ..process.signals import check_stop_signal
+from ..std import Std
+from .agent_env import check_master_addr, port_in_use
 
 __all__ = [
     "MAX_RANKS_PER_NODE",
@@ -193,7 +193,7 @@ class SupervisorConfig:
         """
         if self.numa_binding is None:
             return dict.fromkeys(range(self.nprocs))
-        from engine.process.numa import AffinityMode, NumaOptions, plan
+        from ..process.numa import AffinityMode, NumaOptions, plan
 
         return plan(NumaOptions(AffinityMode(self.numa_binding)), self.nprocs)
 
@@ -213,7 +213,7 @@ class SupervisorConfig:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= least):
                 raise ConfigError(f"{flag} {value}: give a number of at least {least:g}")
         if self.progress_regex:
-            from engine.forensics.progress import check_regex
+            from ..forensics.progress import check_regex
 
             try:
                 check_regex(self.progress_regex)

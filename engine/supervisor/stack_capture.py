@@ -25,14 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from engine.forensics.stacks import (
+from ..forensics.stacks import (
     DEFAULT_TIMEOUT_S,
     KILL_DUMP_BUDGET_S,
     StackDump,
     dump_stacks,
     save_dump,
 )
-from engine.supervisor.escalation import Escalation
+from .escalation import Escalation
 
 __all__ = ["MIN_DUMP_S", "CaptureSchedule", "StackCapture", "capture_time"]
 

@@ -13,11 +13,11 @@ import os
 import threading
 from collections.abc import Iterable
 
-from engine.events import RunFinished
-from engine.forensics.activity import OutputActivity
-from engine.forensics.suspect import SignalRecord
-from engine.logs_specs import LogsDest
-from engine.supervisor.rank_slot import RankSlot
+from ..events import RunFinished
+from ..forensics.activity import OutputActivity
+from ..forensics.suspect import SignalRecord
+from ..logs_specs import LogsDest
+from .rank_slot import RankSlot
 
 __all__ = ["RunState", "Wakeup"]
 

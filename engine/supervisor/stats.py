@@ -42,11 +42,11 @@ from typing import Literal, NamedTuple
 
 import psutil
 
-from engine.events import RankStats
-from engine.forensics.gpu import GpuProbe, GpuSnapshot
-from engine.process.cgroups import MemoryReading
-from engine.process.numa import parse_cpulist
-from engine.process.proc_table import stat_fields
+from ..events import RankStats
+from ..forensics.gpu import GpuProbe, GpuSnapshot
+from ..process.cgroups import MemoryReading
+from ..process.numa import parse_cpulist
+from ..process.proc_table import stat_fields
 
 __all__ = ["StatsSampler", "cpu_to_numa_node", "descendants"]
 

@@ -16,17 +16,17 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from engine.events import EscalationFinished, EscalationScheduled, RanksSignalled
-from engine.forensics.suspect import SignalRecord
-from engine.process.proc_table import is_stopped
-from engine.process.rank_process import send_signal_all
-from engine.process.signals import signal_name
-from engine.states import RankState
-from engine.supervisor.escalation import EscalationTable
-from engine.supervisor.publisher import Publisher
-from engine.supervisor.rank_slot import RankSlot, StopReason
-from engine.supervisor.stack_capture import CaptureSchedule
-from engine.supervisor.state import RunState
+from ..events import EscalationFinished, EscalationScheduled, RanksSignalled
+from ..forensics.suspect import SignalRecord
+from ..process.proc_table import is_stopped
+from ..process.rank_process import send_signal_all
+from ..process.signals import signal_name
+from ..states import RankState
+from .escalation import EscalationTable
+from .publisher import Publisher
+from .rank_slot import RankSlot, StopReason
+from .stack_capture import CaptureSchedule
+from .state import RunState
 
 __all__ = ["Stopper"]
 

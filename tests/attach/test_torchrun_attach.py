@@ -15,11 +15,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
-from engine.attach import AttachError, TorchrunHandle, discover, find_by_log_dir, find_by_pid
-from engine.attach.discovery import workers_of
-from engine.attach.handle import RESTART_REFUSED, UNKNOWN_EXIT
-from engine.events import (
+from rankvisor.engine.attach import (
+    AttachError,
+    TorchrunHandle,
+    discover,
+    find_by_log_dir,
+    find_by_pid,
+)
+from rankvisor.engine.attach.discovery import workers_of
+from rankvisor.engine.attach.handle import RESTART_REFUSED, UNKNOWN_EXIT
+from rankvisor.engine.events import (
     AttemptStarted,
     EscalationFinished,
     Event,
@@ -29,11 +34,12 @@ from engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from engine.handle import DumpStacks, RestartAll, RestartRank, TerminateRanks
-from engine.process.proc_table import find_descendants, read_entry
-from engine.states import RankState
+from rankvisor.engine.handle import DumpStacks, RestartAll, RestartRank, TerminateRanks
+from rankvisor.engine.process.proc_table import find_descendants, read_entry
+from rankvisor.engine.states import RankState
+from rankvisor.tui.torchrun_view import run_torchrun_view
+
 from tests.conftest import pid_alive, wait_until
-from tui.torchrun_view import run_torchrun_view
 
 WORKER = str(Path(__file__).with_name("tr_worker.py"))
 SLOW = 90.0
@@ -211,8 +217,8 @@ def test_discovery_lines_and_refused_restart(torchrun: Any) -> None:
 def test_the_workers_stacks_are_dumped_and_saved_with_the_job(torchrun: Any) -> None:
     """The handle dumps torchrun's workers too (rankvisor runs as root here: Yama would
     otherwise allow only their ancestors); a read-only view may take a nonblocking dump."""
-    from engine.forensics.stacks import StackDump, find_py_spy
-    from tui.torchrun_view import build_handle
+    from rankvisor.engine.forensics.stacks import StackDump, find_py_spy
+    from rankvisor.tui.torchrun_view import build_handle
 
     if find_py_spy() is None:
         pytest.skip("py-spy is not installed")
@@ -268,7 +274,7 @@ def test_terminate_rank_one_and_what_torchrun_does(torchrun: Any) -> None:
 
 def test_sigterm_ignored_gets_sigkill_after_the_timeout(torchrun: Any) -> None:
     """...with the worker's stack saved under the job's log dir before that SIGKILL."""
-    from engine.forensics.stacks import find_py_spy
+    from rankvisor.engine.forensics.stacks import find_py_spy
 
     job = torchrun("--interval", "0.05", "--ignore-sigterm", "0")
     job.workers()
@@ -335,9 +341,10 @@ def test_follows_torchrun_to_its_next_attempt(torchrun: Any) -> None:
 
 
 async def test_the_app_shows_a_torchrun_jobs_panes(torchrun: Any) -> None:
+    from rankvisor.tui.app import make_app
+    from rankvisor.tui.screens.confirm import QuitScreen
+
     from tests.tui.conftest import wait_for
-    from tui.app import make_app
-    from tui.screens.confirm import QuitScreen
 
     job = torchrun("--interval", "0.05")
     job.workers()
@@ -386,7 +393,7 @@ def test_attach_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     with pytest.raises(AttachError, match="no live torchrun worker"):
         find_by_log_dir(str(tmp_path))
     # --no-stack-on-kill is the torchrun handle's: a run of rankvisor's own took it at run.
-    from tui.attach import main as attach_main
+    from rankvisor.tui.attach import main as attach_main
 
     assert attach_main(["--no-stack-on-kill"]) == 2
     err = capsys.readouterr().err

@@ -263,8 +263,7 @@ def main() -> None:
         "engine": measure_import("engine", repeats),
     }
     import torch.distributed.elastic.multiprocessing as torch_mp
-
-    import engine
+    from rankvisor import engine
 
     # torch gives its loggers their own handlers; quiet them the same way.
     for name in ("torch.distributed.elastic", "engine"):

@@ -46,11 +46,11 @@ sys.path.insert(0, str(ROOT))
 
 
 def _child(n: int, profile: bool) -> dict[str, float]:
-    from engine.events import Event, RankStateChanged
-    from engine.states import RankState
-    from engine.supervisor.core import Supervisor
-    from engine.supervisor.headless import _HeadlessPrinter
-    from tui.run_args import parse_job
+    from rankvisor.engine.events import Event, RankStateChanged
+    from rankvisor.engine.states import RankState
+    from rankvisor.engine.supervisor.core import Supervisor
+    from rankvisor.engine.supervisor.headless import _HeadlessPrinter
+    from rankvisor.tui.run_args import parse_job
 
     log_dir = tempfile.mkdtemp(prefix="bench_start_")
     cpu0 = _self_cpu()
@@ -135,7 +135,7 @@ def _cpu(pid: int | None) -> float:
 
 def _settle(sup: object) -> None:
     """Wait until the monitor's pass after the spawns is over (its wake-ups drained)."""
-    from engine.supervisor.core import Supervisor
+    from rankvisor.engine.supervisor.core import Supervisor
 
     assert isinstance(sup, Supervisor)
     wakeup = sup._wakeup  # noqa: SLF001 - a benchmark may look inside

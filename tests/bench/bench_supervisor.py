@@ -70,10 +70,10 @@ def _window(seconds: float, extra_pids: Callable[[], list[int]] = list,
 
 
 def _supervisor(nprocs: int, args: tuple[str, ...], entry: str = PY, **kw: Any) -> Any:
-    from engine.std import Std
-    from engine.supervisor import Supervisor
-    from engine.supervisor.headless import _HeadlessPrinter
-    from engine.supervisor.run_config import SupervisorConfig
+    from rankvisor.engine.std import Std
+    from rankvisor.engine.supervisor import Supervisor
+    from rankvisor.engine.supervisor.headless import _HeadlessPrinter
+    from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
     cfg = SupervisorConfig(entrypoint=entry, args=args, nprocs=nprocs, tee=Std.ALL,
                            redirects=Std.ALL, log_dir=tempfile.mkdtemp(prefix="bench_"), **kw)
@@ -102,7 +102,7 @@ def child_sup_log(seconds: float) -> dict[str, Any]:
 
 
 def child_stats64(seconds: float) -> dict[str, Any]:
-    from engine.supervisor.stats import StatsSampler
+    from rankvisor.engine.supervisor.stats import StatsSampler
 
     procs = [subprocess.Popen(["sleep", "600"]) for _ in range(64)]
     try:
@@ -124,8 +124,8 @@ def child_stats64(seconds: float) -> dict[str, Any]:
 
 
 def child_term32(seconds: float) -> dict[str, Any]:
-    from engine.events import RankStateChanged
-    from engine.handle import TerminateRanks
+    from rankvisor.engine.events import RankStateChanged
+    from rankvisor.engine.handle import TerminateRanks
 
     results = []
     for _ in range(3):
@@ -151,7 +151,7 @@ def child_term32(seconds: float) -> dict[str, Any]:
 def child_start_close32(seconds: float) -> dict[str, Any]:
     """Supervisor.start() and shutdown() of 32 ``sleep`` ranks, with a cgroup per rank and
     with the process-tree tracking (``RANKVISOR_CGROUPS=0``), taking turns round by round."""
-    from engine.process.cgroups import CGROUPS_ENV
+    from rankvisor.engine.process.cgroups import CGROUPS_ENV
 
     modes = {"cgroup": "auto", "tree": "0"}
     starts: dict[str, list[float]] = {m: [] for m in modes}
@@ -183,8 +183,8 @@ def child_start_close32(seconds: float) -> dict[str, Any]:
 
 
 def child_exit_latency(seconds: float) -> dict[str, Any]:
-    from engine.events import RankStateChanged
-    from engine.states import RankState
+    from rankvisor.engine.events import RankStateChanged
+    from rankvisor.engine.states import RankState
 
     d = tempfile.mkdtemp(prefix="bench_exit_")
     code = ("import os, sys, time; r = int(os.environ['RANK']); time.sleep(1 + 0.15 * r); "

@@ -37,8 +37,8 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from engine.output.pump import OutputPump  # noqa: E402
-from engine.tail_log import TailLog  # noqa: E402
+from rankvisor.engine.output.pump import OutputPump  # noqa: E402
+from rankvisor.engine.tail_log import TailLog  # noqa: E402
 
 WRITER = str(ROOT / "tests" / "bin" / "numbered_writer.py")
 LINE = re.compile(r"\[w(\d+)\]:(\d+):(\d+):x+$")
@@ -276,7 +276,7 @@ def rss_child(tmp: str, impl: str, n: int, lines: int) -> None:
     files = {r: os.path.join(tmp, f"big-{r}.log") for r in range(n)}
     if impl == "torch":
         torch_tail_log()  # import torch before the baseline: only tailing is measured
-    from engine.logfile.store import LogStore
+    from rankvisor.engine.logfile.store import LogStore
 
     base = rss_kb()
     peak = [base]

@@ -60,16 +60,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from rankvisor.engine.control.client import RemoteHandle  # noqa: E402
+from rankvisor.engine.control.daemon import Request  # noqa: E402
+from rankvisor.engine.control.spawn import start_supervisor  # noqa: E402
+from rankvisor.engine.states import RankState  # noqa: E402
+from rankvisor.engine.supervisor import Supervisor  # noqa: E402
+from rankvisor.engine.supervisor.run_config import SupervisorConfig  # noqa: E402
+from rankvisor.tui.app import RankvisorApp  # noqa: E402
 from rich.console import Console  # noqa: E402
 from textual._compositor import CompositorUpdate  # noqa: E402
-
-from engine.control.client import RemoteHandle  # noqa: E402
-from engine.control.daemon import Request  # noqa: E402
-from engine.control.spawn import start_supervisor  # noqa: E402
-from engine.states import RankState  # noqa: E402
-from engine.supervisor import Supervisor  # noqa: E402
-from engine.supervisor.run_config import SupervisorConfig  # noqa: E402
-from tui.app import RankvisorApp  # noqa: E402
 
 WRITER = Path(__file__).with_name("tui_writer.py")
 _STAMP = re.compile(r" t=(\d+\.\d+) ")

@@ -74,8 +74,8 @@ def main() -> int:
             except pynvml.NVMLError as e:
                 print(f"    util: {type(e).__name__}: {e}")
 
-        from engine.forensics.gpu import GpuProbe
-        from engine.supervisor.stats import StatsSampler
+        from rankvisor.engine.forensics.gpu import GpuProbe
+        from rankvisor.engine.supervisor.stats import StatsSampler
 
         probe = GpuProbe()
         snap = probe.snapshot()

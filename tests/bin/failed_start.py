@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.supervisor.headless import run_headless  # noqa: E402
-from engine.supervisor.run_config import SupervisorConfig  # noqa: E402
+from rankvisor.engine.supervisor.headless import run_headless  # noqa: E402
+from rankvisor.engine.supervisor.run_config import SupervisorConfig  # noqa: E402
 
 mode, log_dir, mark = sys.argv[1:4]
 common = {"entrypoint": "sleep", "args": ("300", mark), "log_dir": log_dir,

@@ -5,7 +5,7 @@ Usage: raise_recorded.py [MESSAGE]
 
 import sys
 
-from engine.errors import record
+from rankvisor.engine.errors import record
 
 
 @record

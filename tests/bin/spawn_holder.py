@@ -9,7 +9,7 @@ Usage: spawn_holder.py
 import threading
 import time
 
-from engine.process.rank_process import RankProcess
+from rankvisor.engine.process.rank_process import RankProcess
 
 procs = []
 t = threading.Thread(

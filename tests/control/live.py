@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine.control.daemon import Request
+from rankvisor.engine.control.spawn import Started, start_supervisor
+from rankvisor.engine.control.status import read_status
+from rankvisor.engine.process.guard import starttime
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
-from engine.control.daemon import Request
-from engine.control.spawn import Started, start_supervisor
-from engine.control.status import read_status
-from engine.process.guard import starttime
-from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 SV_RANK = str(BIN / "sv_rank.py")

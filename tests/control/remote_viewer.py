@@ -13,8 +13,8 @@ import json
 import sys
 import threading
 
-from engine.control.client import RemoteHandle
-from engine.events import Event, RankOutput
+from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.events import Event, RankOutput
 
 sock_path, out_path = sys.argv[1], sys.argv[2]
 handle = RemoteHandle.connect(sock_path, name="slow", recent_lines=10**7,

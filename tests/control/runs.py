@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from engine.control import registry
-from engine.control.status import build_status, process_start_time, write_status
-from engine.errors import ProcessFailure
-from engine.events import RunFinished
-from engine.handle import RankInfo, RunInfo
-from engine.result import RunProcsResult
-from engine.states import RankState
+from rankvisor.engine.control import registry
+from rankvisor.engine.control.status import build_status, process_start_time, write_status
+from rankvisor.engine.errors import ProcessFailure
+from rankvisor.engine.events import RunFinished
+from rankvisor.engine.handle import RankInfo, RunInfo
+from rankvisor.engine.result import RunProcsResult
+from rankvisor.engine.states import RankState
 
 
 class Supervisors:
@@ -124,7 +123,7 @@ def make_run(
 
 
 def status_of(entry: registry.RunEntry) -> dict[str, Any]:
-    from engine.control.status import read_status
+    from rankvisor.engine.control.status import read_status
 
     status = read_status(entry.run_dir)
     assert status is not None

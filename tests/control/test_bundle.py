@@ -15,9 +15,10 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from engine.control.status import process_start_time, read_status, write_status
-from engine.forensics.bundle import make_bundle
-from engine.forensics.environ import REDACTED, is_secret
+from rankvisor.engine.control.status import process_start_time, read_status, write_status
+from rankvisor.engine.forensics.bundle import make_bundle
+from rankvisor.engine.forensics.environ import REDACTED, is_secret
+
 from tests.conftest import BIN, PYTHON
 from tests.control.runs import Supervisors
 
@@ -28,7 +29,8 @@ SECRET = "hunter2-do-not-leak"
 def _cli(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None
          ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "rankvisor.tui.cli", *argv],
+        capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=cwd,
     )
 
@@ -48,7 +50,7 @@ def _spew_then_raise(tmp_path: Path) -> Path:
     script.write_text(
         "import os, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from engine.errors import record\n"
+        "from rankvisor.engine.errors import record\n"
         "@record\n"
         "def main():\n"
         "    for i in range(30000):\n"

@@ -17,21 +17,21 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-
-from engine.control import wire
-from engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
-from engine.control.server import READ_ONLY_REFUSAL, ControlServer
-from engine.events import Event, RankOutput, RankStateChanged, SupervisorNotice
-from engine.handle import (
+from rankvisor.engine.control import wire
+from rankvisor.engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
+from rankvisor.engine.control.server import READ_ONLY_REFUSAL, ControlServer
+from rankvisor.engine.events import Event, RankOutput, RankStateChanged, SupervisorNotice
+from rankvisor.engine.handle import (
     CommandResult,
     KillRanks,
     RestartRank,
     SignalRanks,
     TerminateRanks,
 )
-from engine.states import RankState
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 

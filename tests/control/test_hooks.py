@@ -6,7 +6,8 @@ import os
 import signal
 from pathlib import Path
 
-from engine.control.hooks import LOG_NAME, run_on_failure
+from rankvisor.engine.control.hooks import LOG_NAME, run_on_failure
+
 from tests.conftest import pid_alive, wait_until
 
 STATUS = {

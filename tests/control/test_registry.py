@@ -8,10 +8,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.control import registry
+from rankvisor.engine.control.registry import NoSuchRun, StateDirUnsafe, resolve
+from rankvisor.engine.states import RankState
 
-from engine.control import registry
-from engine.control.registry import NoSuchRun, StateDirUnsafe, resolve
-from engine.states import RankState
 from tests.control.runs import Supervisors, failed_finish, make_run
 
 

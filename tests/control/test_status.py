@@ -8,7 +8,7 @@ import signal
 import threading
 from pathlib import Path
 
-from engine.control.status import (
+from rankvisor.engine.control.status import (
     SCHEMA,
     build_status,
     effective_state,
@@ -17,10 +17,11 @@ from engine.control.status import (
     supervisor_alive,
     write_status,
 )
-from engine.errors import ProcessFailure
-from engine.events import RunFinished
-from engine.result import RunProcsResult
-from engine.states import RankState
+from rankvisor.engine.errors import ProcessFailure
+from rankvisor.engine.events import RunFinished
+from rankvisor.engine.result import RunProcsResult
+from rankvisor.engine.states import RankState
+
 from tests.control.runs import Supervisors, failed_finish, run_info
 
 FIELDS = {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "supervisor_start", "state",

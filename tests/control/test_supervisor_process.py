@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.control.replay import RecordedRun
+from rankvisor.engine.control.spawn import Started
+from rankvisor.engine.events import Event, RunFinished
+from rankvisor.engine.handle import CommandResult, RestartRank, SignalRanks
+from rankvisor.engine.states import RankState
+from rankvisor.tui.cli import main
 
-from engine.control.client import RemoteHandle
-from engine.control.replay import RecordedRun
-from engine.control.spawn import Started
-from engine.events import Event, RunFinished
-from engine.handle import CommandResult, RestartRank, SignalRanks
-from engine.states import RankState
 from tests.conftest import PYTHON, pid_alive, wait_until
 from tests.control.live import START_S, Daemons
-from tui.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,7 +113,7 @@ def test_the_supervisor_has_its_own_session_no_terminal_and_is_found_every_way(
 def test_sigkill_of_the_supervisor_leaves_no_process_and_a_stale_run(
         daemons: Daemons, viewers: list[RemoteHandle],
         capsys: pytest.CaptureFixture[str]) -> None:
-    from tui.attach import open_handle
+    from rankvisor.tui.attach import open_handle
 
     run = daemons.start("--child", "both")
     run.wait_status(running)
@@ -249,7 +249,7 @@ def test_on_failure_runs_once_for_a_failed_run_and_never_for_a_clean_one(
 
 
 def fold(info: Any, events: list[Event]) -> Any:
-    from tui.model import RunView
+    from rankvisor.tui.model import RunView
 
     view = RunView(info)
     for event in events:
@@ -300,7 +300,7 @@ def test_a_finished_run_replays_from_its_record_as_it_was_watched_live(
 def test_preload_imports_every_module_of_the_engine() -> None:
     code = (
         "import json, sys\n"
-        "from engine.control.daemon import preload\n"
+        "from rankvisor.engine.control.daemon import preload\n"
         "preload()\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'engine')))\n"
     )
@@ -314,7 +314,7 @@ def test_preload_imports_every_module_of_the_engine() -> None:
     # The multi-node modules import torch: a multi-node run's supervisor imports them at its
     # start (``_main_cluster``), before its ranks run; a one-node run never needs them.
     files = {m for m in files if not m.endswith("__main__")
-             and not m.startswith("engine.cluster.")}
+             and not m.startswith("rankvisor.engine.cluster.")}
     assert files - loaded == set()
 
 
@@ -329,8 +329,8 @@ def test_a_supervisor_goes_on_after_its_package_files_are_removed(
     config = daemons.config(nprocs=2, pid_dir=pid_dir, term_timeout=1.0)
     starter = (
         "import json, pickle, sys\n"
-        "from engine.control.daemon import Request\n"
-        "from engine.control.spawn import start_supervisor\n"
+        "from rankvisor.engine.control.daemon import Request\n"
+        "from rankvisor.engine.control.spawn import start_supervisor\n"
         "s = start_supervisor(Request(pickle.loads(sys.stdin.buffer.read()),"
         " expect_viewer=False))\n"
         "print(json.dumps([s.pid, s.socket, s.run_dir, s.run_id]))\n"

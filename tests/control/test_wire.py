@@ -8,10 +8,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.control import wire
-from engine.errors import ProcessFailure
-from engine.events import (
+from rankvisor.engine.control import wire
+from rankvisor.engine.errors import ProcessFailure
+from rankvisor.engine.events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -25,8 +24,8 @@ from engine.events import (
     Suspect,
     TimerExpired,
 )
-from engine.forensics.exit_cause import ExitCause
-from engine.handle import (
+from rankvisor.engine.forensics.exit_cause import ExitCause
+from rankvisor.engine.handle import (
     CommandResult,
     DumpStacks,
     KillRanks,
@@ -37,8 +36,8 @@ from engine.handle import (
     SignalRanks,
     TerminateRanks,
 )
-from engine.result import RunProcsResult
-from engine.states import RankState
+from rankvisor.engine.result import RunProcsResult
+from rankvisor.engine.states import RankState
 
 ints = st.integers(-(2**40), 2**40)
 small = st.integers(0, 4096)
@@ -174,7 +173,7 @@ def test_command_results_round_trip(ok: bool, message: str, request_id: int) -> 
 
 
 def test_a_stack_dump_travels_in_the_result_and_an_old_result_has_none() -> None:
-    from engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
+    from rankvisor.engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
 
     ranks = tuple(
         RankStack(r, 100 + r, (ThreadStack(100 + r, "MainThread", (

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor import engine
+from rankvisor.engine.errors import ChildFailedError
 
-import engine
-from engine.errors import ChildFailedError
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 pytestmark = pytest.mark.torch
@@ -435,11 +435,10 @@ print(ctx.pids()[0], flush=True)
 
 def test_closing_a_handler_whose_rank_was_reaped(torch_mp: Any, tmp_path: Path) -> None:
     """torch's SubprocessHandler.close() raises ProcessLookupError for a reaped rank."""
+    from rankvisor.engine.subprocess_handler import get_subprocess_handler as our_handler
     from torch.distributed.elastic.multiprocessing.subprocess_handler import (
         get_subprocess_handler as torch_handler,
     )
-
-    from engine.subprocess_handler import get_subprocess_handler as our_handler
 
     theirs = torch_handler("true", (), {}, "", "", 0)
     theirs.proc.wait(30)
@@ -473,7 +472,7 @@ def test_numa_binding_without_numactl_or_cuda(torch_mp: Any, tmp_path: Path) -> 
         numa_options=options,
     )
     try:
-        from engine.process import numa
+        from rankvisor.engine.process import numa
 
         expected = numa.plan(options, 1)[0]
         assert expected and os.sched_getaffinity(ctx.pids()[0]) == set(expected)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import rankvisor.engine.errors as ours
+from rankvisor import engine
 
-import engine
-import engine.errors as ours
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 pytestmark = pytest.mark.torch

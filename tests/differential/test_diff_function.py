@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from rankvisor import engine
+from rankvisor.engine.errors import ChildFailedError
 
-import engine
-from engine.errors import ChildFailedError
 from tests.conftest import pid_alive, wait_until
 from tests.engine import mp_funcs
 
@@ -187,9 +187,8 @@ def test_close_kills_grandchildren_torch_leaves_them(torch_mp: Any, tmp_path: Pa
 def test_redirect_rejects_unknown_streams_with_torchs_message(
     torch_mp: Any, tmp_path: Path
 ) -> None:
+    from rankvisor.engine import redirects
     from torch.distributed.elastic.multiprocessing import redirects as torch_redirects
-
-    from engine import redirects
 
     messages = []
     for module in (torch_redirects, redirects):

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine.tail_log import TailLog
 
-from engine.tail_log import TailLog
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.torch
@@ -103,7 +103,7 @@ def test_never_appearing_files_cost_torch_a_polling_thread_each(tmp_path: Path) 
 @pytest.mark.parametrize("impl", ["torch", "ours"])
 def test_forgetting_stop_hangs_torch_at_exit_not_ours(tmp_path: Path, impl: str) -> None:
     torch_module = "torch.distributed.elastic.multiprocessing.tail_log"
-    module = torch_module if impl == "torch" else "engine.tail_log"
+    module = torch_module if impl == "torch" else "rankvisor.engine.tail_log"
     code = (
         "import sys\n"
         f"from {module} import TailLog\n"

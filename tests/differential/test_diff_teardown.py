@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor import engine
+from rankvisor.engine.errors import ChildFailedError
 
-import engine
-from engine.errors import ChildFailedError
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 from tests.engine import mp_funcs
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from rankvisor.engine.events import Event, RankStateChanged
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
-from engine.events import Event, RankStateChanged
-from engine.states import RankState
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, PYTHON, wait_until
 
 

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from engine.supervisor.agent_env import (
+from rankvisor.engine.supervisor.agent_env import (
     RESTART_COUNT_ENV,
     EnvOptions,
     build_rank_env,

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.errors import ChildFailedError, ErrorHandler, ProcessFailure, record
+from rankvisor.engine.errors.error_file import MAX_ERROR_FILE_BYTES, read_error_file
 
-from engine.errors import ChildFailedError, ErrorHandler, ProcessFailure, record
-from engine.errors.error_file import MAX_ERROR_FILE_BYTES, read_error_file
 from tests.conftest import BIN, PYTHON
 
 NS = 1_000_000_000
@@ -114,7 +114,7 @@ def test_record_names_the_rank_when_the_root_cause_has_no_error_file(
     def launcher() -> None:
         raise ChildFailedError("trainer", failures)
 
-    with caplog.at_level(logging.INFO, logger="engine.errors"):
+    with caplog.at_level(logging.INFO, logger="rankvisor.engine.errors"):
         with pytest.raises(ChildFailedError):
             record(launcher)()
     assert any(m.startswith("local_rank 5 FAILED with no error file.") for m in caplog.messages)

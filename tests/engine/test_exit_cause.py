@@ -18,20 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from engine.control import wire
-from engine.control.status import build_status
-from engine.events import Event, RankStateChanged
-from engine.forensics.exit_cause import (
+from rankvisor.engine.control import wire
+from rankvisor.engine.control.status import build_status
+from rankvisor.engine.events import Event, RankStateChanged
+from rankvisor.engine.forensics.exit_cause import (
     ExitCause,
     ExitFacts,
     classify,
     faulthandler_block,
     kernel_oom_line,
 )
-from engine.process import cgroups
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
+from rankvisor.engine.process import cgroups
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+
 from tests.conftest import BIN, PYTHON, limit_memory, pid_alive, wait_until
 
 DIE_OF = str(BIN / "die_of.py")
@@ -313,7 +313,7 @@ def test_faulthandler_block_stops_at_the_programs_own_output() -> None:
 
 
 def test_the_headless_report_says_a_cause_its_exit_code_does_not(run: Any) -> None:
-    from engine.supervisor.headless import format_report, report_forensics
+    from rankvisor.engine.supervisor.headless import format_report, report_forensics
 
     sup, events = run(1, "sigbus")
     cause = _ended(sup, events)
@@ -329,10 +329,10 @@ def test_the_headless_report_says_a_cause_its_exit_code_does_not(run: Any) -> No
 
 
 def test_the_headless_report_names_the_newest_stack_dumps() -> None:
-    from engine.errors import ProcessFailure
-    from engine.events import RunFinished
-    from engine.result import RunProcsResult
-    from engine.supervisor.headless import REPORTED_DUMPS, format_report
+    from rankvisor.engine.errors import ProcessFailure
+    from rankvisor.engine.events import RunFinished
+    from rankvisor.engine.result import RunProcsResult
+    from rankvisor.engine.supervisor.headless import REPORTED_DUMPS, format_report
 
     failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file="")
     finished = RunFinished(RunProcsResult(failures={0: failure}), 0, 0)

@@ -19,13 +19,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from rankvisor.engine.forensics.gpu import GpuProbe, GpuReading
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor.stats import StatsSampler, descendants
+from rankvisor.tui.model import RankView
+from rankvisor.tui.widgets.rank_pane import gpu_text
 
-from engine.forensics.gpu import GpuProbe, GpuReading
-from engine.states import RankState
-from engine.supervisor.stats import StatsSampler, descendants
 from tests.conftest import wait_until
-from tui.model import RankView
-from tui.widgets.rank_pane import gpu_text
 
 GIB = 1 << 30
 

@@ -9,7 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from engine.process.guard import Guard, _pin, starttime
+from rankvisor.engine.process.guard import Guard, _pin, starttime
+
 from tests.conftest import BIN, pid_alive, wait_until
 
 
@@ -44,7 +45,7 @@ def test_guard_outlives_a_sigkilled_owner_and_cleans_up(tmp_path: Path) -> None:
         f"""
         import os, subprocess, sys, time
         sys.path.insert(0, {str(Path(__file__).parents[2])!r})
-        from engine.process.guard import Guard
+        from rankvisor.engine.process.guard import Guard
         g = Guard(); g.start()
         env = dict(os.environ, RANK="0", **g.env)
         p = subprocess.Popen([sys.executable, {str(BIN / "sv_rank.py")!r}, "--pid-dir",

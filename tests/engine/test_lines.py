@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 import tracemalloc
 
-from engine.output.lines import LineAssembler, cut_marker
-from engine.output.sanitize import sanitize
+from rankvisor.engine.output.lines import LineAssembler, cut_marker
+from rankvisor.engine.output.sanitize import sanitize
 
 
 def assemble(chunks: list[bytes], **kwargs: object) -> tuple[list[str], list[str]]:

@@ -10,11 +10,10 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
-from engine.logfile.line_index import LineIndex
-from engine.logfile.store import LogStore
-from engine.output.lines import collapse_cr, cut_marker
-from engine.output.sanitize import sanitize
+from rankvisor.engine.logfile.line_index import LineIndex
+from rankvisor.engine.logfile.store import LogStore
+from rankvisor.engine.output.lines import collapse_cr, cut_marker
+from rankvisor.engine.output.sanitize import sanitize
 
 
 def display(raw: bytes, cap: int) -> str:

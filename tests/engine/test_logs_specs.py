@@ -6,9 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from engine.logs_specs import DefaultLogsSpecs, LogsDest
-from engine.std import Std
+from rankvisor.engine.logs_specs import DefaultLogsSpecs, LogsDest
+from rankvisor.engine.std import Std
 
 
 def _envs(n: int, **extra: str) -> dict[int, dict[str, str]]:

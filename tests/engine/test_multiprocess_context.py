@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from rankvisor.engine import DefaultLogsSpecs, RunProcsResult, Std, start_processes
+from rankvisor.engine.errors import ChildFailedError
+from rankvisor.engine.multiprocess_context import MultiprocessContext
 
-from engine import DefaultLogsSpecs, RunProcsResult, Std, start_processes
-from engine.errors import ChildFailedError
-from engine.multiprocess_context import MultiprocessContext
 from tests.conftest import pid_alive, wait_until
 from tests.engine import mp_funcs
 
@@ -293,7 +293,7 @@ def test_close_escalates_to_sigkill(tmp_path: Path) -> None:
 
 
 def test_numa_binding_sets_the_planned_affinity(tmp_path: Path) -> None:
-    from engine.process import numa
+    from rankvisor.engine.process import numa
 
     options = numa.NumaOptions(numa.AffinityMode.NODE, should_fall_back_if_binding_fails=True)
     ctx = start_processes(
@@ -312,7 +312,7 @@ def test_numa_binding_sets_the_planned_affinity(tmp_path: Path) -> None:
 _PARENT = textwrap.dedent(
     """
     import sys, time
-    from engine import DefaultLogsSpecs, start_processes
+    from rankvisor.engine import DefaultLogsSpecs, start_processes
     from tests.engine import mp_funcs
 
     if __name__ == "__main__":

@@ -6,10 +6,15 @@ import os
 from pathlib import Path
 
 import pytest
-
-from engine import DefaultLogsSpecs, start_processes
-from engine.process import numa
-from engine.process.numa import AffinityMode, NumaOptions, cpus_for_rank, parse_cpulist, plan
+from rankvisor.engine import DefaultLogsSpecs, start_processes
+from rankvisor.engine.process import numa
+from rankvisor.engine.process.numa import (
+    AffinityMode,
+    NumaOptions,
+    cpus_for_rank,
+    parse_cpulist,
+    plan,
+)
 
 ALL = set(range(16))
 
@@ -195,7 +200,7 @@ def test_bind_current_process_in_a_child(tmp_path: Path) -> None:
 
     cpu = min(os.sched_getaffinity(0))
     code = (
-        "import os, threading; from engine.process.numa import bind_current_process;"
+        "import os, threading; from rankvisor.engine.process.numa import bind_current_process;"
         "bind_current_process({%d}); print(sorted(os.sched_getaffinity(0)))" % cpu
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -17,7 +17,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-CHILD = "import sys; from engine.process import die_with_parent; print(die_with_parent({pid}))"
+CHILD = (
+    "import sys; from rankvisor.engine.process import die_with_parent;"
+    " print(die_with_parent({pid}))"
+)
 
 
 def _child(pid: str) -> subprocess.CompletedProcess[str]:

@@ -10,10 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.process import proc_table as _proctable
+from rankvisor.engine.process import spawner as _spawner
+from rankvisor.engine.process.rank_process import (
+    RankProcess,
+    on_spawner_thread,
+    send_signal_all,
+    wait_any,
+)
 
-from engine.process import proc_table as _proctable
-from engine.process import spawner as _spawner
-from engine.process.rank_process import RankProcess, on_spawner_thread, send_signal_all, wait_any
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 
@@ -361,7 +366,7 @@ def test_no_fd_leak_across_many_spawns(tmp_path: Path) -> None:
 def test_interpreter_exit_takes_ranks_along(tmp_path: Path) -> None:
     """A program that exits normally without stopping its ranks does not orphan them."""
     code = (
-        "from engine.process.rank_process import RankProcess;"
+        "from rankvisor.engine.process.rank_process import RankProcess;"
         "print(RankProcess.spawn(['sleep', '600'], None, None, None).pid, flush=True)"
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from engine.forensics.progress import (
+from rankvisor.engine.forensics.progress import (
     Progress,
     ProgressReader,
     check_regex,

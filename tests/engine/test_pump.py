@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine.events import RankOutput
+from rankvisor.engine.output.lines import cut_marker
+from rankvisor.engine.output.pump import OutputPump, TextBatch
 
-from engine.events import RankOutput
-from engine.output.lines import cut_marker
-from engine.output.pump import OutputPump, TextBatch
 from tests.conftest import BIN, PYTHON, wait_until
 
 WRITER = str(BIN / "numbered_writer.py")

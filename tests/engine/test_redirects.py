@@ -11,14 +11,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from engine import redirects
-from engine.redirects import redirect, redirect_stderr, redirect_stdout
+from rankvisor.engine import redirects
+from rankvisor.engine.redirects import redirect, redirect_stderr, redirect_stdout
 
 _SCRIPT = textwrap.dedent(
     """
     import ctypes, ctypes.util, os, sys
-    from engine.redirects import redirect_stdout, redirect_stderr
+    from rankvisor.engine.redirects import redirect_stdout, redirect_stderr
 
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     print("before", flush=True)
@@ -123,7 +122,7 @@ def test_redirect_works_without_any_libc(
 
 def test_import_does_not_load_libc_eagerly() -> None:
     # torch loads "libc.so.6" at import, which fails on musl; ours looks it up on first use.
-    code = "import engine.redirects as r; print(r.get_libc.cache_info().currsize)"
+    code = "import rankvisor.engine.redirects as r; print(r.get_libc.cache_info().currsize)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )

@@ -6,8 +6,13 @@ import random
 import re
 
 import pytest
-
-from engine.output.sanitize import _UNSAFE, bytes_look_safe, has_unsafe, sanitize, strip_sgr
+from rankvisor.engine.output.sanitize import (
+    _UNSAFE,
+    bytes_look_safe,
+    has_unsafe,
+    sanitize,
+    strip_sgr,
+)
 
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

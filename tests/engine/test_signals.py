@@ -5,9 +5,8 @@ from __future__ import annotations
 import signal
 
 import pytest
-
-from engine.errors import ProcessFailure
-from engine.process.signals import (
+from rankvisor.engine.errors import ProcessFailure
+from rankvisor.engine.process.signals import (
     check_signal,
     default_action,
     exit_signal_name,

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from engine.events import EscalationScheduled, RankStateChanged, SupervisorNotice
-from engine.forensics import stacks
-from engine.forensics.stacks import (
+from rankvisor.engine.events import EscalationScheduled, RankStateChanged, SupervisorNotice
+from rankvisor.engine.forensics import stacks
+from rankvisor.engine.forensics.stacks import (
     Frame,
     RankStack,
     StackDump,
@@ -32,10 +31,11 @@ from engine.forensics.stacks import (
     merge,
     yama_ptrace_scope,
 )
-from engine.handle import DumpStacks, TerminateRanks
-from engine.states import RankState
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
+from rankvisor.engine.handle import DumpStacks, TerminateRanks
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+
 from tests.conftest import BIN, PYTHON, wait_until
 
 pytestmark = pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy is not installed")
@@ -301,7 +301,7 @@ def test_ranks_allow_their_supervisor_as_tracer_when_asked(
     """``RANKVISOR_PTRACER=always`` takes the Yama path here: each rank is forked with a
     preexec_fn that calls prctl(PR_SET_PTRACER, supervisor pid) (EINVAL without Yama:
     harmless), and still starts and is read."""
-    from engine.process import spawner
+    from rankvisor.engine.process import spawner
 
     seen: list[int | None] = []
     real = spawner.preexec_join
@@ -344,7 +344,7 @@ def test_under_yama_scope_1_a_dump_works_as_the_ranks_own_user(job: Any) -> None
 
 def test_ptracer_is_needed_only_under_yama_scope_1_without_the_capability(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.process import spawner
+    from rankvisor.engine.process import spawner
 
     monkeypatch.setenv("RANKVISOR_PTRACER", "never")
     assert spawner.ptracer_for_ranks() is None
@@ -356,7 +356,7 @@ def test_ptracer_is_needed_only_under_yama_scope_1_without_the_capability(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
 def test_a_capture_never_starts_too_close_to_its_deadline() -> None:
-    from engine.supervisor.stack_capture import capture_time
+    from rankvisor.engine.supervisor.stack_capture import capture_time
 
     now = 100.0
     # A long timeout: the budget before the deadline; a short one: halfway.
@@ -366,8 +366,8 @@ def test_a_capture_never_starts_too_close_to_its_deadline() -> None:
 
 
 def test_the_capture_schedule_owes_one_capture_per_escalation_and_one_per_pid() -> None:
-    from engine.supervisor.escalation import EscalationTable
-    from engine.supervisor.stack_capture import CaptureSchedule
+    from rankvisor.engine.supervisor.escalation import EscalationTable
+    from rankvisor.engine.supervisor.stack_capture import CaptureSchedule
 
     table = EscalationTable(kill_wait_s=5.0)
     schedule = CaptureSchedule(lambda now, deadline: deadline - 1.0)

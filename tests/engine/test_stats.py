@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.events import RankStats
-from engine.supervisor.stats import StatsSampler, cpu_to_numa_node, descendants
+from rankvisor.engine.events import RankStats
+from rankvisor.engine.supervisor.stats import StatsSampler, cpu_to_numa_node, descendants
+
 from tests.conftest import BIN, wait_until
 
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 60: pass"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-
-from engine.std import Std, to_map
+from rankvisor.engine.std import Std, to_map
 
 ACCEPTED = [
     ("0", Std.NONE),
@@ -52,7 +51,7 @@ def test_to_map_value_and_partial_map() -> None:
 
 
 def test_to_map_drops_out_of_range_ranks_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="engine.std"):
+    with caplog.at_level(logging.WARNING, logger="rankvisor.engine.std"):
         assert to_map({0: Std.OUT, 5: Std.ALL}, 2) == {0: Std.OUT, 1: Std.NONE}
     assert "[5]" in caplog.text
 

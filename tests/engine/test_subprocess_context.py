@@ -11,9 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine import (
+    DefaultLogsSpecs,
+    SignalException,
+    Std,
+    SubprocessContext,
+    start_processes,
+)
+from rankvisor.engine.errors import ChildFailedError
 
-from engine import DefaultLogsSpecs, SignalException, Std, SubprocessContext, start_processes
-from engine.errors import ChildFailedError
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
 
@@ -280,7 +286,7 @@ def test_forgotten_close_with_tee_does_not_hang_the_interpreter(tmp_path: Path) 
     """With torch this program never exits."""
     code = f"""
 import sys
-from engine import DefaultLogsSpecs, Std, start_processes
+from rankvisor.engine import DefaultLogsSpecs, Std, start_processes
 ctx = start_processes("w", "sleep", {{0: ("600",)}}, {{0: {{}}}},
                       DefaultLogsSpecs(log_dir={str(tmp_path)!r}, tee=Std.ALL))
 print(ctx.pids()[0], flush=True)

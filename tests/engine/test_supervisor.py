@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from engine.events import (
+from rankvisor.engine.events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -16,9 +16,10 @@ from engine.events import (
     RankStats,
     RunFinished,
 )
-from engine.handle import KillRanks, RestartRank, SignalRanks, TerminateRanks
-from engine.states import RankState
-from engine.supervisor import Supervisor, SupervisorConfig
+from rankvisor.engine.handle import KillRanks, RestartRank, SignalRanks, TerminateRanks
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor, SupervisorConfig
+
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 from tests.engine.supervisor_helpers import Factory, supervise_fixture  # noqa: F401 - fixture
 
@@ -181,8 +182,8 @@ def test_attempt_started_and_env(supervise: Factory) -> None:
 
 
 def test_when_rankvisor_stopped_every_rank_nobody_is_the_root_cause(supervise: Factory) -> None:
-    from engine.errors import ChildFailedError
-    from engine.supervisor.headless import format_report
+    from rankvisor.engine.errors import ChildFailedError
+    from rankvisor.engine.supervisor.headless import format_report
 
     run = supervise(3)
     for r in range(3):

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.events import AttemptStarted, RankRestarted, RankStateChanged, RunFinished
+from rankvisor.engine.handle import RestartAll, RestartRank, SignalRanks, TerminateRanks
+from rankvisor.engine.states import RankState
 
-from engine.events import AttemptStarted, RankRestarted, RankStateChanged, RunFinished
-from engine.handle import RestartAll, RestartRank, SignalRanks, TerminateRanks
-from engine.states import RankState
 from tests.conftest import pid_alive, wait_until
 from tests.engine.supervisor_helpers import (  # noqa: F401 - the fixture
     Factory,

@@ -16,19 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from engine.events import (
+from rankvisor.engine.events import (
     EscalationFinished,
     EscalationScheduled,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
 )
-from engine.handle import Command, KillRanks, SignalRanks, TerminateRanks
-from engine.process.proc_table import is_stopped
-from engine.states import RankState
-from engine.supervisor import Supervisor, SupervisorConfig
-from engine.supervisor.rank_slot import RankSlot
+from rankvisor.engine.handle import Command, KillRanks, SignalRanks, TerminateRanks
+from rankvisor.engine.process.proc_table import is_stopped
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor, SupervisorConfig
+from rankvisor.engine.supervisor.rank_slot import RankSlot
+
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 from tests.engine.supervisor_helpers import Factory, Run, supervise_fixture  # noqa: F401
 
@@ -193,7 +193,7 @@ def test_a_monitor_step_that_keeps_failing_neither_spins_nor_floods_the_log(
 ) -> None:
     """A rank's exit leaves its pidfd readable: a step that fails on it every time would
     wake the loop at once for ever. The monitor logs the first failures, then backs off."""
-    from engine.supervisor.monitor import Monitor
+    from rankvisor.engine.supervisor.monitor import Monitor
 
     calls: list[int] = []
     real = Monitor._reconcile
@@ -205,7 +205,7 @@ def test_a_monitor_step_that_keeps_failing_neither_spins_nor_floods_the_log(
     go = tmp_path / "go"
     run = supervise(1, "--exit", "3", "--wait-file", str(go))
     run.pids(0)
-    with caplog.at_level(logging.ERROR, logger="engine.supervisor.monitor"):
+    with caplog.at_level(logging.ERROR, logger="rankvisor.engine.supervisor.monitor"):
         monkeypatch.setattr(Monitor, "_reconcile", broken)
         go.touch()  # the rank exits now, and its pidfd stays readable until a step succeeds
         wait_until(lambda: len(calls) >= 12, timeout=30)

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.events import RankStateChanged, TimerExpired
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor, SupervisorConfig
+from rankvisor.engine.supervisor.timer_watchdog import HealthCheck, Watchdog
 
-from engine.events import RankStateChanged, TimerExpired
-from engine.states import RankState
-from engine.supervisor import Supervisor, SupervisorConfig
-from engine.supervisor.timer_watchdog import HealthCheck, Watchdog
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 

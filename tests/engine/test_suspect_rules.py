@@ -3,10 +3,10 @@ a person's signals, failures together, the fallbacks (the real jobs: test_suspec
 
 from __future__ import annotations
 
-from engine.events import RankOutput
-from engine.forensics.activity import OutputActivity, RankActivity
-from engine.forensics.knockon import knock_on_reason
-from engine.forensics.suspect import RankFacts, SignalRecord, find_suspect
+from rankvisor.engine.events import RankOutput
+from rankvisor.engine.forensics.activity import OutputActivity, RankActivity
+from rankvisor.engine.forensics.knockon import knock_on_reason
+from rankvisor.engine.forensics.suspect import RankFacts, SignalRecord, find_suspect
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

@@ -10,9 +10,10 @@ import sys
 import threading
 from pathlib import Path
 
-from engine.events import RankOutput
-from engine.output.console import ConsoleSink
-from engine.tail_log import TailLog
+from rankvisor.engine.events import RankOutput
+from rankvisor.engine.output.console import ConsoleSink
+from rankvisor.engine.tail_log import TailLog
+
 from tests.conftest import BIN, PYTHON, wait_until
 
 WRITER = str(BIN / "numbered_writer.py")
@@ -164,7 +165,7 @@ def test_console_sink_shares_one_lock_per_destination() -> None:
 def test_forgetting_stop_does_not_hang_interpreter_exit(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from engine.tail_log import TailLog\n"
+        "from rankvisor.engine.tail_log import TailLog\n"
         f"TailLog('w', {{0: {str(tmp_path / 'never.log')!r}}}, sys.stdout).start()\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}

@@ -15,8 +15,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from engine.events import Event, RankOutput, RunFinished
-from engine.supervisor import Supervisor, SupervisorConfig
+from rankvisor.engine.events import Event, RankOutput, RunFinished
+from rankvisor.engine.supervisor import Supervisor, SupervisorConfig
+
 from tests.conftest import BIN, PYTHON
 
 LINE = re.compile(r"rank (\d+) step (\d+) loss=0\.(\d{3}) lr=1e-4")

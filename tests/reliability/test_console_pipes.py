@@ -19,8 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engine.output.console import ConsoleSink
-from engine.output.text_batch import TextBatch
+from rankvisor.engine.output.console import ConsoleSink
+from rankvisor.engine.output.text_batch import TextBatch
+
 from tests.conftest import BIN, pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

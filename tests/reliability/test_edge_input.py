@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from rankvisor.engine.output.pump import OutputPump
+from rankvisor.engine.std import Std, to_map
+from rankvisor.engine.supervisor.pump_link import PumpLink
+from rankvisor.engine.supervisor.rank_slot import RankSlot
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
-from engine.output.pump import OutputPump
-from engine.std import Std, to_map
-from engine.supervisor.pump_link import PumpLink
-from engine.supervisor.rank_slot import RankSlot
-from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rankvisor.engine.errors import ChildFailedError, ProcessFailure, root_cause_rank
+from rankvisor.engine.errors.error_file import MAX_TIMESTAMP, read_error_file
 
-from engine.errors import ChildFailedError, ProcessFailure, root_cause_rank
-from engine.errors.error_file import MAX_TIMESTAMP, read_error_file
 from tests.conftest import BIN
 
 ROOT = Path(__file__).resolve().parents[2]

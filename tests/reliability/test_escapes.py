@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from rankvisor.engine.events import RankStateChanged, RankStats
+from rankvisor.engine.process import cgroups
+from rankvisor.engine.process.guard import Guard
+from rankvisor.engine.process.rank_process import RankProcess
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
-from engine.events import RankStateChanged, RankStats
-from engine.process import cgroups
-from engine.process.guard import Guard
-from engine.process.rank_process import RankProcess
-from engine.states import RankState
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, PYTHON, limit_memory, pid_alive, wait_until
 
 ROOT = Path(__file__).parents[2]
@@ -342,8 +342,8 @@ def test_run_cgroups_whose_owner_died_are_swept_by_the_next_run(
     code = (
         "import sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from engine.process import cgroups\n"
-        "from engine.process.rank_process import RankProcess\n"
+        "from rankvisor.engine.process import cgroups\n"
+        "from rankvisor.engine.process.rank_process import RankProcess\n"
         "tree, _ = cgroups.open_run('stale')\n"
         f"RankProcess.spawn([sys.executable, {ESCAPER!r}, {str(tmp_path)!r}, '--children'],"
         " {'RANK': '0'}, None, None, cgroup=tree.new_rank(0))\n"

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from rankvisor.engine.errors import ProcessFailure
+from rankvisor.engine.errors.full_disk import full_disk_note
 
-from engine.errors import ProcessFailure
-from engine.errors.full_disk import full_disk_note
 from tests.conftest import BIN
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ def test_the_token_is_not_on_the_guard_command_line_and_the_guard_still_works(
         f"""
         import os, subprocess, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from engine.process.guard import Guard
+        from rankvisor.engine.process.guard import Guard
         g = Guard(); g.start()
         env = dict(os.environ, RANK="0", **g.env)
         p = subprocess.Popen([sys.executable, {str(BIN / "sv_rank.py")!r}, "--pid-dir",

@@ -14,16 +14,17 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from engine.errors import ProcessFailure
-from engine.events import RankOutput, RankStateChanged, RunFinished
-from engine.result import RunProcsResult
-from engine.states import RankState
-from engine.testing import BASE_PID, EPOCH, ScriptedResult, ScriptedSupervisor
+from rankvisor.engine.errors import ProcessFailure
+from rankvisor.engine.events import RankOutput, RankStateChanged, RunFinished
+from rankvisor.engine.result import RunProcsResult
+from rankvisor.engine.states import RankState
+from rankvisor.engine.testing import BASE_PID, EPOCH, ScriptedResult, ScriptedSupervisor
+from rankvisor.tui.app import make_app
+from rankvisor.tui.report import format_summary
+from rankvisor.tui.screens.errors import ErrorsScreen
+
 from tests.conftest import BIN
 from tests.scenarios import running_script, scripted_info
-from tui.app import make_app
-from tui.report import format_summary
-from tui.screens.errors import ErrorsScreen
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: "rm -rf ~" into the clipboard

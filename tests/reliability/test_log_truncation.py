@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine.output.pump import TRUNCATED_NOTICE, OutputPump
+from rankvisor.engine.tail_log import TailLog
 
-from engine.output.pump import TRUNCATED_NOTICE, OutputPump
-from engine.tail_log import TailLog
 from tests.conftest import BIN, wait_until
 
 NUL_GLYPH = "\u2400"  # what the sanitiser shows a NUL byte as

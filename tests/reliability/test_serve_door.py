@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from rankvisor.tui.serve import python_module_argv
 
 from tests.conftest import wait_until
 from tests.tui.hosted_run import HostedRun, hosted_run
-from tui.serve import python_module_argv
 
 aiohttp = pytest.importorskip("aiohttp")
 pytest.importorskip("textual_serve")
@@ -163,7 +163,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         )
         if job is None:
             job = ["run", "--nproc-per-node", "1", str(rank), str(workdir / "rank.pid")]
-        argv = [*python_module_argv("tui.cli"), "serve", "--port", str(port), *flags, *job]
+        argv = [*python_module_argv("rankvisor.tui.cli"), "serve", "--port", str(port),
+                *flags, *job]
         proc = subprocess.Popen(
             argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -428,8 +429,8 @@ def test_serve_with_no_run_views_the_running_one_else_the_demo(
     serve: Callable[..., Served], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A real supervisor process (``run -D``) in a state dir of this test's own."""
-    from engine.control.client import RemoteHandle
-    from engine.control.status import read_status
+    from rankvisor.engine.control.client import RemoteHandle
+    from rankvisor.engine.control.status import read_status
 
     monkeypatch.setenv("RANKVISOR_STATE_DIR", str(tmp_path / "state"))
     demo = serve(job=[])
@@ -444,7 +445,7 @@ def test_serve_with_no_run_views_the_running_one_else_the_demo(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     logs = tmp_path / "logs"
     started = subprocess.run(
-        [*python_module_argv("tui.cli"), "run", "-D", "--nproc-per-node", "2",
+        [*python_module_argv("rankvisor.tui.cli"), "run", "-D", "--nproc-per-node", "2",
          "--term-timeout", "5", "--log-dir", str(logs), str(script)],
         env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
     )
@@ -480,7 +481,7 @@ def test_serve_with_no_run_views_the_running_one_else_the_demo(
         finally:
             handle.detach()
     finally:
-        subprocess.run([*python_module_argv("tui.cli"), "stop", run_dir], env=env,
+        subprocess.run([*python_module_argv("rankvisor.tui.cli"), "stop", run_dir], env=env,
                        capture_output=True, timeout=60)
         try:
             supervisor.wait(BOUND)

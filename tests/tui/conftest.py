@@ -8,8 +8,8 @@ import time
 from typing import Any, Callable
 
 import pytest
+from rankvisor.engine.testing import ScriptedSupervisor
 
-from engine.testing import ScriptedSupervisor
 from tests.scenarios import running_script, scripted_info
 
 

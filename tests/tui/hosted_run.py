@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from engine.control.host import RunHost
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
+from rankvisor.engine.control.host import RunHost
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+
 from tests.conftest import PYTHON
 
 # A rank that waits for a signal: it runs until it is told otherwise.

@@ -9,21 +9,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import pytest
-from rich.console import Console
-from rich.text import Text
-from textual.screen import ModalScreen
-from textual.widgets import Static
-
-from engine.events import RankOutput, RankStateChanged, RunFinished
-from engine.handle import (
+from rankvisor.engine.events import RankOutput, RankStateChanged, RunFinished
+from rankvisor.engine.handle import (
     KillRanks,
     RestartAll,
     RestartRank,
     SignalRanks,
     TerminateRanks,
 )
-from engine.states import RankState
-from engine.testing import (
+from rankvisor.engine.states import RankState
+from rankvisor.engine.testing import (
     BASE_PID,
     EPOCH,
     ScriptedFailure,
@@ -31,22 +26,27 @@ from engine.testing import (
     ScriptedSupervisor,
     ScriptItem,
 )
+from rankvisor.tui.app import make_app
+from rankvisor.tui.report import format_summary
+from rankvisor.tui.screens.confirm import ConfirmScreen, RestartRankScreen
+from rankvisor.tui.screens.errors import ErrorsScreen
+from rankvisor.tui.screens.help import HelpScreen
+from rankvisor.tui.screens.main import MainScreen
+from rankvisor.tui.screens.signal_picker import SignalPicker
+from rankvisor.tui.widgets.rank_log import RankLog
+from rankvisor.tui.widgets.rank_pane import RankPane
+from rich.console import Console
+from rich.text import Text
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
 from tests.scenarios import failure_script, running_script, scripted_info
-from tui.app import make_app
-from tui.report import format_summary
-from tui.screens.confirm import ConfirmScreen, RestartRankScreen
-from tui.screens.errors import ErrorsScreen
-from tui.screens.help import HelpScreen
-from tui.screens.main import MainScreen
-from tui.screens.signal_picker import SignalPicker
-from tui.widgets.rank_log import RankLog
-from tui.widgets.rank_pane import RankPane
 
 from .conftest import FakeClock, wait_for
 
 if TYPE_CHECKING:
-    from engine.errors import ProcessFailure
-    from engine.pcontext import RunProcsResult
+    from rankvisor.engine.errors import ProcessFailure
+    from rankvisor.engine.pcontext import RunProcsResult
 
 SIZE = (120, 36)
 
@@ -128,7 +128,7 @@ async def test_quick_moves_settle_on_the_last_one(four_ranks: ScriptedSupervisor
 
 
 async def test_click_selects_and_double_click_zooms(four_ranks: ScriptedSupervisor) -> None:
-    from tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.screens.zoom import ZoomScreen
 
     app = make_app(four_ranks)
     async with app.run_test(size=SIZE) as pilot:
@@ -514,7 +514,7 @@ async def test_a_silent_running_rank_is_shown_quiet(
 def test_run_tui_prints_the_root_cause_and_returns_the_exit_code(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tui.run import run_tui
+    from rankvisor.tui.run import run_tui
 
     engine = ScriptedSupervisor(scripted_info(4), failure_script(), obey_term=True)
 
@@ -550,8 +550,8 @@ async def test_command_palette_offers_the_rank_actions(four_ranks: ScriptedSuper
 
 
 async def test_zoom_search_next_previous_and_wrap(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tui.screens.zoom import ZoomScreen
-    from tui.widgets.file_log import FileLog
+    from rankvisor.tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.widgets.file_log import FileLog
 
     engine = ScriptedSupervisor(
         scripted_info(4, run_dir=tmp_path), running_script(4, steps=120), write_files=True
@@ -648,7 +648,7 @@ async def test_failure_after_a_restart_quotes_only_its_own_stderr(
 async def test_the_header_and_pane_call_a_rank_we_stopped_stopped_not_failed() -> None:
     """Rank 1 was ended by the teardown's SIGTERM: its pane says "stopped", and the header
     counts it apart from the one real failure."""
-    from tui.widgets.run_summary import RunSummary
+    from rankvisor.tui.widgets.run_summary import RunSummary
 
     engine = ScriptedSupervisor(scripted_info(2), _teardown_script())
     app = make_app(engine)
@@ -669,7 +669,7 @@ async def test_a_run_freezes_the_heap_once_drawn_and_panes_cache_only_their_rows
     and each pane's strip cache sized to its rows."""
     import gc
 
-    from tui.widgets.rank_log import MIN_CACHED_STRIPS
+    from rankvisor.tui.widgets.rank_log import MIN_CACHED_STRIPS
 
     assert gc.get_freeze_count() == 0
     app = make_app(four_ranks, freeze_heap=True)

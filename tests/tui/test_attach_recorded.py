@@ -8,17 +8,17 @@ commands with the reason, as a person attaching the morning after would see it.
 from __future__ import annotations
 
 import pytest
+from rankvisor.engine.control.daemon import Request
+from rankvisor.engine.control.replay import RecordedRun
+from rankvisor.engine.control.spawn import start_supervisor
+from rankvisor.engine.handle import TerminateRanks
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+from rankvisor.tui.app import make_app
+from rankvisor.tui.screens.errors import ErrorsScreen
 
-from engine.control.daemon import Request
-from engine.control.replay import RecordedRun
-from engine.control.spawn import start_supervisor
-from engine.handle import TerminateRanks
-from engine.states import RankState
-from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.tui.conftest import wait_for
-from tui.app import make_app
-from tui.screens.errors import ErrorsScreen
 
 
 @pytest.mark.asyncio

@@ -7,12 +7,12 @@ this process (the default); ``calls`` records what the app asked of it.
 from __future__ import annotations
 
 import pytest
+from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui.app import make_app
+from rankvisor.tui.screens.confirm import ConfirmScreen, QuitScreen
 
-from engine.testing import ScriptedSupervisor
 from tests.scenarios import running_script, scripted_info, suspect_script
 from tests.tui.conftest import wait_for
-from tui.app import make_app
-from tui.screens.confirm import ConfirmScreen, QuitScreen
 
 
 def _asked(engine: ScriptedSupervisor, what: str) -> bool:

@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from engine.states import RankState
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+from rankvisor.tui.app import RankvisorApp
+from rankvisor.tui.screens.confirm import ConfirmScreen
+from rankvisor.tui.screens.zoom import ZoomScreen
+from rankvisor.tui.widgets.file_log import FileLog
+
 from tests.conftest import BIN, pid_alive
-from tui.app import RankvisorApp
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.zoom import ZoomScreen
-from tui.widgets.file_log import FileLog
 
 from .conftest import wait_for
 
@@ -124,7 +125,7 @@ def test_app_ended_without_quit_prints_final_states_not_terminating(
 ) -> None:  # type: ignore[no-untyped-def]
     """As when rankvisor gets SIGTERM in TUI mode: the app exits before the ranks are shut
     down; run_tui shuts them down afterwards and the summary must show how they ended."""
-    from tui.run import run_tui
+    from rankvisor.tui.run import run_tui
 
     sup = _supervisor(tmp_path, 2)
 

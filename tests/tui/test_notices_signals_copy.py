@@ -11,23 +11,23 @@ import signal
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.events import AttemptStarted, RankOutput, RankStateChanged, RankStats
+from rankvisor.engine.handle import SignalRanks
+from rankvisor.engine.states import RankState
+from rankvisor.engine.testing import BASE_PID, EPOCH, ScriptedSupervisor
+from rankvisor.tui.app import make_app
+from rankvisor.tui.report import format_summary
+from rankvisor.tui.screens.confirm import ConfirmScreen
+from rankvisor.tui.screens.errors import ErrorsScreen
+from rankvisor.tui.screens.main import MainScreen
+from rankvisor.tui.screens.signal_picker import SIGNALS, SignalPicker
+from rankvisor.tui.widgets.ansi import display_text
+from rankvisor.tui.widgets.failure_report import render_failure
+from rankvisor.tui.widgets.rank_pane import RankPane
 from rich.console import Console
 from rich.text import Text
 
-from engine.events import AttemptStarted, RankOutput, RankStateChanged, RankStats
-from engine.handle import SignalRanks
-from engine.states import RankState
-from engine.testing import BASE_PID, EPOCH, ScriptedSupervisor
 from tests.scenarios import failure_script, running_script, scripted_info
-from tui.app import make_app
-from tui.report import format_summary
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.errors import ErrorsScreen
-from tui.screens.main import MainScreen
-from tui.screens.signal_picker import SIGNALS, SignalPicker
-from tui.widgets.ansi import display_text
-from tui.widgets.failure_report import render_failure
-from tui.widgets.rank_pane import RankPane
 
 from .conftest import FakeClock, wait_for
 
@@ -110,8 +110,8 @@ async def test_a_signal_that_would_end_the_rank_asks_first_naming_rank_and_effec
 async def test_notices_go_to_a_line_of_their_own_never_over_a_pane(
     four_ranks: ScriptedSupervisor,
 ) -> None:
-    from tui.screens.notices import NoticesScreen
-    from tui.widgets.notice_bar import NoticeBar
+    from rankvisor.tui.screens.notices import NoticesScreen
+    from rankvisor.tui.widgets.notice_bar import NoticeBar
 
     app = make_app(four_ranks)
     async with app.run_test(size=SIZE) as pilot:
@@ -179,8 +179,8 @@ async def test_c_in_the_error_view_copies_the_root_cause_traceback() -> None:
 
 
 async def test_c_in_the_zoom_copies_the_lines_in_sight(tmp_path: Path) -> None:
-    from tui.screens.zoom import ZoomScreen
-    from tui.widgets.file_log import FileLog
+    from rankvisor.tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.widgets.file_log import FileLog
 
     engine = ScriptedSupervisor(
         scripted_info(4, run_dir=tmp_path), running_script(4, steps=20), write_files=True
@@ -275,7 +275,7 @@ async def test_quit_summary_covers_every_attempt(announced_first: bool) -> None:
 
 
 async def test_square_brackets_say_when_there_is_no_other_run(tmp_path: Path) -> None:
-    from tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.screens.zoom import ZoomScreen
 
     engine = ScriptedSupervisor(
         scripted_info(4, run_dir=tmp_path), running_script(4, steps=5), write_files=True
@@ -293,8 +293,8 @@ async def test_square_brackets_say_when_there_is_no_other_run(tmp_path: Path) ->
 
 
 async def test_one_line_is_one_line_not_one_lines(tmp_path: Path) -> None:
-    from tui.screens.zoom import ZoomScreen
-    from tui.widgets.file_log import FileLog
+    from rankvisor.tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.widgets.file_log import FileLog
 
     engine = ScriptedSupervisor(scripted_info(1, run_dir=tmp_path), [], write_files=True)
     app = make_app(engine)
@@ -314,8 +314,7 @@ def test_joiners_do_not_push_the_error_views_border() -> None:
     """Rich counts "⚠️" and a ZWJ family as two cells each; tmux draws one and six. Without
     the joiners both agree, so every line of a box ends at the same column on screen."""
     import wcwidth
-
-    from tui.model import RankView
+    from rankvisor.tui.model import RankView
 
     view = RankView(rank=0, exitcode=1, state=RankState.FAILED)
     lines = ["⚠️ gloo: connection reset by 👨\u200d👩\u200d👧 peer", "plain line"]

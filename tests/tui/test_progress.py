@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
-from engine.events import RankOutput
-from engine.forensics.progress import Progress
-from engine.states import RankState
-from engine.testing import ScriptedSupervisor
+from rankvisor.engine.events import RankOutput
+from rankvisor.engine.forensics.progress import Progress
+from rankvisor.engine.states import RankState
+from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui.app import make_app
+from rankvisor.tui.model import RunView
+from rankvisor.tui.widgets.progress_strip import strip_text
+from rankvisor.tui.widgets.rank_pane import RankPane, header_text, progress_text
+from rankvisor.tui.widgets.rank_tiles import tile_status
+
 from tests.scenarios import (
     LAGGING_RANK,
     SILENT_RANK,
@@ -15,11 +21,6 @@ from tests.scenarios import (
     scripted_info,
     straggler_script,
 )
-from tui.app import make_app
-from tui.model import RunView
-from tui.widgets.progress_strip import strip_text
-from tui.widgets.rank_pane import RankPane, header_text, progress_text
-from tui.widgets.rank_tiles import tile_status
 
 from .conftest import FakeClock
 

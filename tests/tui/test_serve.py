@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from rankvisor.engine.control.server import READ_ONLY_REFUSAL
+from rankvisor.engine.handle import TerminateRanks
+from rankvisor.engine.states import RankState
+from rankvisor.tui import attach, serve
 
-from engine.control.server import READ_ONLY_REFUSAL
-from engine.handle import TerminateRanks
-from engine.states import RankState
 from tests.conftest import wait_until
 from tests.control.runs import Supervisors, failed_finish, make_run
 from tests.tui.hosted_run import HostedRun, hosted_run
-from tui import attach, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,11 +33,12 @@ def test_session_command_execs_the_tui_module_with_the_job() -> None:
     )
     # exec: the shell becomes the app, so the app is serve's child and dies with serve.
     assert command.startswith("exec ")
-    assert "tui.serve --session --serve-pid 123 run --nproc-per-node 2 train.py --lr 1e-3" in (
+    assert ("rankvisor.tui.serve --session --serve-pid 123"
+            " run --nproc-per-node 2 train.py --lr 1e-3") in (
         command
     )
     if sys.version_info >= (3, 11):
-        assert " -P -m tui.serve " in command
+        assert " -P -m rankvisor.tui.serve " in command
 
 
 @pytest.mark.parametrize("safe_path", [True, False], ids=["dash-P", "dash-c"])
@@ -59,11 +60,11 @@ def test_python_children_never_import_from_the_working_directory(
         )
 
     # The hostile directory bites a plain ``python -m``...
-    plain = run([sys.executable, "-m", "tui.serve"])
+    plain = run([sys.executable, "-m", "rankvisor.tui.serve"])
     assert plain.returncode != 0 and marker.read_text() == "tui"
     marker.unlink()
     # ...and not the way rankvisor starts its own Python children.
-    ours = run(serve.python_module_argv("tui.serve", safe_path=safe_path))
+    ours = run(serve.python_module_argv("rankvisor.tui.serve", safe_path=safe_path))
     assert ours.returncode == 0, ours.stderr
     assert "usage: rankvisor serve" in ours.stdout and not marker.exists()
 
@@ -92,7 +93,7 @@ def test_public_url_must_be_http(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_origin_of_normalises_what_browsers_send() -> None:
-    door = pytest.importorskip("tui.serve_door")
+    door = pytest.importorskip("rankvisor.tui.serve_door")
     assert door.origin_of("http://127.0.0.1:8000") == ("http", "127.0.0.1", 8000)
     assert door.origin_of("https://Example.ORG/rv/") == ("https", "example.org", 443)
     assert door.origin_of("http://[::1]:80") == door.origin_of("http://[::1]")
@@ -101,7 +102,7 @@ def test_origin_of_normalises_what_browsers_send() -> None:
 
 
 def test_door_checks(tmp_path: Path) -> None:
-    door = pytest.importorskip("tui.serve_door")
+    door = pytest.importorskip("rankvisor.tui.serve_door")
     server = door.DoorServer(
         "true", host="127.0.0.1", port=8000, public_url="http://127.0.0.1:8000",
         token="s3cret", max_viewers=2,
@@ -135,7 +136,7 @@ def supervisors() -> Iterator[Supervisors]:
 def test_non_loopback_host_warns(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], private_state: Path
 ) -> None:
-    door = pytest.importorskip("tui.serve_door")
+    door = pytest.importorskip("rankvisor.tui.serve_door")
     started: list[door.DoorServer] = []
     monkeypatch.setattr(door.DoorServer, "serve", lambda self, debug=False: started.append(self))
     assert serve.main(["--host", "0.0.0.0", "--port", "9001", "--max-viewers", "2"]) == 0
@@ -151,7 +152,7 @@ def test_viewer_session_is_attach_of_the_run_dir_read_only_unless_control() -> N
         "attach", "/r/x_1", "--read-only"]
     assert serve.viewer_session_args("/r/x_1", control=True) == ["attach", "/r/x_1"]
     command = serve.session_command(serve.viewer_session_args("/r/x_1", control=False), 7)
-    assert command.endswith("tui.serve --session --serve-pid 7 attach /r/x_1 --read-only")
+    assert command.endswith("rankvisor.tui.serve --session --serve-pid 7 attach /r/x_1 --read-only")
 
 
 def test_plan_a_running_run_by_dir_or_id(
@@ -217,7 +218,7 @@ def test_serve_of_a_run_announces_the_viewer_and_warns_of_control(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     private_state: Path, supervisors: Supervisors, tmp_path: Path,
 ) -> None:
-    door = pytest.importorskip("tui.serve_door")
+    door = pytest.importorskip("rankvisor.tui.serve_door")
     entry = make_run(tmp_path / "logs", "job9", pid=supervisors.live().pid)
     started: list[door.DoorServer] = []
     monkeypatch.setattr(door.DoorServer, "serve", lambda self, debug=False: started.append(self))
@@ -239,8 +240,8 @@ def run(tmp_path: Path) -> Iterator[HostedRun]:
 def test_the_serve_session_views_without_a_terminal_and_read_only_refuses(
     run: HostedRun, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import tui.run
-    from engine.control.client import RemoteHandle
+    from rankvisor.engine.control.client import RemoteHandle
+    from rankvisor.tui import run as tui_run
 
     viewed: list[RemoteHandle] = []
 
@@ -248,7 +249,7 @@ def test_the_serve_session_views_without_a_terminal_and_read_only_refuses(
         viewed.append(handle)
         return 0
 
-    monkeypatch.setattr(tui.run, "run_viewer", view)
+    monkeypatch.setattr(tui_run, "run_viewer", view)
     # The command line still refuses a stdout that is no terminal (pytest's is not).
     assert attach.main([run.run_dir]) == 2 and not viewed
     assert "needs a terminal" in capsys.readouterr().err

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui.app import make_app
 
-from engine.testing import ScriptedSupervisor
 from tests.scenarios import (
     failure_script,
     play_rounds,
@@ -20,7 +21,6 @@ from tests.scenarios import (
     suspect_script,
     write_timeline_files,
 )
-from tui.app import make_app
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 

@@ -8,15 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from rankvisor.engine.forensics.stacks import find_py_spy, list_dumps
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+from rankvisor.tui.app import RankvisorApp
+from rankvisor.tui.screens.errors import ErrorsScreen
+from rankvisor.tui.screens.stacks import StacksScreen
 from textual.widgets import Collapsible, Static
 
-from engine.forensics.stacks import find_py_spy, list_dumps
-from engine.supervisor import Supervisor
-from engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN
-from tui.app import RankvisorApp
-from tui.screens.errors import ErrorsScreen
-from tui.screens.stacks import StacksScreen
 
 from .conftest import wait_for
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.testing import ScriptedSupervisor
+from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui.app import make_app
+
 from tests.scenarios import (
     SUSPECT_REASON,
     scripted_info,
     suspect_script,
     write_timeline_files,
 )
-from tui.app import make_app
 
 from .conftest import wait_for
 
@@ -28,7 +29,7 @@ def _app(tmp_path: Path):  # type: ignore[no-untyped-def]
 async def test_timeline_merges_the_ranks_and_opens_at_the_suspects_last_line(
     tmp_path: Path,
 ) -> None:
-    from tui.screens.timeline import TimelineScreen
+    from rankvisor.tui.screens.timeline import TimelineScreen
 
     app = _app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -69,10 +70,9 @@ async def test_timeline_merges_the_ranks_and_opens_at_the_suspects_last_line(
 async def test_the_suspect_comes_first_in_the_error_view_and_in_the_header(
     tmp_path: Path,
 ) -> None:
+    from rankvisor.tui.screens.errors import ErrorsScreen
     from rich.console import Console
     from textual.widgets import Static
-
-    from tui.screens.errors import ErrorsScreen
 
     app = _app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from textual.app import App, ComposeResult
-
-from engine.events import (
+from rankvisor.engine.events import (
     EscalationScheduled,
     RankOutput,
     RankRestarted,
@@ -15,20 +13,22 @@ from engine.events import (
     RankStats,
     RunFinished,
 )
-from engine.handle import CommandResult, KillRanks, RestartRank
-from engine.states import RankState
-from engine.testing import ScriptedFailure, ScriptedResult, ScriptedSupervisor
+from rankvisor.engine.handle import CommandResult, KillRanks, RestartRank
+from rankvisor.engine.states import RankState
+from rankvisor.engine.testing import ScriptedFailure, ScriptedResult, ScriptedSupervisor
+from rankvisor.tui.bridge import EngineBridge
+from rankvisor.tui.messages import EngineEvent
+from rankvisor.tui.model import LineBuffer, RunView, format_bytes
+from rankvisor.tui.report import format_summary
+from rankvisor.tui.screens.log_files import parse_pattern
+from rankvisor.tui.screens.main import choose_grid
+from rankvisor.tui.widgets.ansi import display_text, plain_text, safe_line
+from rankvisor.tui.widgets.failure_report import parse_callstack
+from rankvisor.tui.widgets.rank_log import RankLog
+from rankvisor.tui.widgets.rank_pane import sparkline
+from textual.app import App, ComposeResult
+
 from tests.scenarios import TRACEBACK, failure_script, running_script, scripted_info
-from tui.bridge import EngineBridge
-from tui.messages import EngineEvent
-from tui.model import LineBuffer, RunView, format_bytes
-from tui.report import format_summary
-from tui.screens.log_files import parse_pattern
-from tui.screens.main import choose_grid
-from tui.widgets.ansi import display_text, plain_text, safe_line
-from tui.widgets.failure_report import parse_callstack
-from tui.widgets.rank_log import RankLog
-from tui.widgets.rank_pane import sparkline
 
 
 class _Collector:
@@ -210,7 +210,7 @@ def test_printed_summary_names_the_root_cause_with_its_traceback() -> None:
     assert "also failed: rank 0" in text
     assert "\x1b" not in text
     # A cause that says more than the exit code gets a line under its rank; plain ones not.
-    from engine.forensics.exit_cause import ExitCause
+    from rankvisor.engine.forensics.exit_cause import ExitCause
 
     run.ranks[0].exit_cause = ExitCause("sigbus", "bus error (SIGBUS): often a too-small /dev/shm")
     run.ranks[2].exit_cause = ExitCause("exception", "raised FloatingPointError (exit code 1)")

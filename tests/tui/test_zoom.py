@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.testing import ScriptedSupervisor
+from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui.app import make_app
+from rankvisor.tui.widgets.file_log import FileLog
+
 from tests.scenarios import TRACEBACK, failure_script, running_script, scripted_info
-from tui.app import make_app
-from tui.widgets.file_log import FileLog
 
 from .conftest import wait_for
 
@@ -22,7 +23,7 @@ def _rows(log: FileLog) -> list[str]:
 
 
 async def test_zoom_shows_the_traceback_after_the_lines_before_it(tmp_path: Path) -> None:
-    from tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.screens.zoom import ZoomScreen
 
     engine = ScriptedSupervisor(
         scripted_info(4, run_dir=tmp_path), failure_script(tmp_path), write_files=True
@@ -51,7 +52,7 @@ async def test_zoom_shows_the_traceback_after_the_lines_before_it(tmp_path: Path
 
 
 async def test_zoom_shows_the_unfinished_line_and_wraps_long_lines(tmp_path: Path) -> None:
-    from tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.screens.zoom import ZoomScreen
 
     engine = ScriptedSupervisor(
         scripted_info(4, run_dir=tmp_path), running_script(4, steps=30), write_files=True
@@ -88,7 +89,7 @@ async def test_zoom_shows_the_unfinished_line_and_wraps_long_lines(tmp_path: Pat
 
 
 async def test_filtered_both_search_finds_a_line_in_the_stderr_half(tmp_path: Path) -> None:
-    from tui.screens.filtered import FilteredScreen
+    from rankvisor.tui.screens.filtered import FilteredScreen
 
     engine = ScriptedSupervisor(
         scripted_info(4, run_dir=tmp_path), running_script(4, steps=30), write_files=True

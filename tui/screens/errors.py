@@ -25,16 +25,16 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from engine.forensics.stacks import STACKS_DIR, list_dumps
-from tui.model import RunView
-from tui.widgets.failure_report import (
+from ...engine.forensics.stacks import STACKS_DIR, list_dumps
+from ..model import RunView
+from ..widgets.failure_report import (
     render_failure,
     render_stack_dumps,
     render_stopped,
     render_suspect,
     stderr_tail,
 )
-from tui.widgets.run_summary import RunSummary
+from ..widgets.run_summary import RunSummary
 
 __all__ = ["ErrorsScreen", "stderr_tail"]
 

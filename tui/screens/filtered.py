@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from tui.model import RunView
-from tui.screens.log_files import LogFilesScreen, Streams
-from tui.screens.zoom import relative_path
+from ..model import RunView
+from .log_files import LogFilesScreen, Streams
+from .zoom import relative_path
 
 __all__ = ["FilteredScreen"]
 

@@ -26,8 +26,8 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from tui.widgets.file_log import FileLog
-from tui.widgets.text_bar import TextBar
+from ..widgets.file_log import FileLog
+from ..widgets.text_bar import TextBar
 
 __all__ = ["LogFilesScreen", "Streams", "parse_pattern"]
 

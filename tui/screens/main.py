@@ -19,14 +19,14 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from tui.clip import rank_log_lines
-from tui.messages import RankSelected, ZoomRequested
-from tui.model import RunView
-from tui.widgets.notice_bar import NoticeBar
-from tui.widgets.progress_strip import ProgressStrip
-from tui.widgets.rank_pane import RankPane
-from tui.widgets.rank_tiles import RankTiles
-from tui.widgets.run_summary import RunSummary
+from ..clip import rank_log_lines
+from ..messages import RankSelected, ZoomRequested
+from ..model import RunView
+from ..widgets.notice_bar import NoticeBar
+from ..widgets.progress_strip import ProgressStrip
+from ..widgets.rank_pane import RankPane
+from ..widgets.rank_tiles import RankTiles
+from ..widgets.run_summary import RunSummary
 
 __all__ = ["MainScreen", "choose_grid"]
 

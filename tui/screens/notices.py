@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.widgets.notice_bar import Notice, notice_text
+from ..widgets.notice_bar import Notice, notice_text
 
 __all__ = ["NoticesScreen"]
 

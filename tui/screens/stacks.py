@@ -22,9 +22,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Collapsible, Footer, Static
 
-from engine.forensics.stacks import StackDump, StackGroup
-from engine.handle import CommandResult, DumpStacks
-from tui.model import RunView
+from ...engine.forensics.stacks import StackDump, StackGroup
+from ...engine.handle import CommandResult, DumpStacks
+from ..model import RunView
 
 __all__ = ["StacksScreen", "group_title"]
 

@@ -19,9 +19,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, Static
 
-from engine.forensics.timeline import TimelineLine, merge_ranks
-from tui.model import RunView
-from tui.widgets.ansi import display_text
+from ...engine.forensics.timeline import TimelineLine, merge_ranks
+from ..model import RunView
+from ..widgets.ansi import display_text
 
 __all__ = ["RANK_STYLES", "TimelineScreen", "rank_style"]
 

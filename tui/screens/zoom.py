@@ -17,9 +17,9 @@ import os
 from rich.text import Text
 from textual.binding import Binding
 
-from tui.model import Incarnation, RunView
-from tui.screens.log_files import LogFilesScreen, Streams
-from tui.widgets.rank_pane import GLYPHS, state_label
+from ..model import Incarnation, RunView
+from ..widgets.rank_pane import GLYPHS, state_label
+from .log_files import LogFilesScreen, Streams
 
 __all__ = ["ZoomScreen", "relative_path"]
 

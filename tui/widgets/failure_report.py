@@ -19,14 +19,14 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
-from engine.errors.error_file import usable_timestamp
-from engine.events import Suspect
-from engine.forensics.exit_cause import ExitCause, diagnose
-from engine.forensics.stacks import SavedDump
-from engine.logfile.tail import last_lines
-from engine.output.sanitize import sanitize
-from tui.model import RankView
-from tui.widgets.ansi import display_text, single_width_joins
+from ...engine.errors.error_file import usable_timestamp
+from ...engine.events import Suspect
+from ...engine.forensics.exit_cause import ExitCause, diagnose
+from ...engine.forensics.stacks import SavedDump
+from ...engine.logfile.tail import last_lines
+from ...engine.output.sanitize import sanitize
+from ..model import RankView
+from .ansi import display_text, single_width_joins
 
 __all__ = [
     "FailureDetails",

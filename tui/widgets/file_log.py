@@ -32,9 +32,9 @@ from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.strip import Strip
 
-from engine.logfile.search import Searchable
-from tui.widgets.ansi import display_text
-from tui.widgets.follow import FollowingScrollView
+from ...engine.logfile.search import Searchable
+from .ansi import display_text
+from .follow import FollowingScrollView
 
 __all__ = ["FileLog", "LogSource", "open_merged", "open_source"]
 
@@ -56,8 +56,8 @@ class LogSource(Searchable, Protocol):
 
 def open_merged(stdout_path: str, stderr_path: str) -> LogSource:
     """Both logs of a rank as one, in arrival order (from the index beside them)."""
-    from engine.logfile.arrival import arrival_path
-    from engine.logfile.merged import MergedSource
+    from ...engine.logfile.arrival import arrival_path
+    from ...engine.logfile.merged import MergedSource
 
     return MergedSource(stdout_path, stderr_path, arrival_path(stdout_path, stderr_path))
 
@@ -66,7 +66,7 @@ def open_source(path: str) -> LogSource | None:
     """A ``LogStore`` over ``path``, or None while the file does not exist (yet)."""
     if not path or not os.path.exists(path):
         return None
-    from engine.logfile.store import LogStore
+    from ...engine.logfile.store import LogStore
 
     # No in-memory tail: this view reads every row it shows from disk.
     return LogStore(path, tail_lines=0)

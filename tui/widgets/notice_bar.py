@@ -12,7 +12,7 @@ from typing import Final
 
 from rich.text import Text
 
-from tui.widgets.text_bar import TextBar
+from .text_bar import TextBar
 
 __all__ = ["Notice", "NoticeBar", "notice_text"]
 

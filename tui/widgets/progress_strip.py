@@ -17,11 +17,11 @@ from typing import Final
 from rich.text import Text
 from textual import events
 
-from engine.states import RankState
-from tui.messages import RankSelected
-from tui.model import QUIET_S, RankView, RunView
-from tui.widgets.rank_pane import GLYPHS
-from tui.widgets.text_bar import TextBar
+from ...engine.states import RankState
+from ..messages import RankSelected
+from ..model import QUIET_S, RankView, RunView
+from .rank_pane import GLYPHS
+from .text_bar import TextBar
 
 __all__ = ["ProgressStrip", "strip_text"]
 

@@ -28,9 +28,9 @@ from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.strip import Strip
 
-from tui.model import LineBuffer
-from tui.widgets.ansi import display_text, safe_line
-from tui.widgets.follow import FollowingScrollView
+from ..model import LineBuffer
+from .ansi import display_text, safe_line
+from .follow import FollowingScrollView
 
 __all__ = ["MIN_CACHED_STRIPS", "RankLog"]
 

@@ -18,11 +18,11 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from engine.forensics.progress import Progress
-from engine.states import RankState
-from tui.messages import RankSelected, ZoomRequested
-from tui.model import RankView, format_bytes
-from tui.widgets.rank_log import RankLog
+from ...engine.forensics.progress import Progress
+from ...engine.states import RankState
+from ..messages import RankSelected, ZoomRequested
+from ..model import RankView, format_bytes
+from .rank_log import RankLog
 
 __all__ = [
     "GLYPHS",

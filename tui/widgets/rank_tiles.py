@@ -21,12 +21,12 @@ from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.strip import Strip
 
-from engine.states import RankState
-from tui.messages import RankSelected, ZoomRequested
-from tui.model import RankView, format_bytes
-from tui.widgets.ansi import plain_text
-from tui.widgets.follow import LineScrollView
-from tui.widgets.rank_pane import GLYPHS, progress_text, straggler_mark
+from ...engine.states import RankState
+from ..messages import RankSelected, ZoomRequested
+from ..model import RankView, format_bytes
+from .ansi import plain_text
+from .follow import LineScrollView
+from .rank_pane import GLYPHS, progress_text, straggler_mark
 
 __all__ = ["RankTiles"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from engine.states import RankState
-from tui.model import RunView
-from tui.widgets.rank_pane import GLYPHS
-from tui.widgets.text_bar import TextBar
+from ...engine.states import RankState
+from ..model import RunView
+from .rank_pane import GLYPHS
+from .text_bar import TextBar
 
 __all__ = ["RunSummary", "summary_text"]
 
