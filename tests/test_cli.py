@@ -23,8 +23,8 @@ SV_RANK = str(BIN / "sv_rank.py")
 def rankvisor(*args: str, timeout: float = 60, env: dict[str, str] | None = None,
               prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "tui", *args], cwd=ROOT, capture_output=True, text=True,
-        timeout=timeout, env=env,
+        [*prefix, sys.executable, "-m", "rankvisor.tui", *args], cwd=ROOT, capture_output=True,
+        text=True, timeout=timeout, env=env,
     )
 
 
@@ -263,7 +263,7 @@ def test_foreground_tui_on_a_signal_stops_the_ranks_and_exits(tmp_path: Path, si
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     pid, fd = _tui_on_a_terminal(
-        [sys.executable, "-m", "tui", "run", "--foreground", "--nproc-per-node", "2",
+        [sys.executable, "-m", "rankvisor.tui", "run", "--foreground", "--nproc-per-node", "2",
          "--term-timeout", "3", "--log-dir", str(tmp_path / "logs"), SV_RANK,
          "--pid-dir", str(pid_dir), "--child", "both"])
     screen = _Screen(fd)
@@ -299,8 +299,9 @@ def test_a_viewer_ends_on_a_signal_and_the_run_goes_on(tmp_path: Path, sig: int)
     pid_dir.mkdir()
     log_dir = tmp_path / "logs"
     pid, fd = _tui_on_a_terminal(
-        [sys.executable, "-m", "tui", "run", "--nproc-per-node", "2", "--term-timeout", "3",
-         "--log-dir", str(log_dir), SV_RANK, "--pid-dir", str(pid_dir), "--child", "both"])
+        [sys.executable, "-m", "rankvisor.tui", "run", "--nproc-per-node", "2",
+         "--term-timeout", "3", "--log-dir", str(log_dir), SV_RANK, "--pid-dir", str(pid_dir),
+         "--child", "both"])
     screen = _Screen(fd)
     pids: list[int] = []
     try:
@@ -421,7 +422,7 @@ def test_signals_to_handle_and_numa_binding_flags(tmp_path: Path) -> None:
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        [sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
          "--numa-binding", "node", "--signals-to-handle", "SIGUSR1", "--term-timeout", "3",
          "--log-dir", str(tmp_path / "logs"), SV_RANK, "--pid-dir", str(pid_dir)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
@@ -463,7 +464,7 @@ def test_headless_prints_the_frames_of_an_unfinished_progress_line(tmp_path: Pat
     script.write_text(PROGRESS_RANK)
     go = tmp_path / "go"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "1",
+        [sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "1",
          "--log-dir", str(tmp_path / "logs"), str(script), str(go)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         start_new_session=True,

@@ -43,7 +43,7 @@ def ctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def rankvisor(*argv: str, **kw: Any) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([PYTHON, "-m", "tui", *argv], env=env, **kw)
+    return subprocess.Popen([PYTHON, "-m", "rankvisor.tui", *argv], env=env, **kw)
 
 
 def rank(status: dict[str, Any], r: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.torch
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "4",
+    cmd = [sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "4",
            "--log-dir", str(tmp_path), "--term-timeout", "10", JOB, *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
 

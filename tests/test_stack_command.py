@@ -25,8 +25,8 @@ pytestmark = pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not ins
 
 def rankvisor(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "tui", *argv], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "rankvisor.tui", *argv], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 def test_stack_json_and_text_from_a_supervisor_process(tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ def test_two_ranks_failing_together_are_both_named_the_earlier_first(tmp_path: P
 
 
 def test_the_demo_names_rank_3_with_its_silence(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "tui", "demo", "--headless", "--log-dir", str(tmp_path),
+    cmd = [sys.executable, "-m", "rankvisor.tui", "demo", "--headless", "--log-dir", str(tmp_path),
            "--term-timeout", "2"]
     env = {**os.environ, "DEMO_STALL_STEP": "10", "PYTHONPATH": str(ROOT)}
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)

@@ -298,7 +298,7 @@ def _launch_cmd(kind: str, script_args: list[str]) -> list[str]:
     if kind == "torchrun":
         return [PY, "-m", "torch.distributed.run", "--tee", "3", "--nproc-per-node", "8",
                 "--log-dir", log_dir, *script_args]
-    return [PY, "-m", "tui", "run", "--headless", "--tee", "3", "--nproc-per-node", "8",
+    return [PY, "-m", "rankvisor.tui", "run", "--headless", "--tee", "3", "--nproc-per-node", "8",
             "--log-dir", log_dir, *script_args]
 
 

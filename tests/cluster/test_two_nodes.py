@@ -49,7 +49,7 @@ class TwoNodes:
         child_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
         child_env["PYTHONPATH"] = str(ROOT) + os.pathsep + child_env.get("PYTHONPATH", "")
         for log, (out, err) in zip(self.logs, self.outs, strict=True):
-            cmd = [sys.executable, "-m", "tui", "run", mode, "--nnodes", "2",
+            cmd = [sys.executable, "-m", "rankvisor.tui", "run", mode, "--nnodes", "2",
                    "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", run_id,
                    "--rdzv-conf", RDZV_CONF, "--max-restarts", str(max_restarts),
@@ -172,7 +172,7 @@ def test_node_zero_status_lists_every_rank_of_both_nodes(tmp_path: Path) -> None
 
         def listed() -> dict[str, Any] | None:
             res = subprocess.run(
-                [sys.executable, "-m", "tui", "status", str(nodes.logs[zero]), "--json"],
+                [sys.executable, "-m", "rankvisor.tui", "status", str(nodes.logs[zero]), "--json"],
                 cwd=ROOT, capture_output=True, text=True, timeout=30,
             )
             if res.returncode != 0:
@@ -197,8 +197,8 @@ def test_node_zero_status_lists_every_rank_of_both_nodes(tmp_path: Path) -> None
 
 
 def _ctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=90)
+    return subprocess.run([sys.executable, "-m", "rankvisor.tui", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=90)
 
 
 def _alive(pid: int) -> bool:

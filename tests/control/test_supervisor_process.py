@@ -121,7 +121,7 @@ def test_sigkill_of_the_supervisor_leaves_no_process_and_a_stale_run(
     assert len(pids) == 7
     viewer = RemoteHandle.connect(run.started.socket, name="test")
     viewers.append(viewer)
-    waiter = subprocess.Popen([PYTHON, "-m", "tui", "wait", run.run_dir],
+    waiter = subprocess.Popen([PYTHON, "-m", "rankvisor.tui", "wait", run.run_dir],
                               env={**os.environ, "PYTHONPATH": str(ROOT)},
                               stderr=subprocess.PIPE)
     try:

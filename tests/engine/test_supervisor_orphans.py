@@ -24,7 +24,7 @@ def _start_rankvisor(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[byte
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     cmd = [
-        sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
         "--term-timeout", "3", "--log-dir", str(tmp_path / "logs"), *extra,
         str(BIN / "sv_rank.py"), "--pid-dir", str(pid_dir), "--child", "both",
     ]
@@ -57,7 +57,7 @@ def test_ranks_ignoring_the_forwarded_signal_are_killed_after_the_timeout(
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     cmd = [
-        sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "1",
+        sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "1",
         "--term-timeout", "1", "--log-dir", str(tmp_path / "logs"),
         str(BIN / "sv_rank.py"), "--pid-dir", str(pid_dir), "--ignore-term",
     ]

@@ -31,7 +31,7 @@ LINES = 5000
 
 def _rankvisor(tmp_path: Path, stdout: Any, *rank_args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        [sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
          "--term-timeout", "5", "--log-dir", str(tmp_path / "logs"),
          SV_RANK, "--pid-dir", str(tmp_path), *rank_args],
         cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True,

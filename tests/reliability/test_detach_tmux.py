@@ -45,8 +45,8 @@ def _own_state_dir(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _rankvisor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "rankvisor.tui", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
 
 
 def _in_tmux(session: str, command: str) -> int:

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def rankvisor(*args: str, env: dict[str, str] | None = None,
               timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui", "run", *args], cwd=ROOT, capture_output=True, text=True,
-        timeout=timeout, env=env,
+        [sys.executable, "-m", "rankvisor.tui", "run", *args], cwd=ROOT, capture_output=True,
+        text=True, timeout=timeout, env=env,
     )
 
 

@@ -185,7 +185,7 @@ def test_a_rank_writing_an_infinite_timestamp_fails_the_run_cleanly(
     """The run ends with exit 1 naming rank 0, the other rank stopped; nothing spins."""
     text = '{"message": "x", "timestamp": %s}' % timestamp
     cmd = [
-        sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
         "--term-timeout", "5", "--log-dir", str(tmp_path), str(BIN / "write_error_json.py"), text,
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -206,7 +206,7 @@ def test_sigkill_of_the_guard_then_of_rankvisor_leaves_no_process_of_the_run(
     env = dict(os.environ, **{cgroups.CGROUPS_ENV: "auto" if tracking == "cgroup" else "0"})
     extra = ["--daemon"] if tracking == "cgroup" else []
     cmd = [
-        sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
         "--term-timeout", "3", "--log-dir", str(tmp_path / "logs"),
         ESCAPER, str(tmp_path), "--children", *extra,
     ]

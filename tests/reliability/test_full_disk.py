@@ -51,7 +51,7 @@ def _fill(directory: Path) -> None:
 
 def test_a_rank_that_fills_its_log_file_system_is_reported_as_such(small_fs: Path) -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        [sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
          "--term-timeout", "5", "--log-dir", str(small_fs / "logs"),
          str(BIN / "sv_rank.py"), "--print", "100000", "--exit", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,

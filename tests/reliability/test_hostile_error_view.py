@@ -45,7 +45,7 @@ def test_headless_report_shows_the_words_not_the_escapes(tmp_path: Path) -> None
         }},
     })
     cmd = [
-        sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
         "--term-timeout", "5", "--log-dir", str(tmp_path), str(BIN / "write_error_json.py"),
         error,
     ]

@@ -38,7 +38,7 @@ _DANGEROUS = re.compile(rb"\x1b(?!\[[0-9;:]*m)|[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f]
 
 def test_escape_corpus_never_reaches_the_console(tmp_path: Path) -> None:
     cmd = [
-        sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "1",
+        sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "1",
         "--log-dir", str(tmp_path), "--tee", "3", str(BIN / "escape_corpus.py"),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=60)
@@ -60,7 +60,7 @@ def _start(tmp_path: Path, *rank_args: str) -> tuple[subprocess.Popen[bytes], li
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     cmd = [
-        sys.executable, "-m", "tui", "run", "--headless", "--nproc-per-node", "2",
+        sys.executable, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "2",
         "--term-timeout", "60", "--log-dir", str(tmp_path / "logs"),
         str(BIN / "sv_rank.py"), "--pid-dir", str(pid_dir), *rank_args,
     ]
