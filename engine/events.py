@@ -217,6 +217,47 @@ class RunFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class InputWait:
+    """A rank blocked reading the stdin its supervisor holds: a person is asked something."""
+
+    since: float
+    """Wall-clock time (``time.time()``) the rank started waiting."""
+    prompt: str = ""
+    """The unfinished last line of its output ("(Pdb) ", "continue? "); "" if none."""
+    where: str = ""
+    """For pdb: where it stopped ("job.py:7 in <module>"), from its last ``> file(line)``
+    line; "" otherwise."""
+
+    def to_json(self) -> dict[str, object]:
+        """status.json's ``input_wait`` of a rank."""
+        return {"since": self.since, "prompt": self.prompt, "where": self.where}
+
+
+@dataclass(frozen=True, slots=True)
+class RankInputWait:
+    """A rank began (``wait`` set) or stopped (``wait`` None) waiting for input on its stdin."""
+
+    rank: int
+    wait: InputWait | None
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RankInput:
+    """A person's line went to a rank's stdin (``eof``: its stdin was closed instead).
+
+    Every viewer shows it in the rank's pane, marked as typed, in order with the rank's own
+    output; the supervisor also keeps it in the incarnation's ``stdin.log``.
+    """
+
+    rank: int
+    text: str
+    t: float
+    attempt: int = 0
+    eof: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SupervisorNotice:
     """Something a person should read: a refused command, a warning, a watchdog message."""
 
@@ -236,6 +277,8 @@ Event = Union[
     RunFinished,
     SupervisorNotice,
     RanksSignalled,
+    RankInputWait,
+    RankInput,
 ]
 
 

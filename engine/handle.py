@@ -17,7 +17,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
 
-from .events import EventSink
+from .events import EventSink, InputWait
 from .process.signals import check_signal
 from .states import RankState
 
@@ -83,9 +83,34 @@ class DumpStacks:
     nonblocking: bool = False
 
 
-Command = Union[SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks]
+@dataclass(frozen=True, slots=True)
+class SendInput:
+    """Write ``text`` and a newline to the stdin of ``ranks`` (None: every running rank).
 
-COMMAND_CLASSES = (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks)
+    Only where the supervisor holds the ranks' stdin (``--stdin pipe``); refused otherwise,
+    and for a rank that is not running.
+    """
+
+    ranks: tuple[int, ...] | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseInput:
+    """Close the stdin of ``ranks`` (None: every running rank): the rank reads EOF."""
+
+    ranks: tuple[int, ...] | None = None
+
+
+Command = Union[
+    SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks, SendInput,
+    CloseInput,
+]
+
+COMMAND_CLASSES = (
+    SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks, SendInput,
+    CloseInput,
+)
 """Every command type, for ``isinstance`` checks and the wire's registry."""
 
 NATIVE_NEEDS_BLOCKING = (
@@ -115,6 +140,14 @@ def command_problem(command: object) -> str | None:
             check_signal(command.sig)
         except ValueError as e:
             return f"not sent: {e}"
+    if isinstance(command, (SendInput, CloseInput)) and command.ranks is not None and not all(
+        isinstance(r, int) and not isinstance(r, bool) for r in command.ranks
+    ):
+        return f"not sent: ranks must be integers, not {command.ranks!r}"
+    if isinstance(command, SendInput) and (
+        not isinstance(command.text, str) or "\n" in command.text or "\r" in command.text
+    ):
+        return f"not sent: the input must be one line of text, not {command.text!r}"
     if isinstance(command, TerminateRanks) and command.timeout_s is not None:
         t = command.timeout_s
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
@@ -160,6 +193,8 @@ class RankInfo:
     exit_cause: ExitCause | None = None
     """Why the last process of the rank ended, in words (``engine.forensics.exit_cause``);
     None while it runs, after a success, or when unknown."""
+    input_wait: InputWait | None = None
+    """Set while the rank is blocked reading the stdin its supervisor holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +232,9 @@ class RunInfo:
     progress_regex: str = ""
     """A person's pattern for the step a rank's line reports (``--progress-regex``); viewers
     read progress with it first. Empty: only the usual shapes (step N, tqdm's N/M, ...)."""
+    stdin: str = "null"
+    """The ranks' stdin: "pipe" (held by the supervisor: ``SendInput`` reaches them),
+    "inherit" (the terminal of ``--headless``) or "null" (/dev/null)."""
     rank_base: int = 0
     """In a multi-node run: the global rank of this node's local rank 0 in the current round
     (a local rank's global rank is ``rank_base + rank``); 0 on one node. Commands and events

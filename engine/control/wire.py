@@ -47,6 +47,9 @@ from ..events import (
     EscalationFinished,
     EscalationScheduled,
     Event,
+    InputWait,
+    RankInput,
+    RankInputWait,
     RankOutput,
     RankRestarted,
     RanksSignalled,
@@ -58,6 +61,7 @@ from ..events import (
 )
 from ..forensics.exit_cause import ExitCause
 from ..handle import (
+    CloseInput,
     Command,
     CommandResult,
     DumpStacks,
@@ -66,6 +70,7 @@ from ..handle import (
     RestartAll,
     RestartRank,
     RunInfo,
+    SendInput,
     SignalRanks,
     TerminateRanks,
 )
@@ -107,12 +112,15 @@ EVENT_TYPES: Final[dict[str, type]] = {
     for cls in (
         RankOutput, RankStateChanged, RankStats, EscalationScheduled, EscalationFinished,
         RankRestarted, AttemptStarted, TimerExpired, RunFinished, SupervisorNotice,
-        RanksSignalled,
+        RanksSignalled, RankInputWait, RankInput,
     )
 }
 COMMAND_TYPES: Final[dict[str, type]] = {
     cls.__name__: cls
-    for cls in (SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks)
+    for cls in (
+        SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks, SendInput,
+        CloseInput,
+    )
 }
 STREAMS: Final = ("stdout", "stderr", "filtered_stdout", "filtered_stderr")
 _STREAM_NO: Final = {name: i for i, name in enumerate(STREAMS)}
@@ -189,6 +197,7 @@ def decode_message(line: bytes | str) -> dict[str, Any]:
 
 _HINT_NS: Final = {
     "ExitCause": ExitCause,
+    "InputWait": InputWait,
     "ProcessFailure": ProcessFailure,
     "RunProcsResult": RunProcsResult,
     "RankState": RankState,
