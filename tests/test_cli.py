@@ -201,7 +201,7 @@ def test_a_rank_the_teardown_stopped_is_named_apart_not_as_a_failure(tmp_path: P
 
 
 def test_serve_is_dispatched_to_tui_serve() -> None:
-    import rankvisor.tui.serve  # noqa: F401 - our own module: a broken import fails the test  # noqa: F401
+    from rankvisor.tui import serve  # noqa: F401 - our own module: a broken import fails the test
 
     res = rankvisor("serve", "--help")
     assert res.returncode == 0 and "usage:" in res.stdout

@@ -2,7 +2,7 @@
 process (or a ``--headless`` / ``--foreground`` run) with real ranks, reached through its socket.
 
 The commands run in this process (``tui.cli.main``) where they return at once, and as
-``python -m tui`` where they block (``wait``, ``logs -f``). Every process a test starts is
+``python -m rankvisor.tui`` where they block (``wait``, ``logs -f``). Every process a test starts is
 ended by it (``tests.control.live``); the checks that a run is gone look at every pid.
 """
 

@@ -32,9 +32,9 @@ reach 127.0.0.1, so (``tui.serve_door`` has the details):
 
 The server listens on 127.0.0.1 unless ``--host`` says otherwise; a non-loopback host prints
 a warning that says what reaching the port allows. The session process is
-``python -P -m tui.serve --session --serve-pid PID ARGS`` (on Python 3.10, ``-c`` code that
-drops the working directory from ``sys.path`` first): never the user's ``engine.py`` or
-``tui.py`` from the directory serve runs in, while PYTHONPATH still applies. ARGS is
+``python -P -m rankvisor.tui.serve --session --serve-pid PID ARGS`` (on Python 3.10, ``-c``
+code that drops the working directory from ``sys.path`` first): nothing of the user's (a
+``rankvisor.py``) from the directory serve runs in, while PYTHONPATH still applies. ARGS is
 ``attach RUN_DIR [--read-only]`` for a viewer (``tui.attach`` without its terminal check:
 textual-serve gives the session a pipe and a web driver), else the job, built with the CLI's
 own parsers.

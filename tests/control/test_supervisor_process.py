@@ -302,13 +302,13 @@ def test_preload_imports_every_module_of_the_engine() -> None:
         "import json, sys\n"
         "from rankvisor.engine.control.daemon import preload\n"
         "preload()\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'engine')))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rankvisor.engine'))))\n"
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=120)
     loaded = set(json.loads(out.stdout))
     files = {
-        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        "rankvisor." + ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for p in (ROOT / "engine").rglob("*.py")
     }
     # The multi-node modules import torch: a multi-node run's supervisor imports them at its
@@ -321,8 +321,8 @@ def test_preload_imports_every_module_of_the_engine() -> None:
 def test_a_supervisor_goes_on_after_its_package_files_are_removed(
         daemons: Daemons, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "pkg"
-    for name in ("engine", "tui"):
-        shutil.copytree(ROOT / name, copy / name,
+    for name in ("engine", "tui"):  # laid out as installed: pkg/rankvisor/{engine,tui}
+        shutil.copytree(ROOT / name, copy / "rankvisor" / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -346,12 +346,12 @@ def test_a_supervisor_goes_on_after_its_package_files_are_removed(
     started.process.wait()
     run = daemons.adopt(started, pid_dir, 2)
     assert run.process is None
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        assert str(copy).encode() in f.read()  # it runs the copy
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        assert f"PYTHONPATH={copy}".encode() in f.read().split(b"\0")  # it runs the copy
     run.pids(0), run.pids(1)
     run.wait_status(running)
 
-    shutil.rmtree(copy / "engine")
+    shutil.rmtree(copy / "rankvisor" / "engine")
     code, out_text, err = ctl(capsys, "restart", run_dir, "0")
     assert code == 0, err
     new = run.pids(0, 1)[0]

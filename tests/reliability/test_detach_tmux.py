@@ -75,7 +75,7 @@ def test_a_run_outlives_its_terminal_and_is_found_watched_and_stopped(tmp_path: 
     ranks: list[int] = []
     try:
         viewer = _in_tmux(first, (
-            f"{sys.executable} -m tui run --nproc-per-node 2 --term-timeout 2 "
+            f"{sys.executable} -m rankvisor.tui run --nproc-per-node 2 --term-timeout 2 "
             f"--log-dir {logs} {BIN / 'ticker.py'} --pid-dir {pid_dir}"
         ))
         started.append(viewer)
@@ -106,12 +106,12 @@ def test_a_run_outlives_its_terminal_and_is_found_watched_and_stopped(tmp_path: 
 
         # attach in a new terminal shows lines written before the detach.
         written_before = _ticks(out0)
-        started.append(_in_tmux(second, f"{sys.executable} -m tui attach {run_dir}"))
+        started.append(_in_tmux(second, f"{sys.executable} -m rankvisor.tui attach {run_dir}"))
         shown = re.compile(rf"rank 0 tick {written_before}\b")
         wait_until(lambda: shown.search(_screen(second)), timeout=30)
 
         # A second viewer at the same time, read-only: its terminate is refused.
-        started.append(_in_tmux(third, f"{sys.executable} -m tui attach --read-only"))
+        started.append(_in_tmux(third, f"{sys.executable} -m rankvisor.tui attach --read-only"))
         wait_until(lambda: "rank 0 tick" in _screen(third), timeout=30)
         _tmux("send-keys", "-t", third, "t")
         wait_until(lambda: "read-only" in _screen(third), timeout=15)

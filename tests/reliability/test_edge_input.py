@@ -1,6 +1,6 @@
 """Edge input that used to hang or crash ``rankvisor run``: each is refused in one line.
 
-Every case runs ``python -m tui run ...`` as a process (with a timeout of its own, so a
+Every case runs ``python -m rankvisor.tui run ...`` as a process (with a timeout of its own, so a
 hang fails the test instead of stalling the suite) and must give one line on stderr
 (``rankvisor: error: ...``, saying what to do) and exit status 2, before anything starts:
 no log directory made and no rank process left. Then the two ways a start can fail after

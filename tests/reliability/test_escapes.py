@@ -2,7 +2,7 @@
 
 Real ranks (tests/bin/escaper.py) double-fork daemons that drop their environment, leave
 children behind when they exit 0, and allocate past a memory limit; rankvisor runs
-in-process or as ``python -m tui run --headless`` in a child process that is SIGKILLed.
+in-process or as ``python -m rankvisor.tui run --headless`` in a child process that is SIGKILLed.
 Needs writable cgroups (root here); each test is skipped with the reason where there are
 none. Every process and cgroup a test makes is removed at the end, even on failure.
 """

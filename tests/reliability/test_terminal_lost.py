@@ -36,7 +36,7 @@ def test_killing_the_terminal_ends_rankvisor_its_guard_and_the_ranks(tmp_path: P
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     command = (
-        f"cd {ROOT} && exec {sys.executable} -m tui run --foreground --nproc-per-node 2 "
+        f"cd {ROOT} && exec {sys.executable} -m rankvisor.tui run --foreground --nproc-per-node 2 "
         "--term-timeout 3 "
         f"--log-dir {tmp_path / 'logs'} {BIN / 'sv_rank.py'} --pid-dir {pid_dir}"
     )

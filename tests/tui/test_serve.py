@@ -48,7 +48,7 @@ def test_python_children_never_import_from_the_working_directory(
     if safe_path and sys.version_info < (3, 11):
         pytest.skip("-P is new in Python 3.11")
     marker = tmp_path / "imported"
-    for name in ("engine.py", "tui.py"):
+    for name in ("engine.py", "tui.py", "rankvisor.py"):
         (tmp_path / name).write_text(
             f"open({str(marker)!r}, 'a').write(__name__)\nraise RuntimeError('hostile')\n"
         )
@@ -61,7 +61,7 @@ def test_python_children_never_import_from_the_working_directory(
 
     # The hostile directory bites a plain ``python -m``...
     plain = run([sys.executable, "-m", "rankvisor.tui.serve"])
-    assert plain.returncode != 0 and marker.read_text() == "tui"
+    assert plain.returncode != 0 and marker.read_text() == "rankvisor"
     marker.unlink()
     # ...and not the way rankvisor starts its own Python children.
     ours = run(serve.python_module_argv("rankvisor.tui.serve", safe_path=safe_path))
