@@ -1,0 +1,103 @@
+"""A 2 x 2 job on two hosts of the tests' own (tests/cluster/hosts.py): node01 and node02,
+each with its own address, hostname and /etc/hosts, one real link between them.
+
+The same job as test_two_nodes.py's (tests/bin/mn_gloo_job.py: c10d rendezvous on node01,
+gloo all_reduce over the link), started by ``rankvisor run`` on each host. Skipped, with the
+reason, where network namespaces cannot be made; the loopback tests stay for those machines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.hosts import HOSTNAMES, IFNAME, TwoHosts
+from tests.conftest import BIN
+
+ROOT = Path(__file__).parents[2]
+JOB = str(BIN / "mn_gloo_job.py")
+RDZV_CONF = "join_timeout=60,last_call_timeout=1,close_timeout=5"
+END_S = 150.0
+
+_PROBLEM = TwoHosts.problem()
+pytestmark = [
+    pytest.mark.torch, pytest.mark.timeout(300),
+    pytest.mark.skipif(_PROBLEM is not None, reason=f"two hosts cannot be made: {_PROBLEM}"),
+]
+
+
+@pytest.fixture
+def hosts() -> Iterator[TwoHosts]:
+    with TwoHosts() as made:
+        yield made
+
+
+class Job:
+    """``rankvisor run --nnodes 2`` on each host; ``logs[i]`` holds host i's run."""
+
+    def __init__(self, hosts: TwoHosts, tmp: Path, *, flags: list[str] | None = None,
+                 env: dict[str, str] | None = None,
+                 per_host_env: tuple[dict[str, str], dict[str, str]] = ({}, {})) -> None:
+        self.logs = [tmp / "h0", tmp / "h1"]
+        self.outs = [(tmp / f"out{i}", tmp / f"err{i}") for i in range(2)]
+        if flags is None:
+            flags = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     f"{HOSTNAMES[0]}:29400", "--rdzv-id", "two-hosts"]
+        self.procs = []
+        for i in range(2):
+            child_env = {**os.environ, "GLOO_SOCKET_IFNAME": IFNAME, **(env or {}),
+                         **per_host_env[i]}
+            cmd = [sys.executable, "-m", "rankvisor.tui", "run", "--headless", *flags,
+                   "--nproc-per-node", "2", "--rdzv-conf", RDZV_CONF, "--term-timeout", "5",
+                   "--log-dir", str(self.logs[i]), JOB]
+            out, err = self.outs[i]
+            self.procs.append(hosts.popen(i, cmd, cwd=ROOT, env=child_env,
+                                          stdout=out.open("w"), stderr=err.open("w")))
+
+    def wait(self) -> list[tuple[int, str, str]]:
+        codes = [p.wait(END_S) for p in self.procs]
+        return [(c, o.read_text(), e.read_text())
+                for c, (o, e) in zip(codes, self.outs, strict=True)]
+
+    def status(self, i: int) -> dict[str, Any]:
+        found = list(self.logs[i].glob("*/status.json"))
+        assert found, f"host {i} wrote no status.json"
+        data: dict[str, Any] = json.loads(found[0].read_text())
+        return data
+
+
+def test_a_clean_job_crosses_the_link(hosts: TwoHosts, tmp_path: Path) -> None:
+    job = Job(hosts, tmp_path)
+    results = job.wait()
+    for code, _out, err in results:
+        assert code == 0, err[-3000:]
+    seen = "".join(out for _, out, _ in results)
+    for rank in range(4):
+        assert f"rank {rank} of 4 " in seen
+    # The rendezvous ran on node01: every rank was told its address, none loopback.
+    assert seen.count(f"master {HOSTNAMES[0]}:") == 4, seen
+    statuses = [job.status(i) for i in range(2)]
+    assert sorted(s["node_rank"] for s in statuses) == [0, 1]
+
+
+def test_a_failure_on_the_second_host_is_named_with_its_host_on_the_first(
+        hosts: TwoHosts, tmp_path: Path) -> None:
+    # Global rank 3 lives on node 1, whichever host the rendezvous makes node 1.
+    job = Job(hosts, tmp_path, env={"FAIL_RANK": "3"})
+    results = job.wait()
+    statuses = [job.status(i) for i in range(2)]
+    second = HOSTNAMES[[s["node_rank"] for s in statuses].index(1)]
+    for code, _out, err in results:
+        assert code != 0
+        assert f"cluster root cause: rank 3 on node 1 ({second}) failed first" in err, (
+            err[-3000:])
+    for status in statuses:  # the same root cause on both hosts, with the host it ran on
+        root = status["root_cause"]
+        assert (root["rank"], root["node_rank"], root["host"]) == (3, 1, second), root
+    assert "fails on purpose" in root["message"]
