@@ -16,8 +16,7 @@ import pytest
 from rankvisor.engine.control import registry
 from rankvisor.engine.control.status import read_status, write_status
 from rankvisor.engine.states import RankState
-from rankvisor.tui import ctl
-from rankvisor.tui.cli import main
+from rankvisor.tui.cli import ctl, main
 
 from tests.conftest import wait_until
 from tests.control.runs import Supervisors, failed_finish, make_run, state_dir, supervisors
@@ -68,7 +67,7 @@ def test_every_command_is_a_bare_word_and_listed_in_help(
     assert code == 0
     for name in ctl.COMMANDS:
         assert f"\n  {name} " in out
-    from rankvisor.tui.cli import _CTL_COMMANDS
+    from rankvisor.tui.cli.entry import _CTL_COMMANDS
     assert _CTL_COMMANDS == ctl.COMMANDS
     code, out, _ = run(capsys, "ls", "-h")
     assert code == 0 and "--json" in out

@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ..engine.control import registry
-from ..engine.control.registry import NoSuchRun, RunEntry
-from ..engine.control.status import FILENAME, current_attempt
-from ..engine.process.signals import parse_signal
-from ..engine.states import RankState
+from ...engine.control import registry
+from ...engine.control.registry import NoSuchRun, RunEntry
+from ...engine.control.status import FILENAME, current_attempt
+from ...engine.process.signals import parse_signal
+from ...engine.states import RankState
 from .run_args import PROG, _Parser
 
 if TYPE_CHECKING:
-    from ..engine.handle import Command, CommandResult
+    from ...engine.handle import Command, CommandResult
 
 __all__ = [
     "COMMANDS",
@@ -395,7 +395,7 @@ class _Copier:
         if not self._tty:
             sys.stdout.buffer.write(chunk)
             return
-        from ..engine.output.sanitize import sanitize
+        from ...engine.output.sanitize import sanitize
 
         sys.stdout.write(sanitize(self._decoder.decode(chunk)))
 
@@ -403,7 +403,7 @@ class _Copier:
 def _watch(paths: Callable[[], list[str]], step: Callable[[], bool]) -> None:
     """Call ``step`` until it returns True; between calls, sleep until one of ``paths()``
     changes (inotify where there is one) or ``_WAKE_S`` passes."""
-    from ..engine.output.wakeups import make_waker
+    from ...engine.output.wakeups import make_waker
 
     waker = make_waker("inotify", poll_interval=_WAKE_S, debounce=0.02)
     watched: set[str] = set()
@@ -533,7 +533,7 @@ def _rm(argv: list[str]) -> int:
 
 
 def _bundle(argv: list[str]) -> int:
-    from ..engine.forensics.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
+    from ...engine.forensics.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
 
     p = _parser("bundle")
     p.add_argument("run", nargs="?", metavar="RUN",
@@ -582,7 +582,7 @@ def _connect_and_run(
         _say(command, f"run {entry.run_id} has finished (exit code {code}) and its supervisor "
                       "has exited: there is no rank to act on")
         return EXIT_REFUSED
-    from ..engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
+    from ...engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
 
     try:
         handle = RemoteHandle.connect(entry.socket, name=f"{PROG} {command}")
@@ -645,7 +645,7 @@ def _timeout(value: float | None, p: argparse.ArgumentParser) -> float | None:
 
 
 def _stop(argv: list[str]) -> int:
-    from ..engine.handle import TerminateRanks
+    from ...engine.handle import TerminateRanks
 
     p = _parser("stop")
     p.add_argument("run", nargs="?", metavar="RUN",
@@ -675,7 +675,7 @@ def _targets(
 
 
 def _terminate(argv: list[str]) -> int:
-    from ..engine.handle import TerminateRanks
+    from ...engine.handle import TerminateRanks
 
     p = _parser("terminate")
     p.add_argument("run", metavar="RUN", help="a run dir, log dir or run id")
@@ -696,7 +696,7 @@ def _terminate(argv: list[str]) -> int:
 
 
 def _signal(argv: list[str]) -> int:
-    from ..engine.handle import SignalRanks
+    from ...engine.handle import SignalRanks
 
     p = _parser("signal")
     p.add_argument("run", metavar="RUN", help="a run dir, log dir or run id")
@@ -719,7 +719,7 @@ def _signal(argv: list[str]) -> int:
 
 
 def _restart(argv: list[str]) -> int:
-    from ..engine.handle import RestartAll, RestartRank
+    from ...engine.handle import RestartAll, RestartRank
 
     p = _parser("restart")
     p.add_argument("run", metavar="RUN", help="a run dir, log dir or run id")
@@ -750,7 +750,7 @@ def _restart(argv: list[str]) -> int:
 
 
 def _stack(argv: list[str]) -> int:
-    from ..engine.handle import DumpStacks
+    from ...engine.handle import DumpStacks
 
     p = _parser("stack")
     p.add_argument("run", nargs="?", metavar="RUN",
@@ -786,7 +786,7 @@ def _stack(argv: list[str]) -> int:
 
 def _stack_text(data: dict[str, Any]) -> str:
     """The merged view, each group's frames, and where the whole dump was saved."""
-    from ..engine.forensics.stacks import StackDump
+    from ...engine.forensics.stacks import StackDump
 
     dump = StackDump.from_dict(data)
     lines = [dump.merged_text()]

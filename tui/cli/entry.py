@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..engine.supervisor.run_config import ConfigError
+from ...engine.supervisor.run_config import ConfigError
 from .run_args import PROG, Job, parse_job
 
 __all__ = ["main"]
@@ -53,13 +53,13 @@ def _launch(job: Job) -> int:
     ``--foreground`` keeps the supervisor inside the TUI's process; ``--detach`` starts the
     supervisor process and returns.
     """
-    from ..engine.supervisor.headless import run_headless, run_interactive
+    from ...engine.supervisor.headless import run_headless, run_interactive
 
     if job.detach:
         return _start_detached(job)
     if not job.headless and sys.stdout.isatty():
         try:
-            from .run import run_tui, run_viewer
+            from ..run import run_tui, run_viewer
         except ImportError:
             print(f"{PROG}: the TUI is not available here; running headless", file=sys.stderr)
         else:
@@ -70,7 +70,7 @@ def _launch(job: Job) -> int:
                 return run_interactive(job.config, run_tui, on_failure=job.on_failure)
             return _run_attached(job, run_viewer)
     if job.config.cluster is not None:
-        from ..engine.cluster.run import run_cluster
+        from ...engine.cluster.run import run_cluster
 
         status, _sup, host = run_cluster(job.config, on_failure=job.on_failure)
         if host is not None:
@@ -80,9 +80,9 @@ def _launch(job: Job) -> int:
 
 
 def _start_detached(job: Job) -> int:
-    from ..engine.control.daemon import Request
-    from ..engine.control.spawn import SpawnError, start_supervisor
-    from .run import attach_hint
+    from ...engine.control.daemon import Request
+    from ...engine.control.spawn import SpawnError, start_supervisor
+    from ..run import attach_hint
 
     try:
         started = start_supervisor(
@@ -98,16 +98,16 @@ def _start_detached(job: Job) -> int:
 
 def _ready_timeout(job: Job) -> float:
     """A multi-node run's ranks start after the rendezvous, which may take its join_timeout."""
-    from ..engine.control.spawn import READY_TIMEOUT_S
+    from ...engine.control.spawn import READY_TIMEOUT_S
 
     cluster = job.config.cluster
     return READY_TIMEOUT_S + (cluster.join_timeout_s if cluster is not None else 0.0)
 
 
 def _run_attached(job: Job, run_viewer: Any) -> int:
-    from ..engine.control.client import RemoteHandle
-    from ..engine.control.daemon import Request
-    from ..engine.control.spawn import SpawnError, start_supervisor
+    from ...engine.control.client import RemoteHandle
+    from ...engine.control.daemon import Request
+    from ...engine.control.spawn import SpawnError, start_supervisor
 
     try:
         started = start_supervisor(Request(job.config, on_failure=job.on_failure),

@@ -106,7 +106,8 @@ def session_command(args: Sequence[str], serve_pid: int | None = None) -> str:
     and its death signal follows serve (``serve_pid``, default this process).
     """
     pid = os.getpid() if serve_pid is None else serve_pid
-    argv = [*python_module_argv("rankvisor.tui.serve"), "--session", "--serve-pid", str(pid), *args]
+    argv = [*python_module_argv("rankvisor.tui.cli.serve"), "--session", "--serve-pid", str(pid),
+            *args]
     return "exec " + shlex.join(argv)
 
 
@@ -206,7 +207,7 @@ def plan_sessions(job: Sequence[str], *, control: bool) -> Plan:
         engine.control.registry.NoSuchRun: a RUN that names no run.
         ValueError: more than one RUN (the message says what to write instead).
     """
-    from ..engine.control import registry
+    from ...engine.control import registry
 
     job = list(job)
     if job[:1] == ["--"]:
@@ -246,7 +247,7 @@ def _session(argv: list[str]) -> int:
     run the TUI on it."""
     if argv[:1] == ["--serve-pid"] and len(argv) >= 2:
         # First of all: die with serve, even SIGKILLed (and at once if it is already gone).
-        from ..engine.process import die_with_parent
+        from ...engine.process import die_with_parent
 
         die_with_parent(int(argv[1]))
         argv = argv[2:]
@@ -256,9 +257,9 @@ def _session(argv: list[str]) -> int:
         # A viewer: closing the tab (textual-serve's "quit") ends this process only; the
         # run goes on in its supervisor process.
         return attach_main(argv[1:], need_terminal=False)
-    from ..engine.supervisor.headless import run_interactive
-    from ..engine.supervisor.run_config import ConfigError
-    from .run import run_tui
+    from ...engine.supervisor.headless import run_interactive
+    from ...engine.supervisor.run_config import ConfigError
+    from ..run import run_tui
     from .run_args import parse_job
 
     command = argv.pop(0) if argv and argv[0] in ("run", "demo") else "run"
@@ -294,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_in)
         args.job = [args.job]
     try:
-        from .serve_door import DoorServer, origin_of
+        from ..serve_door import DoorServer, origin_of
     except ImportError:
         print(
             f"{PROG}: error: textual-serve is not installed (pip install 'rankvisor[web]')",
@@ -304,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     public_url = (args.public_url or _default_public_url(args.host, args.port)).rstrip("/")
     if origin_of(public_url) is None:
         parser.error(f"--public-url must be an http:// or https:// URL, not {args.public_url!r}")
-    from ..engine.control.registry import NoSuchRun
+    from ...engine.control.registry import NoSuchRun
 
     try:
         plan = plan_sessions(args.job, control=args.control)

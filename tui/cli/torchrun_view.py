@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..engine.attach import AttachError, TorchrunHandle
-from ..engine.control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
-from ..engine.handle import CommandResult, DumpStacks
+from ...engine.attach import AttachError, TorchrunHandle
+from ...engine.control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
+from ...engine.handle import CommandResult, DumpStacks
 
 __all__ = ["READ_ONLY_REFUSAL", "run_torchrun_view"]
 
@@ -50,7 +50,7 @@ def run_torchrun_view(
     except AttachError as e:
         sys.stderr.write(f"rankvisor attach --torchrun: {e}\n")
         return 1
-    from .run import run_viewer
+    from ..run import run_viewer
 
     message = (
         f"detached from torchrun agent {handle.job.agent_pid} (the job goes on)\n"
