@@ -3,7 +3,7 @@
 A command on a run (``status`` in a script, ``stop`` from cron, a headless run under sbatch)
 must work where Textual is missing or unwanted, and start fast: no module here imports
 Textual, Rich or the app at its top. The app is started through one seam, where a TUI is
-wanted (``app_seam``); pyproject's import-linter contract and tests/tui/test_cli_contract.py
+wanted (``app_seam``); pyproject's import-linter contract and tests/test_cli_contract.py
 hold it.
 
 Importing this package loads nothing until ``main`` is asked for (the console script's

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .app_seam import app_runner
+from .command import Subcommand
 from .run_args import PROG, _Parser
 
-__all__ = ["build_attach_parser", "main", "open_handle"]
+__all__ = ["attach_command", "build_attach_parser", "main", "open_handle"]
 
 NO_SUCH_RUN = 3
 STALE = 4
@@ -89,6 +91,9 @@ def main(argv: list[str], *, need_terminal: bool = True) -> int:
               "in scripts)", file=sys.stderr)
         handle.detach()  # type: ignore[attr-defined]
         return 2
-    from ..run import run_viewer
+    return int(app_runner().run_viewer(handle))
 
-    return int(run_viewer(handle))  # type: ignore[arg-type]
+
+def attach_command(_sub: Subcommand, argv: list[str]) -> int:
+    """The ``attach`` row of the table: ``main`` with the terminal check."""
+    return main(argv)
