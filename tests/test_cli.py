@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import pty
 import select
@@ -201,7 +202,9 @@ def test_a_rank_the_teardown_stopped_is_named_apart_not_as_a_failure(tmp_path: P
 
 
 def test_serve_is_dispatched_to_tui_serve() -> None:
-    from rankvisor.tui import serve  # noqa: F401 - our own module: a broken import fails the test
+    # Our own module: a broken import fails the test. (``import rankvisor.tui...`` would bind
+    # the name ``rankvisor`` here, over this file's helper of that name.)
+    importlib.import_module("rankvisor.tui.cli.serve")
 
     res = rankvisor("serve", "--help")
     assert res.returncode == 0 and "usage:" in res.stdout
@@ -335,7 +338,7 @@ def test_a_viewer_ends_on_a_signal_and_the_run_goes_on(tmp_path: Path, sig: int)
 
 
 def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path) -> None:
-    from rankvisor.tui.run_args import build_demo_parser, demo_config
+    from rankvisor.tui.cli.run_args import build_demo_parser, demo_config
 
     args = build_demo_parser().parse_args(
         ["--log-dir", str(tmp_path), "-t", "3", "--term-timeout", "4", "--headless"]
@@ -350,7 +353,7 @@ def test_demo_runs_e_s_job_with_its_filters_through_the_run_path(tmp_path: Path)
 def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rankvisor.tui.run_args import build_demo_parser, build_run_parser, demo_config
+    from rankvisor.tui.cli.run_args import build_demo_parser, build_run_parser, demo_config
 
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     env = {k: v for k, v in os.environ.items() if k != "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}
@@ -366,7 +369,7 @@ def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
     assert demo_config(parse(["--log-dir", str(tmp_path)])).term_timeout == 7
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     # ``run`` keeps torchrun's 30 s.
-    from rankvisor.tui.run_args import config_from_args
+    from rankvisor.tui.cli.run_args import config_from_args
 
     run_args = build_run_parser().parse_args(["--log-dir", str(tmp_path), SV_RANK])
     assert config_from_args(run_args).term_timeout == 30
@@ -545,13 +548,13 @@ def test_the_progress_regex_reaches_the_viewer(tmp_path: Path) -> None:
     over the wire, and into the viewer's progress reader."""
     from rankvisor.engine.control.wire import run_info_from_wire, run_info_to_wire
     from rankvisor.engine.supervisor import Supervisor
-    from rankvisor.tui.model import RunView
-    from rankvisor.tui.run_args import (
+    from rankvisor.tui.cli.run_args import (
         build_demo_parser,
         build_run_parser,
         config_from_args,
         demo_config,
     )
+    from rankvisor.tui.model import RunView
 
     regex = r"batch (?P<step>\d+) of (?P<total>\d+)"
     args = build_run_parser().parse_args(["--progress-regex", regex, SV_RANK])

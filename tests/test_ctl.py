@@ -16,8 +16,10 @@ import pytest
 from rankvisor.engine.control import registry
 from rankvisor.engine.control.status import read_status, write_status
 from rankvisor.engine.states import RankState
-from rankvisor.tui import ctl
 from rankvisor.tui.cli import main
+from rankvisor.tui.cli.command import EXIT_NO_RUN, EXIT_REFUSED, EXIT_STALE, EXIT_USAGE
+from rankvisor.tui.cli.ranks import parse_ranks
+from rankvisor.tui.cli.subcommands import SUBCOMMANDS
 
 from tests.conftest import wait_until
 from tests.control.runs import Supervisors, failed_finish, make_run, state_dir, supervisors
@@ -66,12 +68,14 @@ def test_every_command_is_a_bare_word_and_listed_in_help(
         capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "-h")
     assert code == 0
-    for name in ctl.COMMANDS:
-        assert f"\n  {name} " in out
-    from rankvisor.tui.cli import _CTL_COMMANDS
-    assert _CTL_COMMANDS == ctl.COMMANDS
+    for sub in SUBCOMMANDS:  # the one table: the help lists each row, with its line
+        assert f"\n  {sub.name:<10} {sub.help}\n" in out + "\n"
     code, out, _ = run(capsys, "ls", "-h")
     assert code == 0 and "--json" in out
+    fronts = ("run", "demo", "serve", "attach")  # their -h says more than one line
+    for sub in (s for s in SUBCOMMANDS if s.name not in fronts):
+        code, out, _ = run(capsys, sub.name, "-h")
+        assert code == 0 and sub.help in " ".join(out.split()), sub.name  # its description
 
 
 def test_ls_lists_running_finished_and_stale_runs(
@@ -123,7 +127,7 @@ def test_status_json_recomputes_the_state(
     live.kill()
     live.wait()
     code, out, _ = run(capsys, "status", "job", "--json")
-    assert code == ctl.EXIT_STALE and json.loads(out)["state"] == "stale"
+    assert code == EXIT_STALE and json.loads(out)["state"] == "stale"
     # The file itself still says running: the reader decides.
     assert read_status(entry.run_dir)["state"] == "running"  # type: ignore[index]
 
@@ -145,7 +149,7 @@ def test_a_run_nobody_knows_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
                  ["rm", "nope"], ["stop"], ["terminate", "nope", "0"],
                  ["signal", "nope", "all", "TERM"], ["restart", "nope", "all"]):
         code, _, err = run(capsys, *argv)
-        assert code == ctl.EXIT_NO_RUN, argv
+        assert code == EXIT_NO_RUN, argv
         assert "rankvisor ls" in err and len(err.splitlines()) == 1, argv
 
 
@@ -158,21 +162,21 @@ def test_usage_errors_exit_2_in_one_line(capsys: pytest.CaptureFixture[str],
                  ["stop", "--timeout", "-1"], ["terminate", "job", "5"],
                  ["logs", "job", "--rank", "9"], ["restart", "job", "2"]):
         code, out, err = run(capsys, *argv)
-        assert code == ctl.EXIT_USAGE, argv
+        assert code == EXIT_USAGE, argv
         assert out == "" and len(err.splitlines()) == 1 and "error:" in err, (argv, err)
 
 
 def test_parse_ranks() -> None:
-    assert ctl.parse_ranks("2") == (2,)
-    assert ctl.parse_ranks("0,2") == (0, 2)
-    assert ctl.parse_ranks("0-3") == (0, 1, 2, 3)
-    assert ctl.parse_ranks("1, 4-5,1") == (1, 4, 5)
-    assert ctl.parse_ranks("ALL") is None
+    assert parse_ranks("2") == (2,)
+    assert parse_ranks("0,2") == (0, 2)
+    assert parse_ranks("0-3") == (0, 1, 2, 3)
+    assert parse_ranks("1, 4-5,1") == (1, 4, 5)
+    assert parse_ranks("ALL") is None
     for bad in ("", "a", "-1", "3-1", "1-", "0,,1"):
         with pytest.raises(ValueError):
-            ctl.parse_ranks(bad)
+            parse_ranks(bad)
     with pytest.raises(ValueError, match="'all' is not accepted"):
-        ctl.parse_ranks("all", allow_all=False)
+        parse_ranks("all", allow_all=False)
 
 
 def test_commands_on_a_stale_or_finished_run(
@@ -182,24 +186,24 @@ def test_commands_on_a_stale_or_finished_run(
     for argv in (["stop", "gone"], ["terminate", "gone", "0"], ["signal", "gone", "1", "USR1"],
                  ["restart", "gone", "all"], ["stop", stale.run_dir]):
         code, _, err = run(capsys, *argv)
-        assert code == ctl.EXIT_STALE, argv
+        assert code == EXIT_STALE, argv
         assert "is stale" in err and len(err.splitlines()) == 1
     make_run(tmp_path, "done", pid=pid, start=start, states=[RankState.SUCCEEDED],
              finished=failed_finish(0, 1, 1), exitcode=1)
     code, out, _ = run(capsys, "stop", "done")
     assert code == 0 and "already finished" in out
     code, _, err = run(capsys, "signal", "done", "0", "TERM")
-    assert code == ctl.EXIT_REFUSED and "has finished" in err
+    assert code == EXIT_REFUSED and "has finished" in err
     # With nothing given, stop looks for a running run only.
     code, _, err = run(capsys, "stop")
-    assert code == ctl.EXIT_NO_RUN and "no running run" in err
+    assert code == EXIT_NO_RUN and "no running run" in err
 
 
 def test_logs_prints_the_current_incarnation(
         capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
     entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
     code, _, err = run(capsys, "logs", "job")
-    assert code == ctl.EXIT_REFUSED and "no stdout file" in err
+    assert code == EXIT_REFUSED and "no stdout file" in err
     write_log(entry.run_dir, 0, "zero\n")
     write_log(entry.run_dir, 1, "one out\n")
     write_log(entry.run_dir, 1, "one err\n", "stderr")
@@ -248,7 +252,7 @@ def test_logs_follow_exits_4_when_the_supervisor_dies(
     live.kill()
     live.wait()
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == ctl.EXIT_STALE
+    assert proc.returncode == EXIT_STALE
     assert out == b"x\n" and b"is stale" in err
 
 
@@ -276,14 +280,14 @@ def test_wait_on_a_finished_run_returns_at_once_and_a_stale_one_exits_4(
     assert run(capsys, "wait", "done")[0] == 1
     make_run(tmp_path, "gone", pid=pid, start=start)
     code, _, err = run(capsys, "wait", "gone")
-    assert code == ctl.EXIT_STALE and "is stale" in err
+    assert code == EXIT_STALE and "is stale" in err
     live = supervisors.live()
     make_run(tmp_path, "dies", pid=live.pid)
     proc = cli("wait", "dies", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     live.kill()
     live.wait()
     _, err_bytes = proc.communicate(timeout=30)
-    assert proc.returncode == ctl.EXIT_STALE and b"is stale" in err_bytes
+    assert proc.returncode == EXIT_STALE and b"is stale" in err_bytes
 
 
 def test_rm_refuses_a_running_run_and_removes_a_finished_one(
@@ -291,7 +295,7 @@ def test_rm_refuses_a_running_run_and_removes_a_finished_one(
     live = supervisors.live()
     running = make_run(tmp_path, "job", pid=live.pid)
     code, _, err = run(capsys, "rm", "job")
-    assert code == ctl.EXIT_REFUSED and "is running" in err and "rankvisor stop" in err
+    assert code == EXIT_REFUSED and "is running" in err and "rankvisor stop" in err
     assert registry.entries() == [running]
     pid, start = supervisors.dead()
     done = make_run(tmp_path, "done", pid=pid, start=start, states=[RankState.SUCCEEDED],

@@ -1,7 +1,7 @@
 """``rankvisor ls status stop terminate signal restart wait logs`` on live runs: a real supervisor
 process (or a ``--headless`` / ``--foreground`` run) with real ranks, reached through its socket.
 
-The commands run in this process (``tui.cli.main``) where they return at once, and as
+The commands run in this process (``rankvisor.tui.cli.main``) where they return at once, and as
 ``python -m rankvisor.tui`` where they block (``wait``, ``logs -f``). Every process a test starts is
 ended by it (``tests.control.live``); the checks that a run is gone look at every pid.
 """

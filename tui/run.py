@@ -10,19 +10,10 @@ from textual.app import AutopilotCallbackType
 from ..engine.events import Event
 from ..engine.handle import SupervisorHandle
 from .app import RankvisorApp
+from .attach_hint import attach_hint
 from .report import format_summary
 
-__all__ = ["attach_hint", "run_tui", "run_viewer"]
-
-
-def attach_hint(run_dir: str) -> str:
-    """What a person reads after a detach: the run goes on, and how to come back to it."""
-    where = run_dir or "the run"
-    return (
-        f"rankvisor: detached; the run goes on in {where}\n"
-        f"  attach again:  rankvisor attach {run_dir}\n"
-        f"  end it:        rankvisor stop {run_dir}\n"
-    )
+__all__ = ["run_tui", "run_viewer"]
 
 
 def run_tui(

@@ -18,7 +18,7 @@ its own) its keys signal and restart ranks. So:
   would (a viewer lets go of the run it watches; a session's own run has its ranks
   terminated with escalation), and is waited for up to ``SESSION_END_GRACE`` seconds.
   Beyond that, and on SIGKILL of serve, the sessions die with it: each session app asks the
-  kernel for a death signal tied to serve (see ``tui.serve``); a run of its own is then
+  kernel for a death signal tied to serve (see ``tui.cli.serve``); a run of its own is then
   removed by that run's guard, a watched run goes on.
 
 The page, the static files and the download route are textual-serve's; this module only
@@ -87,7 +87,7 @@ class DoorServer(Server):
     ) -> None:
         """
         Args:
-            command: the shell command of one session (``tui.serve.session_command``).
+            command: the shell command of one session (``tui.cli.serve.session_command``).
             host, port: where to listen.
             public_url: the URL browsers use (no trailing slash); its origin is the only
                 one let in.

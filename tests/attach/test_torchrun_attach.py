@@ -37,7 +37,7 @@ from rankvisor.engine.events import (
 from rankvisor.engine.handle import DumpStacks, RestartAll, RestartRank, TerminateRanks
 from rankvisor.engine.process.proc_table import find_descendants, read_entry
 from rankvisor.engine.states import RankState
-from rankvisor.tui.torchrun_view import run_torchrun_view
+from rankvisor.tui.cli.torchrun_view import run_torchrun_view
 
 from tests.conftest import pid_alive, wait_until
 
@@ -218,7 +218,7 @@ def test_the_workers_stacks_are_dumped_and_saved_with_the_job(torchrun: Any) -> 
     """The handle dumps torchrun's workers too (rankvisor runs as root here: Yama would
     otherwise allow only their ancestors); a read-only view may take a nonblocking dump."""
     from rankvisor.engine.forensics.stacks import StackDump, find_py_spy
-    from rankvisor.tui.torchrun_view import build_handle
+    from rankvisor.tui.cli.torchrun_view import build_handle
 
     if find_py_spy() is None:
         pytest.skip("py-spy is not installed")
@@ -393,7 +393,7 @@ def test_attach_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     with pytest.raises(AttachError, match="no live torchrun worker"):
         find_by_log_dir(str(tmp_path))
     # --no-stack-on-kill is the torchrun handle's: a run of rankvisor's own took it at run.
-    from rankvisor.tui.attach import main as attach_main
+    from rankvisor.tui.cli.attach import main as attach_main
 
     assert attach_main(["--no-stack-on-kill"]) == 2
     err = capsys.readouterr().err

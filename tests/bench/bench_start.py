@@ -50,7 +50,7 @@ def _child(n: int, profile: bool) -> dict[str, float]:
     from rankvisor.engine.states import RankState
     from rankvisor.engine.supervisor.core import Supervisor
     from rankvisor.engine.supervisor.headless import _HeadlessPrinter
-    from rankvisor.tui.run_args import parse_job
+    from rankvisor.tui.cli.run_args import parse_job
 
     log_dir = tempfile.mkdtemp(prefix="bench_start_")
     cpu0 = _self_cpu()

@@ -113,7 +113,7 @@ def test_the_supervisor_has_its_own_session_no_terminal_and_is_found_every_way(
 def test_sigkill_of_the_supervisor_leaves_no_process_and_a_stale_run(
         daemons: Daemons, viewers: list[RemoteHandle],
         capsys: pytest.CaptureFixture[str]) -> None:
-    from rankvisor.tui.attach import open_handle
+    from rankvisor.tui.cli.attach import open_handle
 
     run = daemons.start("--child", "both")
     run.wait_status(running)

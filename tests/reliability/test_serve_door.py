@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from rankvisor.tui.serve import python_module_argv
+from rankvisor.tui.cli.serve import python_module_argv
 
 from tests.conftest import wait_until
 from tests.tui.hosted_run import HostedRun, hosted_run

@@ -18,7 +18,7 @@ import pytest
 from rankvisor.engine.control.server import READ_ONLY_REFUSAL
 from rankvisor.engine.handle import TerminateRanks
 from rankvisor.engine.states import RankState
-from rankvisor.tui import attach, serve
+from rankvisor.tui.cli import attach, serve
 
 from tests.conftest import wait_until
 from tests.control.runs import Supervisors, failed_finish, make_run
@@ -33,12 +33,12 @@ def test_session_command_execs_the_tui_module_with_the_job() -> None:
     )
     # exec: the shell becomes the app, so the app is serve's child and dies with serve.
     assert command.startswith("exec ")
-    assert ("rankvisor.tui.serve --session --serve-pid 123"
+    assert ("rankvisor.tui.cli.serve --session --serve-pid 123"
             " run --nproc-per-node 2 train.py --lr 1e-3") in (
         command
     )
     if sys.version_info >= (3, 11):
-        assert " -P -m rankvisor.tui.serve " in command
+        assert " -P -m rankvisor.tui.cli.serve " in command
 
 
 @pytest.mark.parametrize("safe_path", [True, False], ids=["dash-P", "dash-c"])
@@ -48,7 +48,9 @@ def test_python_children_never_import_from_the_working_directory(
     if safe_path and sys.version_info < (3, 11):
         pytest.skip("-P is new in Python 3.11")
     marker = tmp_path / "imported"
-    for name in ("engine.py", "tui.py", "rankvisor.py"):
+    # Since the one installed name, only a ``rankvisor`` of the working directory can shadow
+    # ours; a project's ``engine.py`` and ``tui.py`` are beside the point, and kept.
+    for name in ("rankvisor.py", "engine.py", "tui.py"):
         (tmp_path / name).write_text(
             f"open({str(marker)!r}, 'a').write(__name__)\nraise RuntimeError('hostile')\n"
         )
@@ -60,11 +62,11 @@ def test_python_children_never_import_from_the_working_directory(
         )
 
     # The hostile directory bites a plain ``python -m``...
-    plain = run([sys.executable, "-m", "rankvisor.tui.serve"])
+    plain = run([sys.executable, "-m", "rankvisor.tui.cli.serve"])
     assert plain.returncode != 0 and marker.read_text() == "rankvisor"
     marker.unlink()
     # ...and not the way rankvisor starts its own Python children.
-    ours = run(serve.python_module_argv("rankvisor.tui.serve", safe_path=safe_path))
+    ours = run(serve.python_module_argv("rankvisor.tui.cli.serve", safe_path=safe_path))
     assert ours.returncode == 0, ours.stderr
     assert "usage: rankvisor serve" in ours.stdout and not marker.exists()
 
@@ -152,7 +154,8 @@ def test_viewer_session_is_attach_of_the_run_dir_read_only_unless_control() -> N
         "attach", "/r/x_1", "--read-only"]
     assert serve.viewer_session_args("/r/x_1", control=True) == ["attach", "/r/x_1"]
     command = serve.session_command(serve.viewer_session_args("/r/x_1", control=False), 7)
-    assert command.endswith("rankvisor.tui.serve --session --serve-pid 7 attach /r/x_1 --read-only")
+    assert command.endswith(
+        "rankvisor.tui.cli.serve --session --serve-pid 7 attach /r/x_1 --read-only")
 
 
 def test_plan_a_running_run_by_dir_or_id(

@@ -18,11 +18,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from ..engine.cluster.options import ClusterOptions, parse_nnodes, parse_rdzv_conf
-from ..engine.forensics.progress import check_regex
-from ..engine.process.signals import check_stop_signal, parse_signal
-from ..engine.std import Std
-from ..engine.supervisor.run_config import (
+from ...engine.cluster.options import ClusterOptions, parse_nnodes, parse_rdzv_conf
+from ...engine.forensics.progress import check_regex
+from ...engine.process.signals import check_stop_signal, parse_signal
+from ...engine.std import Std
+from ...engine.supervisor.run_config import (
     ConfigError,
     SupervisorConfig,
     check_rank_count,
@@ -462,10 +462,10 @@ def _demo_constant(path: str, name: str, default: Any) -> Any:
 
 
 def demo_config(args: argparse.Namespace) -> SupervisorConfig:
-    """The demo job as a run: ``tui/demo_job.py`` on 4 ranks, logging flags from ``args``."""
-    spec = importlib.util.find_spec("rankvisor.tui.demo_job")
+    """The demo job as a run: ``tui/cli/demo_job.py`` on 4 ranks, logging flags from ``args``."""
+    spec = importlib.util.find_spec("rankvisor.tui.cli.demo_job")
     if spec is None or not spec.origin:
-        raise ConfigError("the demo job (tui/demo_job.py) is not installed")
+        raise ConfigError("the demo job (tui/cli/demo_job.py) is not installed")
     path = spec.origin
     config = SupervisorConfig(
         entrypoint=sys.executable,

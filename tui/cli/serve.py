@@ -16,7 +16,7 @@ What each browser session shows:
 
 Whoever can open a session watches the run (and with ``--control`` or a run of its own can
 signal, terminate and restart ranks), and any web page open in a browser on this machine can
-reach 127.0.0.1, so (``tui.serve_door`` has the details):
+reach 127.0.0.1, so (``tui.serve_door``, reached through ``app_seam``, has the details):
 
 * serve prints, once at start, what each session shows and the URL to open; the URL holds a
   secret token made for this start (``?token=...``), without which the page and the
@@ -32,12 +32,12 @@ reach 127.0.0.1, so (``tui.serve_door`` has the details):
 
 The server listens on 127.0.0.1 unless ``--host`` says otherwise; a non-loopback host prints
 a warning that says what reaching the port allows. The session process is
-``python -P -m rankvisor.tui.serve --session --serve-pid PID ARGS`` (on Python 3.10, ``-c``
-code that drops the working directory from ``sys.path`` first): nothing of the user's (a
-``rankvisor.py``) from the directory serve runs in, while PYTHONPATH still applies. ARGS is
-``attach RUN_DIR [--read-only]`` for a viewer (``tui.attach`` without its terminal check:
-textual-serve gives the session a pipe and a web driver), else the job, built with the CLI's
-own parsers.
+``python -P -m rankvisor.tui.cli.serve --session --serve-pid PID ARGS`` (on Python 3.10,
+``-c`` code that drops the working directory from ``sys.path`` first): never a ``rankvisor``,
+``engine.py`` or ``tui.py`` of the directory serve runs in, while PYTHONPATH still applies.
+ARGS is ``attach RUN_DIR [--read-only]`` for a viewer (``tui.cli.attach`` without its
+terminal check: textual-serve gives the session a pipe and a web driver), else the job,
+built with the CLI's own parsers; the session runs the app through ``app_seam``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,12 @@ import secrets
 import shlex
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from .app_seam import app_runner, browser_door
+
+if TYPE_CHECKING:
+    from .command import Subcommand
 
 __all__ = [
     "DEFAULT_MAX_VIEWERS",
@@ -58,6 +63,7 @@ __all__ = [
     "main",
     "plan_sessions",
     "python_module_argv",
+    "serve_command",
     "session_command",
     "viewer_session_args",
 ]
@@ -85,7 +91,8 @@ def python_module_argv(module: str, *, safe_path: bool | None = None) -> list[st
     """argv running ``module`` with this interpreter, never importing from the working dir.
 
     ``python -m`` puts the working directory first on ``sys.path``, where a training repo's
-    own ``engine.py`` or ``tui.py`` would shadow ours. PYTHONPATH keeps working.
+    own ``rankvisor.py`` (or a module named like one that ours import) would shadow it.
+    PYTHONPATH keeps working.
 
     Args:
         module: the module to run as ``__main__``.
@@ -106,7 +113,8 @@ def session_command(args: Sequence[str], serve_pid: int | None = None) -> str:
     and its death signal follows serve (``serve_pid``, default this process).
     """
     pid = os.getpid() if serve_pid is None else serve_pid
-    argv = [*python_module_argv("rankvisor.tui.serve"), "--session", "--serve-pid", str(pid), *args]
+    argv = [*python_module_argv("rankvisor.tui.cli.serve"), "--session", "--serve-pid", str(pid),
+            *args]
     return "exec " + shlex.join(argv)
 
 
@@ -206,7 +214,7 @@ def plan_sessions(job: Sequence[str], *, control: bool) -> Plan:
         engine.control.registry.NoSuchRun: a RUN that names no run.
         ValueError: more than one RUN (the message says what to write instead).
     """
-    from ..engine.control import registry
+    from ...engine.control import registry
 
     job = list(job)
     if job[:1] == ["--"]:
@@ -246,7 +254,7 @@ def _session(argv: list[str]) -> int:
     run the TUI on it."""
     if argv[:1] == ["--serve-pid"] and len(argv) >= 2:
         # First of all: die with serve, even SIGKILLed (and at once if it is already gone).
-        from ..engine.process import die_with_parent
+        from ...engine.process import die_with_parent
 
         die_with_parent(int(argv[1]))
         argv = argv[2:]
@@ -256,9 +264,8 @@ def _session(argv: list[str]) -> int:
         # A viewer: closing the tab (textual-serve's "quit") ends this process only; the
         # run goes on in its supervisor process.
         return attach_main(argv[1:], need_terminal=False)
-    from ..engine.supervisor.headless import run_interactive
-    from ..engine.supervisor.run_config import ConfigError
-    from .run import run_tui
+    from ...engine.supervisor.headless import run_interactive
+    from ...engine.supervisor.run_config import ConfigError
     from .run_args import parse_job
 
     command = argv.pop(0) if argv and argv[0] in ("run", "demo") else "run"
@@ -267,7 +274,7 @@ def _session(argv: list[str]) -> int:
     except ConfigError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
-    return run_interactive(config, run_tui)
+    return run_interactive(config, app_runner().run_tui)
 
 
 def _announce(url: str, plan: Plan, max_viewers: int) -> None:
@@ -294,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_in)
         args.job = [args.job]
     try:
-        from .serve_door import DoorServer, origin_of
+        door = browser_door()
     except ImportError:
         print(
             f"{PROG}: error: textual-serve is not installed (pip install 'rankvisor[web]')",
@@ -302,9 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     public_url = (args.public_url or _default_public_url(args.host, args.port)).rstrip("/")
-    if origin_of(public_url) is None:
+    if door.origin_of(public_url) is None:
         parser.error(f"--public-url must be an http:// or https:// URL, not {args.public_url!r}")
-    from ..engine.control.registry import NoSuchRun
+    from ...engine.control.registry import NoSuchRun
 
     try:
         plan = plan_sessions(args.job, control=args.control)
@@ -322,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     token = secrets.token_urlsafe(32)
-    server = DoorServer(
+    server = door.DoorServer(
         session_command(plan.session_args),
         host=args.host,
         port=args.port,
@@ -333,6 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     server.serve()
     return 0
+
+
+def serve_command(_sub: Subcommand, argv: list[str]) -> int:
+    """The ``serve`` row of the table."""
+    return int(main(argv) or 0)
 
 
 if __name__ == "__main__":

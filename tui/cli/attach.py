@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .app_seam import app_runner
+from .command import Subcommand
 from .run_args import PROG, _Parser
 
-__all__ = ["build_attach_parser", "main", "open_handle"]
+__all__ = ["attach_command", "build_attach_parser", "main", "open_handle"]
 
 NO_SUCH_RUN = 3
 STALE = 4
@@ -38,9 +40,9 @@ def open_handle(run: str | None, *, read_only: bool) -> object:
     Raises:
         LookupError: no such run (the message says what was tried).
     """
-    from ..engine.control import registry, status
-    from ..engine.control.client import RemoteHandle
-    from ..engine.control.replay import RecordedRun
+    from ...engine.control import registry, status
+    from ...engine.control.client import RemoteHandle
+    from ...engine.control.replay import RecordedRun
 
     entry = registry.resolve(run, running_only=run is None)
     record = status.read_status(entry.run_dir) if entry.run_dir else None
@@ -73,8 +75,8 @@ def main(argv: list[str], *, need_terminal: bool = True) -> int:
         print(f"{PROG} attach: error: --no-stack-on-kill goes with --torchrun (a run of "
               f"rankvisor's own takes it at `{PROG} run`)", file=sys.stderr)
         return 2
-    from ..engine.control.client import NoAnswer, ProtocolMismatch
-    from ..engine.control.registry import NoSuchRun
+    from ...engine.control.client import NoAnswer, ProtocolMismatch
+    from ...engine.control.registry import NoSuchRun
 
     try:
         handle = open_handle(args.run, read_only=args.read_only)
@@ -89,6 +91,9 @@ def main(argv: list[str], *, need_terminal: bool = True) -> int:
               "in scripts)", file=sys.stderr)
         handle.detach()  # type: ignore[attr-defined]
         return 2
-    from .run import run_viewer
+    return int(app_runner().run_viewer(handle))
 
-    return int(run_viewer(handle))  # type: ignore[arg-type]
+
+def attach_command(_sub: Subcommand, argv: list[str]) -> int:
+    """The ``attach`` row of the table: ``main`` with the terminal check."""
+    return main(argv)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..engine.attach import AttachError, TorchrunHandle
-from ..engine.control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
-from ..engine.handle import CommandResult, DumpStacks
+from ...engine.attach import AttachError, TorchrunHandle
+from ...engine.control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
+from ...engine.handle import CommandResult, DumpStacks
+from .app_seam import app_runner
 
 __all__ = ["READ_ONLY_REFUSAL", "run_torchrun_view"]
 
@@ -50,13 +51,11 @@ def run_torchrun_view(
     except AttachError as e:
         sys.stderr.write(f"rankvisor attach --torchrun: {e}\n")
         return 1
-    from .run import run_viewer
-
     message = (
         f"detached from torchrun agent {handle.job.agent_pid} (the job goes on)\n"
         f"  attach again:  rankvisor attach --torchrun {handle.job.agent_pid}\n"
     )
     try:
-        return run_viewer(handle, detach_message=message, **app_kwargs)
+        return int(app_runner().run_viewer(handle, detach_message=message, **app_kwargs))
     finally:
         handle.detach()

@@ -1,0 +1,10 @@
+"""``python -m rankvisor.tui.cli``: the same as the ``rankvisor`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from .entry import main
+
+if __name__ == "__main__":
+    sys.exit(main())

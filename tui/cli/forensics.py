@@ -1,0 +1,98 @@
+"""What went wrong in a run, from outside: ``rankvisor stack`` (every rank's Python stack,
+merged: the odd ranks first) and ``rankvisor bundle`` (one .tar.gz for a bug report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ...engine.control import registry
+from .command import EXIT_OK, EXIT_REFUSED, Subcommand, on_a_run, say
+from .ranks import ranks_arg, targets
+from .supervisor_call import connect_and_run
+
+if TYPE_CHECKING:
+    from ...engine.handle import CommandResult
+
+__all__ = ["bundle", "stack"]
+
+
+@on_a_run
+def bundle(sub: Subcommand, argv: list[str]) -> int:
+    from ...engine.forensics.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
+
+    p = sub.parser()
+    p.add_argument("run", nargs="?", metavar="RUN",
+                   help="a run dir, log dir or run id (default: your newest run)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="where to write it (default: ./rankvisor-<run>-<time>.tar.gz)")
+    p.add_argument("--max-log-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / (1 << 20),
+                   metavar="N", help="keep the last N MiB of each file (default: %(default)g)")
+    args = p.parse_args(argv)
+    if not args.max_log_mb > 0:
+        p.error(f"--max-log-mb must be more than 0, not {args.max_log_mb}")
+    entry = registry.resolve(args.run, running_only=False)
+    try:
+        made = make_bundle(entry.run_dir, args.output,
+                             max_file_bytes=int(args.max_log_mb * (1 << 20)))
+    except OSError as e:
+        say(sub.name, f"cannot write the bundle of {entry.run_dir}: {e.strerror or e}")
+        return EXIT_REFUSED
+    size = os.path.getsize(made.path)
+    envs = ", ".join(f"{r}: {s}" for r, s in sorted(made.environments.items())) or "none"
+    print(f"{made.path}  ({size / (1 << 20):.1f} MiB, {len(made.files)} files; "
+          f"environments from {envs}; secrets redacted)")
+    if made.truncated:
+        print(f"  kept the last {args.max_log_mb:g} MiB of: {', '.join(made.truncated)}")
+    return EXIT_OK
+
+
+@on_a_run
+def stack(sub: Subcommand, argv: list[str]) -> int:
+    from ...engine.handle import DumpStacks
+
+    p = sub.parser()
+    p.add_argument("run", nargs="?", metavar="RUN",
+                   help="a run dir, log dir or run id (default: your newest running run)")
+    p.add_argument("--rank", metavar="RANKS", default=None,
+                   help="ranks to dump: 2, 0,2 or 0-3 (default: every running rank)")
+    p.add_argument("--native", action="store_true",
+                   help="C/C++ frames too (each rank is paused while it is read)")
+    p.add_argument("--nonblocking", action="store_true",
+                   help="never pause a rank (Python frames only; a read-only viewer's kind)")
+    p.add_argument("--json", action="store_true",
+                   help="the dump as JSON: groups (odd first), every rank's threads, path")
+    args = p.parse_args(argv)
+    if args.native and args.nonblocking:
+        p.error("--native needs a blocking dump: leave out --nonblocking")
+    ranks = ranks_arg(args.rank, p) if args.rank is not None else None
+    entry, _status, ranks = targets(args.run, ranks)
+
+    def show(result: CommandResult) -> None:
+        if args.json and result.data is not None:
+            print(json.dumps(result.data, indent=2))
+        elif result.data is not None:
+            print(_stack_text(result.data))
+        if not result.ok or (result.message and not args.json):
+            print(result.message, file=sys.stdout if result.ok else sys.stderr)
+
+    return connect_and_run(
+        sub.name, entry,
+        lambda _h: DumpStacks(ranks, native=args.native, nonblocking=args.nonblocking),
+        show=show,
+    )
+
+
+def _stack_text(data: dict[str, Any]) -> str:
+    """The merged view, each group's frames, and where the whole dump was saved."""
+    from ...engine.forensics.stacks import StackDump
+
+    dump = StackDump.from_dict(data)
+    lines = [dump.merged_text()]
+    for group in dump.groups:
+        if group.frames:
+            lines += ["", f"{group.who()}:", *(f"    {f}" for f in group.frame_lines())]
+    lines += ["", f"saved to {dump.path}" if dump.path else "not saved"]
+    return "\n".join(lines)

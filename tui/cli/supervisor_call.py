@@ -1,0 +1,81 @@
+"""One command to a running run's supervisor, through its control socket, and its answer.
+
+Nothing here starts, signals or inspects a process: the registry tells whether the
+supervisor lives, and the supervisor carries the command out.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...engine.control import registry
+from ...engine.control.registry import RunEntry
+from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, say, stale_line
+from .run_args import PROG
+
+if TYPE_CHECKING:
+    from ...engine.handle import Command, CommandResult
+
+__all__ = ["connect_and_run"]
+
+
+def connect_and_run(
+    command: str, entry: RunEntry, build: Callable[[Any], Command], *, wait: bool = False,
+    show: Callable[[CommandResult], None] | None = None,
+) -> int:
+    """Send one command to the run's supervisor and print its answer (``show`` prints it
+    instead of the message, for a command that hands back data)."""
+    state, status = registry.entry_state(entry)
+    if state == "stale":
+        say(command, stale_line(entry))
+        return EXIT_STALE
+    code = status.get("exitcode") if status else None
+    if state == "finished" and command == "stop":
+        print(f"run {entry.run_id} has already finished (exit code {code})")
+        return EXIT_OK
+    if state == "finished" and not entry.supervisor_alive():
+        say(command, f"run {entry.run_id} has finished (exit code {code}) and its supervisor "
+                     "has exited: there is no rank to act on")
+        return EXIT_REFUSED
+    from ...engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
+
+    try:
+        handle = RemoteHandle.connect(entry.socket, name=f"{PROG} {command}")
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        if not entry.supervisor_alive():
+            say(command, stale_line(entry))
+            return EXIT_STALE
+        say(command, f"the supervisor (pid {entry.supervisor_pid}) does not answer at "
+                     f"{entry.socket or '(no socket)'}: {e.strerror or e}")
+        return EXIT_REFUSED
+    except (ProtocolMismatch, NoAnswer) as e:
+        say(command, str(e))
+        return EXIT_REFUSED
+    except OSError as e:
+        say(command, f"cannot reach the supervisor at {entry.socket}: {e.strerror or e}")
+        return EXIT_REFUSED
+    try:
+        cmd = build(handle)  # Usage and Refused are said by ``on_a_run``, as for every command
+        result: CommandResult = handle.execute(cmd)
+        if show is not None:
+            show(result)
+        elif result.message:
+            print(result.message, file=sys.stdout if result.ok else sys.stderr)
+        if not result.ok:
+            return EXIT_REFUSED
+        if wait:
+            finished = handle.wait(None)
+            if finished is None:  # the connection ended first: the file says how it ended
+                now, st = registry.entry_state(entry)
+                if now == "stale":
+                    say(command, stale_line(entry))
+                    return EXIT_STALE
+                print(f"run {entry.run_id} {now}"
+                      + (f" (exit code {st.get('exitcode')})" if st else ""))
+            else:
+                print(f"run {entry.run_id} finished; every rank is gone")
+        return EXIT_OK
+    finally:
+        handle.detach()
