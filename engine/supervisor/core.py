@@ -125,6 +125,8 @@ class Supervisor:
         self._state.driven = driven
         self._wakeup = Wakeup()
         self._events = Publisher(self._state)
+        # The run's own events tell who a person paused (a prompt, a SIGSTOP): the suspect's.
+        self._events.subscribe(self._state.pauses.observe)
         self._stacks = StackCapture(lambda: self._logs.run_log_dir, self._say_capture)
         self._stopper = Stopper(
             self._state, self._events, kill_wait_s=config.kill_wait_s,

@@ -32,7 +32,7 @@ import time
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
-from ..forensics.suspect import RankFacts, find_suspect
+from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..logfile.tail import last_lines
 from ..process.guard import Guard
 from ..process.rank_process import RankProcess
@@ -303,6 +303,7 @@ class Monitor:
             return find_suspect(
                 facts,
                 list(self._state.signal_log),
+                pauses=self._state.pauses.at(first_ns, grace_ns=int(TOGETHER_S * 1e9)),
                 silence_factor=self._config.suspect_silence_factor,
                 silence_min_s=self._config.suspect_silence_min_s,
             )
