@@ -30,6 +30,7 @@ from ..engine.control.registry import NoSuchRun, RunEntry
 from ..engine.control.status import FILENAME, current_attempt
 from ..engine.process.signals import parse_signal
 from ..engine.states import RankState
+from .rank_list import parse_ranks
 from .run_args import PROG, _Parser
 
 if TYPE_CHECKING:
@@ -105,32 +106,6 @@ def _stale_line(entry: RunEntry) -> str:
     return (f"run {entry.run_id} is stale: its supervisor (pid {entry.supervisor_pid}) is gone; "
             f"its last status is in {os.path.join(entry.run_dir, FILENAME)} "
             f"(`{PROG} rm {entry.run_dir}` removes it from the list)")
-
-
-def parse_ranks(text: str, *, allow_all: bool = True) -> tuple[int, ...] | None:
-    """"0,2" -> (0, 2); "0-3" -> (0, 1, 2, 3); "1,4-5" -> (1, 4, 5); "all" -> None.
-
-    Raises:
-        ValueError: with a line saying what is accepted.
-    """
-    raw = text.strip()
-    accepted = "a rank (2), a list (0,2), a range (0-3)" + (" or all" if allow_all else "")
-    if raw.lower() == "all":
-        if allow_all:
-            return None
-        raise ValueError(f"'all' is not accepted here: give {accepted}")
-    out: list[int] = []
-    for part in raw.split(","):
-        lo, dash, hi = part.strip().partition("-")
-        try:
-            first = int(lo)
-            last = int(hi) if dash else first
-        except ValueError:
-            raise ValueError(f"{text!r} is not {accepted}") from None
-        if first < 0 or last < first:
-            raise ValueError(f"{part.strip()!r} is not a rank range (give low-high, from 0)")
-        out.extend(r for r in range(first, last + 1) if r not in out)
-    return tuple(out)
 
 
 def _check_ranks(ranks: tuple[int, ...], nprocs: int | None) -> None:

@@ -13,7 +13,8 @@ collective's timeout, a crash signal with its Python stack, a signal from outsid
 reads each rank's GPU memory and utilisation through NVML where it is installed; ``environ``
 keeps each rank's environment with secrets redacted; ``bundle`` packs one archive of a run
 for a bug report; ``stacks`` dumps every rank's Python stack with py-spy and merges them
-into groups of ranks that share one. Imports the standard library and the engine's events,
+into groups of ranks that share one; ``pdb_attach`` attaches pdb to a running rank (Python
+3.14's PEP 768) or says why it cannot. Imports the standard library and the engine's events,
 process, log-file and control packages; never textual.
 """
 
