@@ -16,7 +16,8 @@ evidence read here needs nothing from the training code:
 - *a person's pause*: a rank waiting at a prompt on its stdin (``breakpoint()``, ``input()``)
   when the first failure came (``engine.forensics.pauses``): its silence is the person's, and
   so is its peers' silence after the pause began (they waited for it), so neither is read
-  as silence; the pause itself is named, with where pdb stopped;
+  as silence; the pause itself is named, with where pdb stopped (a rank that raised
+  before its prompt, a post-mortem, is named for its failure, timed from the prompt);
 - *its own failure*: the earliest exit that is not a knock-on (``engine.forensics.knockon``:
   a collective that timed out, a peer that closed its connection); a rank the teardown
   stopped counts here only when it had recorded its own error (torch's error file) before
@@ -213,8 +214,12 @@ def find_suspect(
             )
             evidence.append(_Evidence(s.t_ns, r, "signal", words + "; the others failed after"))
 
+    # A rank that failed on its own after its prompt (a post-mortem) is told by its failure.
+    own_failure = {
+        f.rank for f in real if f.rank in at_prompt and knock_on_reason(f.message) is None
+    }
     for r, p in at_prompt.items():
-        if r not in by_rank:
+        if r not in by_rank or r in own_failure:
             continue
         where = f" at {p.where}" if p.where else ""
         prompt = f'at "{_quote(p.prompt)}"' if p.prompt.strip() else "for input"
@@ -232,10 +237,15 @@ def find_suspect(
         later = (f.exit_time_ns or first_ns) - first_ns
         when = "first" if later < 1e7 else f"{later / 1e9:.1f} s after the first failure"
         how = _how(f) if f.failed else "its error recorded before the teardown reached it"
+        t = f.exit_time_ns or first_ns
+        if f.rank in own_failure:
+            # It raised, then a person held it at its prompt: it failed when it raised.
+            t = min(t, at_prompt[f.rank].since_ns)
+            when = f"first, held at a prompt from {_clock(t, tz)} until it ended"
         words = f"rank {f.rank}: failed on its own {when} ({how})"
         if said:
             words += f": {_quote(said)}"
-        evidence.append(_Evidence(f.exit_time_ns or first_ns, f.rank, "failure", words))
+        evidence.append(_Evidence(t, f.rank, "failure", words))
 
     if signalled:
         # A rank a person signalled: that is its story, from whichever came first.

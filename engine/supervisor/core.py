@@ -256,7 +256,8 @@ class Supervisor:
             path = write_launch(debug, run_dir, self.config.cwd or os.getcwd())
         except OSError as e:
             path = f"(not written: {e.strerror})"
-        self._events.notice(debugpy_banner(debug, path))
+        # A warning, so that the headless console prints it too: the ranks wait for you.
+        self._events.notice(debugpy_banner(debug, path), "warning")
 
     def wait(self, timeout: float | None = None) -> RunFinished | None:
         """Block until the run finishes (or ``timeout``); its RunFinished, else None."""

@@ -110,6 +110,21 @@ def test_a_person_s_sigstop_stays_a_signal_and_hides_the_peers_silence() -> None
     assert s.reason.startswith("rank 0: stopped by your SIGSTOP at ")
 
 
+def test_a_rank_held_at_its_post_mortem_prompt_is_told_by_its_own_failure() -> None:
+    """Rank 1 raised at 5 s and sat at its post-mortem prompt; rank 0's collective timed out
+    at 8 s; rank 1 ended (exit 1) once the person continued at 20 s."""
+    facts = [
+        RankFacts(0, True, 1, T0 + 8 * S, GLOO, None, _act(0, 4.9), said=GLOO),
+        RankFacts(1, True, 1, T0 + 20 * S, "ZeroDivisionError: division by zero", None,
+                  _act(1, 5.0), said="ZeroDivisionError: division by zero"),
+    ]
+    pause = Pause(1, T0 + 5 * S, "prompt", "(Pdb) ", "job.py:3 in divide")
+    s = find_suspect(facts, pauses=[pause])
+    assert s is not None and (s.rank, s.kind, s.ranks) == (1, "failure", (1,)), s
+    assert s.reason.startswith("rank 1: failed on its own first, held at a prompt from ")
+    assert s.reason.endswith("until it ended (exit code 1): ZeroDivisionError: division by zero")
+
+
 def test_a_failure_before_the_pause_stays_the_suspect() -> None:
     facts = [
         RankFacts(0, False, -15, T0 + 9 * S, "", "teardown", _act(0, 5.0)),

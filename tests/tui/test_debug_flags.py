@@ -105,3 +105,26 @@ def test_another_python_is_asked_in_a_subprocess(tmp_path: Path) -> None:
         "rankvisor.engine", "debugpy",
     ]
     assert dbg.missing_modules("/bin/false", ["json"]) == ["json"]  # not a Python at all
+
+
+def test_headless_post_mortem_from_the_command_line(tmp_path: Path) -> None:
+    """``rankvisor run --headless --post-mortem 1``: the ranks share the terminal's stdin
+    (here a pipe), ``p y`` prints 7, ``c`` ends rank 1; the exit code is the one without the
+    flag, and the report names rank 1 as the root cause either way."""
+    import subprocess
+
+    job = str(BIN / "post_mortem_job.py")
+
+    def run(*flags: str, answers: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rankvisor.tui", "run", "--headless", f"--log-dir={tmp_path}",
+             "--nproc-per-node", "2", *flags, job],
+            input=answers, capture_output=True, text=True, timeout=120,
+        )
+
+    plain = run()
+    held = run("--post-mortem", "1", answers="p y\nc\n")
+    assert held.returncode == plain.returncode == 1
+    assert "(Pdb) 7" in held.stdout
+    for done in (plain, held):
+        assert "root cause: rank 1" in (done.stdout + done.stderr).lower().replace("  ", " ")
