@@ -4,7 +4,8 @@ Some debugging needs a hook in the rank's own interpreter before the user's code
 pdb post-mortem prompt in the frame that raised (``--post-mortem``), a debugpy listener
 (``--debugpy``). The supervisor then starts ``python [its flags] -c <run main()> <script |
 -m module> args`` instead of ``python [its flags] <script | -m module> args``
-(``wrap_python_args``), and ``main`` puts back everything the script can observe before it
+(``wrap_python_args``; this file is loaded by its path, so the script finds no module
+of rankvisor's imported), and ``main`` puts back everything the script can observe before it
 runs it in the real ``__main__`` module: ``sys.argv``, ``sys.orig_argv``, ``sys.path[0]``,
 ``__main__``'s ``__file__`` / ``__spec__`` / ``__loader__`` (so that spawn-started
 children, DataLoader workers among them, find the script as they would), the environment
@@ -13,7 +14,8 @@ would give (1 after an uncaught exception, ``sys.exit``'s, death by SIGINT), and
 leave our frames out.
 
 The options come in the environment (``ENV_*``), which ``main`` removes. Standard library
-only at import: the error-file writer and debugpy are imported when needed.
+only: the error-file writer (``rankvisor.engine.errors``) and debugpy are imported when
+they are needed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "ENV_DEBUGPY",
@@ -49,7 +51,17 @@ HOLD_FILE: Final = "debug_hold"
 """Beside the rank's error.json while a person is at its post-mortem prompt: the debug hold
 (the supervisor's teardown of the other ranks waits while it exists and the rank lives)."""
 
-_CODE: Final = "from rankvisor.engine.process.py_bootstrap import main; main()"
+_CODE: Final = (
+    "import importlib.util as u; s = u.spec_from_file_location('_rankvisor_bootstrap', {path!r}); "
+    "m = u.module_from_spec(s); s.loader.exec_module(m); m.main()"
+)
+"""The ``-c`` line: this file loaded by its path, not through the ``rankvisor`` package,
+whose import (and everything it imports) would cost the rank a few hundred milliseconds
+and fill its ``sys.modules``."""
+
+
+def _code() -> str:
+    return _CODE.format(path=os.path.abspath(__file__))
 
 # Interpreter options that take a value (``-X dev``, ``-W error``), and those that end the
 # options with a program of their own.
@@ -108,7 +120,7 @@ def wrap_python_args(args: Sequence[str]) -> tuple[str, ...]:
         ValueError: see ``split_python_args``.
     """
     opts, target = split_python_args(args)
-    return (*opts, "-c", _CODE, *target)
+    return (*opts, "-c", _code(), *target)
 
 
 def hold_path(error_file: str) -> str:
@@ -133,12 +145,10 @@ def read_hold(error_file: str) -> dict[str, object] | None:
 
 def main() -> None:
     """Run the user's script or module as Python would, with the debugging asked for."""
-    import __main__
 
     post = os.environ.pop(ENV_POST_MORTEM, None) is not None
     listen = os.environ.pop(ENV_DEBUGPY, "")
     wait = os.environ.pop(ENV_DEBUGPY_WAIT, None) is not None
-    vars(__main__).pop("main", None)  # the -c line's own name
     argv = sys.argv[1:]  # sys.argv is ["-c", target...]
     _restore_orig_argv()
     if listen:
@@ -178,7 +188,7 @@ def _restore_orig_argv() -> None:
     orig = list(getattr(sys, "orig_argv", []))
     if "-c" in orig:
         at = orig.index("-c")
-        if orig[at + 1:at + 2] == [_CODE]:
+        if orig[at + 1:at + 2] == [_code()]:
             sys.orig_argv = orig[:at] + orig[at + 2:]
 
 
@@ -245,6 +255,19 @@ def _excepthook(e: BaseException) -> None:
     sys.excepthook(type(e), e, e.__traceback__)
 
 
+def _error_handler() -> Any:
+    """torch's ``ErrorHandler`` as the engine has it (imported only when a rank fails)."""
+    if __package__:
+        from ..errors.error_handler import ErrorHandler
+    else:  # loaded by its path (``_CODE``): through the installed package
+        import importlib
+
+        ErrorHandler = importlib.import_module(
+            "rankvisor.engine.errors.error_handler"
+        ).ErrorHandler
+    return ErrorHandler()
+
+
 def _where(tb: TracebackType | None) -> str:
     last = None
     while tb is not None:
@@ -266,9 +289,7 @@ def post_mortem(e: BaseException, stdin_path: str | None = None) -> None:
     """
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
     if error_file and not os.path.exists(error_file):
-        from ..errors.error_handler import ErrorHandler
-
-        ErrorHandler().record_exception(e)
+        _error_handler().record_exception(e)
     _excepthook(e)
     where = _where(e.__traceback__)
     hold = hold_path(error_file) if error_file else ""

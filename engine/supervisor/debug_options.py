@@ -117,7 +117,9 @@ class DebugOptions:
                     f"--debugpy: port {taken[0]} on 127.0.0.1 is in use; give another base "
                     "port (--debugpy RANKS:PORT)"
                 )
-        modules = ["rankvisor.engine.process.py_bootstrap"]
+        # The bootstrap is loaded by its path; a post-mortem writes error.json with the
+        # engine's writer, so that Python needs rankvisor, and --debugpy needs debugpy.
+        modules = ["rankvisor.engine.errors"] if self.post_mortem else []
         if self.debugpy:
             modules.append("debugpy")
         for python in pythons:
@@ -129,7 +131,7 @@ class DebugOptions:
                 )
             if missing:
                 raise ValueError(
-                    f"{flag} needs rankvisor installed in the ranks' Python ({python})"
+                    f"--post-mortem needs rankvisor installed in the ranks' Python ({python})"
                 )
 
     def debugpy_ports(self) -> dict[int, int]:

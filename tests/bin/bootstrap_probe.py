@@ -38,6 +38,7 @@ if __name__ in ("__main__",):
         "env": sorted(k for k in os.environ if k.startswith(("RANKVISOR_POST", "RANKVISOR_DEBUG"))),
         "child": seen,
         "excepthook": sys.excepthook is sys.__excepthook__,
+        "modules": sorted(m for m in sys.modules if "rankvisor" in m and "editable" not in m),
     }, sort_keys=True), flush=True)
     how = sys.argv[1] if len(sys.argv) > 1 else "ok"
     if how == "exit3":

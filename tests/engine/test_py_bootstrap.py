@@ -47,7 +47,7 @@ def test_the_script_sees_what_it_would_see_and_ends_the_same(
     assert boot[0] == plain[0], (boot, plain)
     seen_plain, seen_boot = json.loads(plain[1]), json.loads(boot[1])
     assert seen_boot == seen_plain
-    assert seen_boot["env"] == []
+    assert seen_boot["env"] == [] and seen_boot["modules"] == []
     # The same traceback, without a frame of ours.
     assert boot[2] == plain[2]
     assert {"ok": 0, "exit3": 3, "raise": 1, "interrupt": -2}[how] == plain[0]
