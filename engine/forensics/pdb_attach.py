@@ -20,6 +20,7 @@ import os
 import subprocess
 from typing import Final
 
+from ..process.proc_table import read_entry
 from .stacks import yama_ptrace_scope
 
 __all__ = ["MIN_VERSION", "attach_command", "attach_pdb", "attach_problem", "python_version"]
@@ -73,7 +74,26 @@ def attach_problem(
         return f"the kernel forbids tracing processes (Yama ptrace_scope=3); {_STACKS}"
     if scope == 2 and os.geteuid() != 0:
         return f"the kernel lets only root attach (Yama ptrace_scope=2); {_STACKS}"
+    if scope == 1 and os.geteuid() != 0 and not _is_ancestor(os.getpid(), pid):
+        return (
+            "the kernel (Yama ptrace_scope=1) lets only the rank's supervisor and its "
+            f"children attach, not this process; {_STACKS}"
+        )
     return None
+
+
+def _is_ancestor(me: int, pid: int) -> bool:
+    """Whether ``me`` is among ``pid``'s ancestors (whom Yama's scope 1 lets trace it; a
+    tracer the rank named itself, its supervisor, is not seen from here)."""
+    seen = 0
+    while pid > 1 and seen < 4096:
+        entry = read_entry(pid)
+        if entry is None:
+            return False
+        pid, seen = entry.ppid, seen + 1
+        if pid == me:
+            return True
+    return False
 
 
 def attach_pdb(pid: int, *, label: str = "the rank") -> int:

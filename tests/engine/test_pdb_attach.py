@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,7 +42,7 @@ def test_an_older_python_is_told_in_one_line_with_the_stacks_offered(sleeper) ->
 
 def test_the_rank_s_own_interpreter_attaches(sleeper) -> None:
     assert attach_command(sleeper.pid)[1:] == ["-m", "pdb", "-p", str(sleeper.pid)]
-    assert attach_command(sleeper.pid)[0] == __import__("os").path.realpath(PYTHON)
+    assert attach_command(sleeper.pid)[0] == os.path.realpath(PYTHON)
 
 
 def test_a_gone_or_non_python_process_is_said_plainly() -> None:
@@ -54,6 +55,27 @@ def test_a_gone_or_non_python_process_is_said_plainly() -> None:
     finally:
         sh.kill()
         sh.wait()
+
+
+def test_yama_scope_1_lets_only_ancestors_attach(sleeper, monkeypatch) -> None:
+    from rankvisor.engine.forensics import pdb_attach
+
+    monkeypatch.setattr(pdb_attach, "yama_ptrace_scope", lambda: 1)
+    monkeypatch.setattr(pdb_attach.os, "geteuid", lambda: 1000)
+    # The test started the sleeper: its parent may attach.
+    assert attach_problem(sleeper.pid, version=(3, 14)) is None
+    # Its grandparent too; a sibling may not.
+    assert pdb_attach._is_ancestor(os.getppid(), sleeper.pid)
+    sibling = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not pdb_attach._is_ancestor(sibling.pid, sleeper.pid)
+    finally:
+        sibling.kill()
+        sibling.wait()
+    monkeypatch.setattr(pdb_attach, "_is_ancestor", lambda me, pid: False)
+    assert attach_problem(sleeper.pid, version=(3, 14)).startswith(
+        "the kernel (Yama ptrace_scope=1) lets only the rank's supervisor"
+    )
 
 
 @pytest.mark.skipif(sys.version_info < (3, 14), reason="PEP 768 remote attach needs Python 3.14")
