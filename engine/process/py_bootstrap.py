@@ -145,7 +145,6 @@ def read_hold(error_file: str) -> dict[str, object] | None:
 
 def main() -> None:
     """Run the user's script or module as Python would, with the debugging asked for."""
-
     post = os.environ.pop(ENV_POST_MORTEM, None) is not None
     listen = os.environ.pop(ENV_DEBUGPY, "")
     wait = os.environ.pop(ENV_DEBUGPY_WAIT, None) is not None
