@@ -192,7 +192,8 @@ class Suspect:
     evidence: tuple[str, ...] = ()
     """One line per rank named (``reason`` joins them)."""
     kind: str = ""
-    """What named ``rank``: "silence", "signal", "failure", "outlived" or "knock-on"."""
+    """What named ``rank``: "silence", "signal", "paused" (a person at its prompt),
+    "failure", "outlived" or "knock-on"."""
     first_failure_ns: int = 0
     """When the first failure happened (``time.time_ns()``)."""
     last_line: str = ""

@@ -239,6 +239,10 @@ class RunInfo:
     """In a multi-node run: the global rank of this node's local rank 0 in the current round
     (a local rank's global rank is ``rank_base + rank``); 0 on one node. Commands and events
     keep local ranks; viewers add this to show the ranks as the job knows them."""
+    debug_hold: tuple[int, ...] = ()
+    """Ranks at a ``--post-mortem`` pdb prompt (local ranks): while one is, the teardown
+    after a failure waits. It ends with the prompt (``c``, ``q``), or with a terminate or
+    kill of that rank."""
 
 
 class SupervisorHandle(Protocol):

@@ -21,8 +21,10 @@ from ..engine.events import (
     EscalationFinished,
     EscalationScheduled,
     Event,
+    RankInputWait,
     RankOutput,
     RankRestarted,
+    RanksSignalled,
     RankStateChanged,
     RankStats,
     RunFinished,
@@ -30,6 +32,7 @@ from ..engine.events import (
     Suspect,
     TimerExpired,
 )
+from ..engine.forensics.pauses import PauseLog, paused_words
 from ..engine.forensics.progress import (
     KINDS,
     Progress,
@@ -244,6 +247,12 @@ class RankView:
     straggler: Literal["", "behind", "silent"] = ""
     """Why it is flagged as a straggler, relative to its peers ("" : it is not)."""
     straggler_reason: str = ""
+    waiting_for: str = ""
+    """Instead of a silent straggler's mark while a person paused a peer: "waiting for rank 0
+    (at a prompt)" (it waits for that peer in a collective, most likely)."""
+    paused: str = ""
+    """How a person paused it ("at a prompt", "stopped by SIGSTOP"); "" if not: its silence
+    is then neither a straggler's nor quiet."""
 
     @property
     def exit_label(self) -> str:
@@ -272,6 +281,7 @@ class RankView:
         absolute reading, only while no relative one (``silence_ratio``) is possible."""
         if (
             self.state is not RankState.RUNNING
+            or self.paused
             or self.last_output_at is None
             or self.silence_ratio is not None
         ):
@@ -368,8 +378,13 @@ class RunView:
         self.ranks: list[RankView] = [
             RankView(rank=r, buffer=LineBuffer(buffer_lines)) for r in range(info.nprocs)
         ]
+        self.pauses = PauseLog()
+        """The ranks a person paused (at a prompt, by SIGSTOP): never stragglers."""
         for rank_info in info.ranks:
             self._merge_info(rank_info)
+            wait = getattr(rank_info, "input_wait", None)
+            if wait is not None:
+                self.pauses.observe(RankInputWait(rank_info.rank, wait, rank_info.attempt))
         self._set_rank_base(info)
 
     def _set_rank_base(self, info: RunInfo) -> None:
@@ -546,10 +561,18 @@ class RunView:
         self.step_threshold = step_threshold(median) if median is not None else None
         own_gaps = {v.rank: v.median_gap() for v in running}
         ordered = sorted(g for g in own_gaps.values() if g is not None)
+        paused = self.pauses.paused()
         silent = {
-            v.rank: now - v.last_output_at if v.last_output_at is not None else None
+            v.rank: now - v.last_output_at
+            if v.last_output_at is not None and v.rank not in paused else None
             for v in running
         }
+        for rank in paused:
+            steps[rank] = None  # a person holds it: behind, but not a straggler
+        waiting = ", ".join(
+            f"rank {self.rank_base + r if self.node else r} ({paused_words(p)})"
+            for r, p in sorted(paused.items())
+        )
         flagged = stragglers(
             steps, silent, own_gaps, k_silence=k_silence, min_silence_s=STRAGGLER_SILENCE_MIN_S
         )
@@ -558,7 +581,8 @@ class RunView:
             view.shown_progress = found or view.progress
             view.behind = view.silence_ratio = None
             view.lag_threshold = self.step_threshold
-            view.straggler, view.straggler_reason = "", ""
+            view.straggler, view.straggler_reason, view.waiting_for = "", "", ""
+            view.paused = paused_words(paused[view.rank]) if view.rank in paused else ""
             if view.state is not RankState.RUNNING:
                 continue
             step = steps.get(view.rank)
@@ -569,7 +593,9 @@ class RunView:
             if usual is not None and usual > 0 and quiet is not None:
                 view.silence_ratio = quiet / usual
             reason = flagged.get(view.rank)
-            if reason:
+            if reason and waiting and reason.startswith("silent"):
+                view.waiting_for = f"waiting for {waiting}"  # a person, not a hang
+            elif reason:
                 view.straggler = "silent" if reason.startswith("silent") else "behind"
                 view.straggler_reason = reason
 
@@ -592,9 +618,15 @@ class RunView:
                 if 0 <= rank < len(self.ranks):
                     self.ranks[rank].escalation_deadline = None
             return set(event.ranks) | {-1}
+        if isinstance(event, (RankInputWait, RanksSignalled)):
+            self.pauses.observe(event)
+            ranks = {event.rank} if isinstance(event, RankInputWait) else set(event.ranks)
+            return ranks | {-1}
         if isinstance(event, RankRestarted):
+            self.pauses.observe(event)
             return self._apply_restart(event)
         if isinstance(event, AttemptStarted):
+            self.pauses.observe(event)
             self._close_attempt(event.attempt)
             self.attempt = event.attempt
             self.finished = False

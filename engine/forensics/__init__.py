@@ -4,16 +4,18 @@ Pure readings of what the supervisor and the files already hold: ``knockon`` tel
 that only echoes another rank's (a collective timeout, a peer that closed its connection)
 from one of a rank's own; ``activity`` keeps, per rank, when its output last moved and how
 often it usually does; ``suspect`` combines them with the signals a person sent into the
-rank most likely to have started it, with its evidence in words; ``progress`` reads training
-progress (step, iteration, tqdm's N/M) from output lines; ``timeline`` merges every rank's
-lines from the files in the order they arrived; ``exit_cause`` says why a rank ended, in
-words (the OOM killer, CUDA out of memory, a collective's timeout, a crash signal with its
-Python stack, a signal from outside); ``gpu`` reads each rank's GPU memory and utilisation
-through NVML where it is installed; ``environ`` keeps each rank's environment with secrets
-redacted; ``bundle`` packs one archive of a run for a bug report; ``stacks`` dumps every
-rank's Python stack with py-spy and merges them into groups of ranks that share one.
-Imports the standard library and the engine's events, process, log-file and control
-packages; never textual.
+rank most likely to have started it, with its evidence in words; ``pauses`` the ranks a
+person paused (at a prompt, by SIGSTOP), so that their silence is never read as a hang;
+``progress`` reads training progress (step, iteration, tqdm's N/M) from output lines;
+``timeline`` merges every rank's lines from the files in the order they arrived;
+``exit_cause`` says why a rank ended, in words (the OOM killer, CUDA out of memory, a
+collective's timeout, a crash signal with its Python stack, a signal from outside); ``gpu``
+reads each rank's GPU memory and utilisation through NVML where it is installed; ``environ``
+keeps each rank's environment with secrets redacted; ``bundle`` packs one archive of a run
+for a bug report; ``stacks`` dumps every rank's Python stack with py-spy and merges them
+into groups of ranks that share one; ``pdb_attach`` attaches pdb to a running rank (Python
+3.14's PEP 768) or says why it cannot. Imports the standard library and the engine's events,
+process, log-file and control packages; never textual.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "ExitCause",
     "GpuProbe",
     "OutputActivity",
+    "PauseLog",
     "ProgressReader",
     "RankFacts",
     "SignalRecord",
@@ -46,6 +49,7 @@ __getattr__, __dir__ = face(
         "ExitCause": "exit_cause",
         "GpuProbe": "gpu",
         "OutputActivity": "activity",
+        "PauseLog": "pauses",
         "ProgressReader": "progress",
         "RankFacts": "suspect",
         "SignalRecord": "suspect",

@@ -13,6 +13,11 @@ evidence read here needs nothing from the training code:
   none of them stands out), and at least ``silence_min_s`` seconds;
 - *a person's signal*: a rank that a person killed, stopped or signalled through rankvisor
   (not the whole run at once) before the first failure, when it ended or fell silent after;
+- *a person's pause*: a rank waiting at a prompt on its stdin (``breakpoint()``, ``input()``)
+  when the first failure came (``engine.forensics.pauses``): its silence is the person's, and
+  so is its peers' silence after the pause began (they waited for it), so neither is read
+  as silence; the pause itself is named, with where pdb stopped (a rank that raised
+  before its prompt, a post-mortem, is named for its failure, timed from the prompt);
 - *its own failure*: the earliest exit that is not a knock-on (``engine.forensics.knockon``:
   a collective that timed out, a peer that closed its connection); a rank the teardown
   stopped counts here only when it had recorded its own error (torch's error file) before
@@ -38,6 +43,7 @@ from ..events import Suspect
 from ..process.signals import exit_signal_name
 from .activity import RankActivity
 from .knockon import knock_on_reason
+from .pauses import Pause
 
 __all__ = [
     "DEFAULT_SILENCE_FACTOR",
@@ -143,12 +149,14 @@ def find_suspect(
     facts: Sequence[RankFacts],
     signals: Sequence[SignalRecord] = (),
     *,
+    pauses: Sequence[Pause] = (),
     silence_factor: float = DEFAULT_SILENCE_FACTOR,
     silence_min_s: float = DEFAULT_SILENCE_MIN_S,
     tz: tzinfo | None = None,
 ) -> Suspect | None:
     """The suspect of an attempt (see the module docstring); None when no rank failed on
-    its own (success, or a run rankvisor stopped)."""
+    its own (success, or a run rankvisor stopped). ``pauses``: those in force at the first
+    failure (``PauseLog.at``)."""
     by_rank = {f.rank: f for f in facts}
     real = [f for f in facts if f.failed and f.exit_time_ns is not None]
     if not real:
@@ -156,10 +164,20 @@ def find_suspect(
     first_ns = min(f.exit_time_ns or 0 for f in real)
     evidence: list[_Evidence] = []
 
+    at_prompt = {p.rank: p for p in pauses if p.how == "prompt" and p.since_ns < first_ns}
+    paused_since = min((p.since_ns for p in pauses), default=None)
     silent: dict[int, float] = {}
     for f in facts:
+        if f.rank in at_prompt:
+            continue  # a person is reading it: not a hang
+        if (
+            paused_since is not None and f.activity.last_ns is not None
+            and f.activity.last_ns >= paused_since - TOGETHER_S * 1e9
+        ):
+            continue  # it fell silent once a person paused a peer: it waited for that peer
         seconds = _silent(
-            f, [p for p in facts if p.rank != f.rank], first_ns, silence_factor, silence_min_s
+            f, [p for p in facts if p.rank != f.rank and p.rank not in at_prompt],
+            first_ns, silence_factor, silence_min_s,
         )
         if seconds is not None:
             silent[f.rank] = seconds
@@ -196,6 +214,21 @@ def find_suspect(
             )
             evidence.append(_Evidence(s.t_ns, r, "signal", words + "; the others failed after"))
 
+    # A rank that failed on its own after its prompt (a post-mortem) is told by its failure.
+    own_failure = {
+        f.rank for f in real if f.rank in at_prompt and knock_on_reason(f.message) is None
+    }
+    for r, p in at_prompt.items():
+        if r not in by_rank or r in own_failure:
+            continue
+        where = f" at {p.where}" if p.where else ""
+        prompt = f'at "{_quote(p.prompt)}"' if p.prompt.strip() else "for input"
+        evidence.append(_Evidence(
+            p.since_ns, r, "paused",
+            f"rank {r}: paused by a person{where} (waiting {prompt} since "
+            f"{_clock(p.since_ns, tz)}); the others failed after",
+        ))
+
     own = real + [f for f in facts if f.raised_before_stop and f.exit_time_ns is not None]
     for f in sorted(own, key=lambda f: (f.exit_time_ns or 0, f.rank)):
         if knock_on_reason(f.message) is not None:
@@ -204,10 +237,15 @@ def find_suspect(
         later = (f.exit_time_ns or first_ns) - first_ns
         when = "first" if later < 1e7 else f"{later / 1e9:.1f} s after the first failure"
         how = _how(f) if f.failed else "its error recorded before the teardown reached it"
+        t = f.exit_time_ns or first_ns
+        if f.rank in own_failure:
+            # It raised, then a person held it at its prompt: it failed when it raised.
+            t = min(t, at_prompt[f.rank].since_ns)
+            when = f"first, held at a prompt from {_clock(t, tz)} until it ended"
         words = f"rank {f.rank}: failed on its own {when} ({how})"
         if said:
             words += f": {_quote(said)}"
-        evidence.append(_Evidence(f.exit_time_ns or first_ns, f.rank, "failure", words))
+        evidence.append(_Evidence(t, f.rank, "failure", words))
 
     if signalled:
         # A rank a person signalled: that is its story, from whichever came first.

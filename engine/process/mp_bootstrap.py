@@ -27,6 +27,10 @@ Order of events in the child, and why:
    The parent reads that file after the exit; no pipe, so a large return value cannot
    deadlock and the child never waits for the parent.
 
+With ``RANKVISOR_POST_MORTEM`` in the rank's environment (``--post-mortem``), an exception
+that would end the rank stops at a pdb prompt in the frame that raised first
+(``engine.process.py_bootstrap.post_mortem``), then ends it the same way.
+
 Exit codes follow torch: an exception exits 1 (after the traceback is printed to stderr),
 ``sys.exit(n)`` exits ``n``; a signal death is ``-signum``. Unlike torch, a
 ``KeyboardInterrupt`` (SIGINT) is not swallowed into exit 0: the rank dies of SIGINT.
@@ -40,9 +44,11 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Callable
 
 from .parent_death import die_with_parent
+from .py_bootstrap import ENV_POST_MORTEM, post_mortem
 
 __all__ = ["RankSpec", "run_rank"]
 
@@ -99,6 +105,12 @@ def run_rank(spec: RankSpec) -> None:
         os.kill(os.getpid(), signal.SIGINT)
         raise SystemExit(1) from None  # not reached unless SIGINT is blocked
     except BaseException as e:
+        if os.environ.pop(ENV_POST_MORTEM, None) is not None:
+            # ``record`` wrote error.json already: a pdb prompt on the supervisor's stdin
+            # (multiprocessing gave this child /dev/null), then the same exit.
+            e.__traceback__ = _user_frames(e)
+            post_mortem(e, stdin_path=f"/proc/{os.getppid()}/fd/0")
+            raise SystemExit(1) from None
         # Printed here, while fd 2 still points at stderr.log, so the traceback is on disk.
         _print_user_traceback(e)
         raise SystemExit(1) from None
@@ -108,6 +120,11 @@ def run_rank(spec: RankSpec) -> None:
 
 def _print_user_traceback(e: BaseException) -> None:
     """Print ``e``'s traceback to stderr without our own frames above the user's code."""
+    traceback.print_exception(type(e), e, _user_frames(e))
+
+
+def _user_frames(e: BaseException) -> TracebackType | None:
+    """``e``'s traceback from the user's first frame (our own frames above it left out)."""
     from .. import errors
 
     ours = {__file__, errors.__file__}
@@ -116,7 +133,7 @@ def _print_user_traceback(e: BaseException) -> None:
         tb = tb.tb_next
     # Nothing left means the error is in our code (e.g. an unpicklable return value):
     # then the whole traceback is the useful one.
-    traceback.print_exception(type(e), e, tb or e.__traceback__)
+    return tb or e.__traceback__
 
 
 def _run_recorded(spec: RankSpec) -> None:

@@ -59,6 +59,7 @@ attempts stay on disk.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -74,8 +75,9 @@ from ..process.guard import Guard
 from ..std import Std
 from .agent_env import EnvOptions, free_port, log_line_prefixes
 from .commands import CommandHandler
+from .debug_options import debugpy_banner, write_launch
 from .launcher import Launcher
-from .monitor import Monitor
+from .monitor import Monitor, held_ranks
 from .publisher import Publisher
 from .pump_link import PumpLink
 from .rank_slot import RankSlot
@@ -119,12 +121,15 @@ class Supervisor:
         self._logs = DefaultLogsSpecs(log_dir=config.log_dir, redirects=Std.ALL)
 
         self._state = RunState(
-            {r: RankSlot(rank=r, argv=config.argv(r), env={}) for r in range(config.nprocs)},
+            {r: RankSlot(rank=r, argv=config.launch_argv(r), env={})
+             for r in range(config.nprocs)},
             max_restarts=config.max_restarts,
         )
         self._state.driven = driven
         self._wakeup = Wakeup()
         self._events = Publisher(self._state)
+        # The run's own events tell who a person paused (a prompt, a SIGSTOP): the suspect's.
+        self._events.subscribe(self._state.pauses.observe)
         self._stacks = StackCapture(lambda: self._logs.run_log_dir, self._say_capture)
         self._stopper = Stopper(
             self._state, self._events, kill_wait_s=config.kill_wait_s,
@@ -232,12 +237,27 @@ class Supervisor:
                 self._health.start()
             self._pump.start()
             self._launcher.start_attempt(first=True)
+            self._say_debugpy()
         # Outside the lock (see pump_link.py on pump calls), before the monitor runs them.
         self._pump.run_ops()
         self._events.flush()
         self._monitor.start()  # a first pass at once: ranks may have exited (or failed) already
         if self.config.sample_interval:
             self._sampler.start()
+
+    def _say_debugpy(self) -> None:
+        """``--debugpy``: write the VS Code attach configuration into the run dir and say
+        where each rank listens, with the ``ssh -L`` line (caller holds the lock)."""
+        debug = self.config.debug
+        run_dir = self._logs.run_log_dir
+        if debug is None or not debug.debugpy or not run_dir:
+            return
+        try:
+            path = write_launch(debug, run_dir, self.config.cwd or os.getcwd())
+        except OSError as e:
+            path = f"(not written: {e.strerror})"
+        # A warning, so that the headless console prints it too: the ranks wait for you.
+        self._events.notice(debugpy_banner(debug, path), "warning")
 
     def wait(self, timeout: float | None = None) -> RunFinished | None:
         """Block until the run finishes (or ``timeout``); its RunFinished, else None."""
@@ -465,6 +485,7 @@ class Supervisor:
                 node=self.node_label,
                 progress_regex=self.config.progress_regex or "",
                 rank_base=state.rank_base,
+                debug_hold=tuple(held_ranks(state)) if self.config.debug is not None else (),
             )
 
     @property

@@ -94,6 +94,8 @@ class Launcher:
         })
         env.update(self._config.env)
         env.update(self._config.rank_env.get(slot.rank, {}))
+        if self._config.debug is not None:
+            env.update(self._config.debug.env(slot.rank))
         env.update(self._guard.env)
         if self._watchdog is not None:
             env.update(self._watchdog.rank_env)

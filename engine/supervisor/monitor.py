@@ -32,9 +32,10 @@ import time
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
-from ..forensics.suspect import RankFacts, find_suspect
+from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..logfile.tail import last_lines
 from ..process.guard import Guard
+from ..process.py_bootstrap import read_hold
 from ..process.rank_process import RankProcess
 from ..process.signals import signal_name
 from ..result import RunProcsResult
@@ -147,6 +148,8 @@ class Monitor:
                 if code is not None:
                     self._on_exit(slot, proc, code)
         self._stopper.run_deadlines(time.monotonic())
+        if state.teardown_held and not held_ranks(state):
+            self._teardown("the debug hold ended")
         if not state.shutting_down:
             for slot in state.slots.values():
                 if slot.after_exit == "restart" and slot.state.is_final:
@@ -217,18 +220,28 @@ class Monitor:
             # ranks were doing before it: the suspect's silence is measured up to here.
             self._state.activity.cutoff(slot.exit_time_ns or time.time_ns())
             if self._config.teardown_on_failure and not self._state.shutting_down:
-                # torch's rule: one rank failed, so the others would hang in their next
-                # collective; stop them (with escalation) and let the policy decide.
-                others = [s for s in self._state.live() if s.stop_reason is None]
-                if others:
+                why = f"rank {self._state.shown(slot.rank)} failed (exit code {code})"
+                held = held_ranks(self._state)
+                if held and not self._state.teardown_held:
+                    self._state.teardown_held = True
+                    ranks = self._state.ranks_text(held)
                     self._events.notice(
-                        f"rank {self._state.shown(slot.rank)} failed (exit code {code}): "
-                        "stopping the other ranks",
+                        f"{why}; debug hold: rank(s) {ranks} at a post-mortem prompt, so the "
+                        "other ranks are not stopped until that prompt ends (c or q there), "
+                        f"or until rank(s) {ranks} are terminated",
                         "warning",
                     )
-                self._stopper.stop_ranks(
-                    others, "teardown", signal.SIGTERM, self._config.term_timeout
-                )
+                elif not held:
+                    self._teardown(why)
+
+    def _teardown(self, why: str) -> None:
+        """torch's rule: one rank failed, so the others would hang in their next
+        collective; stop them (with escalation) and let the policy decide."""
+        self._state.teardown_held = False
+        others = [s for s in self._state.live() if s.stop_reason is None]
+        if others:
+            self._events.notice(f"{why}: stopping the other ranks", "warning")
+        self._stopper.stop_ranks(others, "teardown", signal.SIGTERM, self._config.term_timeout)
 
     # -- the end --------------------------------------------------------------------------
 
@@ -303,12 +316,24 @@ class Monitor:
             return find_suspect(
                 facts,
                 list(self._state.signal_log),
+                pauses=self._state.pauses.at(first_ns, grace_ns=int(TOGETHER_S * 1e9)),
                 silence_factor=self._config.suspect_silence_factor,
                 silence_min_s=self._config.suspect_silence_min_s,
             )
         except Exception:  # noqa: BLE001 - a reading must never keep a run from finishing
             log.exception("could not work out the suspect")
             return None
+
+
+def held_ranks(state: RunState) -> list[int]:
+    """The live ranks a person is debugging at a post-mortem prompt (a debug hold: their
+    hold file names their own pid, and nobody asked them to stop); caller holds the lock."""
+    held = []
+    for s in state.live():
+        hold = read_hold(s.error_file) if s.error_file else None
+        if hold is not None and hold.get("pid") == s.pid and s.stop_reason is None:
+            held.append(s.rank)
+    return held
 
 
 _ERROR_TAIL = 8

@@ -23,6 +23,7 @@ from ..cluster.options import ClusterOptions
 from ..process.signals import check_stop_signal
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use
+from .debug_options import DebugOptions
 
 __all__ = [
     "MAX_RANKS_PER_NODE",
@@ -119,6 +120,8 @@ class SupervisorConfig:
         progress_regex: A person's pattern for the step a line reports
             (``--progress-regex``); viewers read each rank's progress with it before the
             usual shapes (step N, iter N, epoch N, tqdm's N/M). None: only those.
+        debug: ``--post-mortem`` and ``--debugpy``: the Python ranks run under rankvisor's
+            bootstrap (``DebugOptions``); None runs every rank as given.
     """
 
     entrypoint: str
@@ -158,6 +161,7 @@ class SupervisorConfig:
     cluster: ClusterOptions | None = None
     """Multi-node (``--nnodes`` not 1): how this node finds the others (engine.cluster)."""
     progress_regex: str | None = None
+    debug: DebugOptions | None = None
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -168,6 +172,11 @@ class SupervisorConfig:
     def argv(self, rank: int) -> tuple[str, ...]:
         """The full command line of ``rank``."""
         return (self.entrypoint, *self.rank_args.get(rank, self.args))
+
+    def launch_argv(self, rank: int) -> tuple[str, ...]:
+        """What is started for ``rank``: ``argv``, under the bootstrap if ``debug`` asks."""
+        argv = self.argv(rank)
+        return self.debug.argv(rank, argv) if self.debug is not None else argv
 
     def console(self, rank: int) -> tuple[bool, bool]:
         """Whether ``rank``'s (stdout, stderr) appear on the console, as under torchrun.
@@ -250,6 +259,11 @@ class SupervisorConfig:
             raise ConfigError(f"{self.entrypoint}: command not found")
         if self.cwd is not None and not os.path.isdir(self.cwd):
             raise ConfigError(f"working directory {self.cwd}: not a directory")
+        if self.debug is not None:
+            try:
+                self.debug.validate(self.argv, self.nprocs)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         self._validate_log_dir()
         if self.numa_binding is not None:
             try:

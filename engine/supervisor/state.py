@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from ..events import RunFinished
 from ..forensics.activity import OutputActivity
+from ..forensics.pauses import PauseLog
 from ..forensics.suspect import SignalRecord
 from ..logs_specs import LogsDest
 from .rank_slot import RankSlot
@@ -72,6 +73,12 @@ class RunState:
         self.signal_log: list[SignalRecord] = []
         """Every signal sent to ranks in this attempt, by whom and why (the suspect's
         evidence: what a person did before the first failure)."""
+        self.teardown_held = False
+        """A teardown after a failure waits for a debug hold (a rank at its post-mortem
+        prompt) to end; the monitor carries it out once none is left."""
+        self.pauses = PauseLog()
+        """The ranks a person paused (at a prompt, or by SIGSTOP), folded from the run's
+        own published events (its own lock: detectors publish from their threads)."""
 
     def shown(self, rank: int) -> int:
         """``rank`` (local) as a person knows it: its global rank in a multi-node run."""

@@ -165,3 +165,9 @@ def _linger(marker: str) -> None:
     Path(marker).touch()
     while True:
         time.sleep(1)
+
+
+def divide(x: int) -> float:
+    """Raise ZeroDivisionError with a local ``y = 7`` (the post-mortem tests read it)."""
+    y = 7
+    return y / x

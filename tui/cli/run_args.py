@@ -28,6 +28,7 @@ from ...engine.supervisor.run_config import (
     check_rank_count,
     parse_local_ranks_filter,
 )
+from .debug_flags import add_debug_flags, debug_options, ranks_optional
 
 __all__ = [
     "Job",
@@ -199,6 +200,7 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
                    help="do not run Python ranks unbuffered (-u, PYTHONUNBUFFERED)")
     p.add_argument("--no-faulthandler", action="store_true",
                    help="do not set PYTHONFAULTHANDLER=1")
+    add_debug_flags(p)
     p.add_argument("training_script", metavar="script", help="the script (or program)")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER, metavar="args")
     return p
@@ -401,6 +403,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         stack_on_kill=args.stack_on_kill,
         cluster=cluster,
         progress_regex=args.progress_regex,
+        debug=debug_options(args, nprocs),
     )
     config.validate()
     return config
@@ -503,7 +506,8 @@ def parse_job(command: str, argv: list[str]) -> Job:
         args = build_demo_parser().parse_args(argv)
         config = demo_config(args)
     else:
-        args = build_run_parser().parse_args(argv)
+        parser = build_run_parser()
+        args = parser.parse_args(ranks_optional(parser, argv))
         config = config_from_args(args)
     modes = [flag for flag, on in (("--headless", args.headless),
                                    ("--foreground", args.foreground),

@@ -84,7 +84,10 @@ def _count(value: float) -> str:
 
 def straggler_mark(view: RankView, now: float, *, compact: bool = False) -> str:
     """``"⚠ 12 behind"`` or ``"⚠ silent 31s"`` (``"⚠-12"``, ``"⚠31s"`` compact) for a rank
-    its peers left behind; "" for one that keeps up."""
+    its peers left behind; ``"⏸ waiting for rank 0 (at a prompt)"`` (``"⏸wait"``) for one
+    that is silent while a person paused a peer; "" for one that keeps up."""
+    if view.waiting_for:
+        return "⏸wait" if compact else f"⏸ {view.waiting_for}"
     if view.straggler == "behind" and view.behind is not None:
         return f"⚠-{_count(view.behind)}" if compact else f"⚠ {_count(view.behind)} behind"
     if view.straggler == "silent" and view.last_output_at is not None:

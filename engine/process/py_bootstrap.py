@@ -1,0 +1,324 @@
+"""rankvisor's bootstrap of a Python rank: code of ours around the user's script or module.
+
+Some debugging needs a hook in the rank's own interpreter before the user's code runs: a
+pdb post-mortem prompt in the frame that raised (``--post-mortem``), a debugpy listener
+(``--debugpy``). The supervisor then starts ``python [its flags] -c <run main()> <script |
+-m module> args`` instead of ``python [its flags] <script | -m module> args``
+(``wrap_python_args``; this file is loaded by its path, so the script finds no module
+of rankvisor's imported), and ``main`` puts back everything the script can observe before it
+runs it in the real ``__main__`` module: ``sys.argv``, ``sys.orig_argv``, ``sys.path[0]``,
+``__main__``'s ``__file__`` / ``__spec__`` / ``__loader__`` (so that spawn-started
+children, DataLoader workers among them, find the script as they would), the environment
+without our variables; no signal handler, no exit hook. The exit code is the one Python
+would give (1 after an uncaught exception, ``sys.exit``'s, death by SIGINT), and tracebacks
+leave our frames out.
+
+The options come in the environment (``ENV_*``), which ``main`` removes. Standard library
+only: the error-file writer (``rankvisor.engine.errors``) and debugpy are imported when
+they are needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Final
+
+__all__ = [
+    "ENV_DEBUGPY",
+    "ENV_DEBUGPY_WAIT",
+    "ENV_POST_MORTEM",
+    "HOLD_FILE",
+    "hold_path",
+    "main",
+    "post_mortem",
+    "read_hold",
+    "split_python_args",
+    "wrap_python_args",
+]
+
+ENV_POST_MORTEM: Final = "RANKVISOR_POST_MORTEM"
+"""Set: an uncaught exception writes error.json, then stops at a pdb post-mortem prompt."""
+ENV_DEBUGPY: Final = "RANKVISOR_DEBUGPY"
+"""``host:port``: listen for a debugpy (DAP) client there before the user's code runs."""
+ENV_DEBUGPY_WAIT: Final = "RANKVISOR_DEBUGPY_WAIT"
+"""Set: ... and wait until a client attaches."""
+HOLD_FILE: Final = "debug_hold"
+"""Beside the rank's error.json while a person is at its post-mortem prompt: the debug hold
+(the supervisor's teardown of the other ranks waits while it exists and the rank lives)."""
+
+_CODE: Final = (
+    "import importlib.util as u; s = u.spec_from_file_location('_rankvisor_bootstrap', {path!r}); "
+    "m = u.module_from_spec(s); s.loader.exec_module(m); m.main()"
+)
+"""The ``-c`` line: this file loaded by its path, not through the ``rankvisor`` package,
+whose import (and everything it imports) would cost the rank a few hundred milliseconds
+and fill its ``sys.modules``."""
+
+
+def _code() -> str:
+    return _CODE.format(path=os.path.abspath(__file__))
+
+# Interpreter options that take a value (``-X dev``, ``-W error``), and those that end the
+# options with a program of their own.
+_VALUED: Final = frozenset("XW")
+_FLAGS: Final = frozenset("bBdEhiIOqsSuvRP")
+
+
+def split_python_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``("-u", "job.py", "a")`` -> ``(["-u"], ["job.py", "a"])``; ``-m mod`` stays with the
+    target (``["-m", "mod", ...]``).
+
+    Raises:
+        ValueError: no script or module (``-c``, ``-``, or nothing), in one line.
+    """
+    opts: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-m" or (arg.startswith("-m") and len(arg) > 2):
+            return opts, ["-m", arg[2:] or (args[i + 1] if i + 1 < len(args) else "")] + list(
+                args[i + 2 if arg == "-m" else i + 1:]
+            )
+        if arg in ("-c", "-") or arg.startswith("-c"):
+            raise ValueError("a Python rank given as -c CODE or stdin has no script to debug")
+        if arg == "--":
+            i += 1
+            break
+        if arg.startswith("--"):
+            opts.append(arg)  # --check-hash-based-pycs takes a value in the same word only
+            i += 1
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            letters = arg[1:]
+            opts.append(arg)
+            if letters[0] in _VALUED and len(letters) == 1:
+                if i + 1 >= len(args):
+                    raise ValueError(f"python option {arg} needs a value")
+                opts.append(args[i + 1])
+                i += 2
+                continue
+            if not set(letters) <= _FLAGS and letters[0] not in _VALUED:
+                raise ValueError(f"python option {arg}: not one rankvisor can keep")
+            i += 1
+            continue
+        break
+    target = list(args[i:])
+    if not target or target[0] in ("", "-") or target[:2] == ["-m", ""]:
+        raise ValueError("a Python rank needs a script or -m module to run under the bootstrap")
+    return opts, target
+
+
+def wrap_python_args(args: Sequence[str]) -> tuple[str, ...]:
+    """A Python rank's arguments (after the interpreter) run under ``main``.
+
+    Raises:
+        ValueError: see ``split_python_args``.
+    """
+    opts, target = split_python_args(args)
+    return (*opts, "-c", _code(), *target)
+
+
+def hold_path(error_file: str) -> str:
+    """The debug hold's file of the rank whose error.json is ``error_file``."""
+    return os.path.join(os.path.dirname(error_file), HOLD_FILE)
+
+
+def read_hold(error_file: str) -> dict[str, object] | None:
+    """The debug hold of a rank (``{"since", "where", "error", "pid"}``), None if none."""
+    if not error_file:
+        return None
+    try:
+        with open(hold_path(error_file), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# -- the child side -------------------------------------------------------------------------
+
+
+def main() -> None:
+    """Run the user's script or module as Python would, with the debugging asked for."""
+    post = os.environ.pop(ENV_POST_MORTEM, None) is not None
+    listen = os.environ.pop(ENV_DEBUGPY, "")
+    wait = os.environ.pop(ENV_DEBUGPY_WAIT, None) is not None
+    argv = sys.argv[1:]  # sys.argv is ["-c", target...]
+    _restore_orig_argv()
+    if listen:
+        _listen(listen, wait)
+    try:
+        if argv[0] == "-m":
+            _run_module(argv[1], argv[2:])
+        else:
+            _run_script(argv[0], argv)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        _strip_our_frames(e)
+        if post and not isinstance(e, KeyboardInterrupt):
+            post_mortem(e)  # its traceback is printed there, before the prompt
+            sys.excepthook = _printed
+        else:
+            sys.excepthook = _without_our_frames(sys.excepthook)
+        # Python itself ends the process, as it would have: exit code 1 (death by SIGINT
+        # for a KeyboardInterrupt) after the usual finalisation.
+        raise
+
+
+def _printed(*_exc: object) -> None:
+    """The traceback was printed before the post-mortem prompt: not again."""
+
+
+def _without_our_frames(hook: Callable[..., object]) -> Callable[..., object]:
+    def print_it(kind: type[BaseException], e: BaseException, tb: TracebackType | None) -> None:
+        _strip_our_frames(e)
+        hook(kind, e, e.__traceback__)
+
+    return print_it
+
+
+def _restore_orig_argv() -> None:
+    orig = list(getattr(sys, "orig_argv", []))
+    if "-c" in orig:
+        at = orig.index("-c")
+        if orig[at + 1:at + 2] == [_code()]:
+            sys.orig_argv = orig[:at] + orig[at + 2:]
+
+
+def _fresh_main() -> dict[str, object]:
+    import builtins
+
+    import __main__
+
+    names = vars(__main__)
+    kept = {k: names[k] for k in ("__builtins__",) if k in names}
+    names.clear()
+    names.update(kept)
+    names.setdefault("__builtins__", builtins)
+    # What Python's own __main__ holds before a script or -m module runs.
+    names.update(
+        __name__="__main__", __doc__=None, __package__=None, __spec__=None, __annotations__={}
+    )
+    return names
+
+
+def _run_script(path: str, argv: list[str]) -> None:
+    from importlib.machinery import SourceFileLoader
+
+    # Joined, not normalised: Python keeps "a/../b" in __file__ and tracebacks as given.
+    full = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    sys.argv[:] = argv
+    sys.path[0] = os.path.dirname(os.path.realpath(full))
+    names = _fresh_main()
+    names.update(__file__=full, __cached__=None, __loader__=SourceFileLoader("__main__", full))
+    with open(full, "rb") as f:
+        source = f.read()
+    exec(compile(source, full, "exec", dont_inherit=True), names)
+
+
+def _run_module(module: str, args: list[str]) -> None:
+    import runpy
+
+    sys.argv[:] = ["-m", *args]
+    sys.path[0] = os.getcwd()
+    _fresh_main()
+    runpy._run_module_as_main(module, alter_argv=True)  # what ``python -m`` itself calls
+
+
+def _listen(where: str, wait: bool) -> None:
+    import debugpy
+
+    host, _, port = where.rpartition(":")
+    # Children (DataLoader workers, subprocesses) stay as they would be: not under debugpy.
+    debugpy.configure(subProcess=False)
+    debugpy.listen((host or "127.0.0.1", int(port)))
+    if wait:
+        debugpy.wait_for_client()
+
+
+def _strip_our_frames(e: BaseException) -> None:
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<string>"):
+        tb = tb.tb_next
+    if tb is not None:
+        e.__traceback__ = tb
+
+
+def _excepthook(e: BaseException) -> None:
+    sys.excepthook(type(e), e, e.__traceback__)
+
+
+def _error_handler() -> Any:
+    """torch's ``ErrorHandler`` as the engine has it (imported only when a rank fails)."""
+    if __package__:
+        from ..errors.error_handler import ErrorHandler
+    else:  # loaded by its path (``_CODE``): through the installed package
+        import importlib
+
+        ErrorHandler = importlib.import_module(
+            "rankvisor.engine.errors.error_handler"
+        ).ErrorHandler
+    return ErrorHandler()
+
+
+def _where(tb: TracebackType | None) -> str:
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return ""
+    code = last.tb_frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{last.tb_lineno} in {code.co_name}"
+
+
+def post_mortem(e: BaseException, stdin_path: str | None = None) -> None:
+    """``e`` would end the rank: write its error.json as torch's ``@record`` does (unless
+    the rank's own ``@record`` already did), print its traceback, then hold a pdb
+    post-mortem prompt in the frame that raised until the person continues or quits.
+
+    Args:
+        stdin_path: Where to read the person's lines when ``sys.stdin`` is not the
+            supervisor's pipe (a multiprocessing child's is /dev/null).
+    """
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    if error_file and not os.path.exists(error_file):
+        _error_handler().record_exception(e)
+    _excepthook(e)
+    where = _where(e.__traceback__)
+    hold = hold_path(error_file) if error_file else ""
+    if hold:
+        data = {"pid": os.getpid(), "since": time.time(), "where": where,
+                "error": f"{type(e).__name__}: {e}"[:500]}
+        try:
+            with open(hold, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+        except OSError:
+            hold = ""
+    sys.stderr.write(
+        f"rankvisor --post-mortem: {type(e).__name__} at {where}; pdb is at the frame that "
+        "raised. c or q ends the rank as it would have ended (exit 1).\n"
+    )
+    sys.stderr.flush()
+    import pdb
+
+    stdin = open(stdin_path) if stdin_path else None  # noqa: SIM115 - closed below
+    try:
+        debugger = pdb.Pdb(stdin=stdin) if stdin is not None else pdb.Pdb()
+        if stdin is not None:
+            debugger.use_rawinput = False
+        debugger.reset()
+        debugger.interaction(None, e.__traceback__)
+    finally:
+        if stdin is not None:
+            stdin.close()
+        if hold:
+            try:
+                os.unlink(hold)
+            except OSError:
+                pass

@@ -1,0 +1,130 @@
+"""``run``'s debugging flags: ``--post-mortem [RANKS]`` before the script, ``--debugpy
+RANKS[:BASEPORT]``, ``--debugpy-wait``, and their one-line refusals (not a Python rank, a
+Python without debugpy, ports out of range)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from rankvisor.engine.supervisor import debug_options as dbg
+from rankvisor.engine.supervisor.debug_options import DebugOptions, debugpy_banner, vscode_launch
+from rankvisor.engine.supervisor.run_config import ConfigError
+from rankvisor.tui.run_args import parse_job
+
+from tests.conftest import BIN
+
+SCRIPT = str(BIN / "say.py")
+
+
+def _debug(*argv: str):
+    return parse_job("run", [*argv]).config
+
+
+def test_post_mortem_takes_its_ranks_optionally_before_the_script(tmp_path: Path) -> None:
+    log = f"--log-dir={tmp_path}"
+    every = _debug(log, "--nproc-per-node", "3", "--post-mortem", SCRIPT, "--post-mortem", "x")
+    assert every.debug == DebugOptions(post_mortem=frozenset({0, 1, 2}))
+    # The script's own arguments are its own, even one spelled like ours.
+    assert every.args[-2:] == ("--post-mortem", "x")
+    some = _debug(log, "--nproc-per-node", "4", "--post-mortem", "1,3", SCRIPT)
+    assert some.debug is not None and some.debug.post_mortem == {1, 3}
+    assert _debug(log, "--post-mortem", "--nproc-per-node", "2", SCRIPT).debug.post_mortem == {
+        0, 1,
+    }
+    assert _debug(log, SCRIPT).debug is None
+    # Only the ranks it wraps run under the bootstrap; what a person reads stays the same.
+    assert some.launch_argv(1)[1:3] == ("-u", "-c") and some.launch_argv(0) == some.argv(0)
+
+
+def test_debugpy_ranks_and_base_port(tmp_path: Path) -> None:
+    config = _debug(f"--log-dir={tmp_path}", "--nproc-per-node", "2", "--debugpy", "0-1:6100",
+                    "--debugpy-wait", SCRIPT)
+    debug = config.debug
+    assert debug == DebugOptions(debugpy=frozenset({0, 1}), debugpy_port=6100, debugpy_wait=True)
+    assert debug.env(1) == {"RANKVISOR_DEBUGPY": "127.0.0.1:6101", "RANKVISOR_DEBUGPY_WAIT": "1"}
+    launch = vscode_launch(debug, "/srv/job")
+    assert [c["connect"]["port"] for c in launch["configurations"]] == [6100, 6101]
+    assert launch["compounds"][0]["configurations"] == [
+        c["name"] for c in launch["configurations"]
+    ]
+    json.dumps(launch)  # a launch.json
+    banner = debugpy_banner(debug, "/runs/r/launch.json", host="gpu7")
+    assert "rank 0 on 127.0.0.1:6100, rank 1 on 127.0.0.1:6101" in banner
+    assert banner.endswith("ssh -L 6100:127.0.0.1:6100 -L 6101:127.0.0.1:6101 gpu7")
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--post-mortem", "--no-python", "/bin/true"], "debugs Python ranks; true is not Python"),
+    (["--nproc-per-node", "2", "--post-mortem", "2", SCRIPT], "names rank 2, but ranks are 0..1"),
+    (["--nproc-per-node", "2", "--debugpy", "all:65535", SCRIPT], "--debugpy port 65535"),
+    (["--debugpy", "0:x", SCRIPT], "'x' is not a port"),
+    (["--debugpy-wait", SCRIPT], "--debugpy-wait needs --debugpy RANKS"),
+    (["--post-mortem", "-m"], None),
+])
+def test_what_cannot_work_is_refused_in_one_line(
+    tmp_path: Path, argv: list[str], words: str | None
+) -> None:
+    if words is None:
+        with pytest.raises(SystemExit):
+            _debug(f"--log-dir={tmp_path}", *argv)
+        return
+    with pytest.raises(ConfigError) as e:
+        _debug(f"--log-dir={tmp_path}", *argv)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_debugpy_without_debugpy_is_refused_with_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        dbg.importlib.util, "find_spec",
+        lambda name, *a: None if name.split(".")[0] == "debugpy" else real(name, *a),
+    )
+    with pytest.raises(ConfigError) as e:
+        _debug(f"--log-dir={tmp_path}", "--debugpy", "0", SCRIPT)
+    assert str(e.value) == (
+        "--debugpy needs debugpy in the ranks' Python: pip install 'rankvisor[debug]'"
+    )
+
+
+def test_another_python_is_asked_in_a_subprocess(tmp_path: Path) -> None:
+    assert dbg.missing_modules(sys.executable, ["json", "no_such_module_here"]) == [
+        "no_such_module_here"
+    ]
+    # Another interpreter (PYTHON_EXEC) answers for itself: one run with -I (no
+    # environment, no user site, no editable installs' paths) finds no rankvisor.
+    isolated = tmp_path / "python3"
+    isolated.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
+    isolated.chmod(0o755)
+    assert dbg.missing_modules(str(isolated), ["json", "rankvisor.engine", "debugpy"]) == [
+        "rankvisor.engine", "debugpy",
+    ]
+    assert dbg.missing_modules("/bin/false", ["json"]) == ["json"]  # not a Python at all
+
+
+def test_headless_post_mortem_from_the_command_line(tmp_path: Path) -> None:
+    """``rankvisor run --headless --post-mortem 1``: the ranks share the terminal's stdin
+    (here a pipe), ``p y`` prints 7, ``c`` ends rank 1; the exit code is the one without the
+    flag, and the report names rank 1 as the root cause either way."""
+    import subprocess
+
+    job = str(BIN / "post_mortem_job.py")
+
+    def run(*flags: str, answers: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rankvisor.tui", "run", "--headless", f"--log-dir={tmp_path}",
+             "--nproc-per-node", "2", *flags, job],
+            input=answers, capture_output=True, text=True, timeout=120,
+        )
+
+    plain = run()
+    held = run("--post-mortem", "1", answers="p y\nc\n")
+    assert held.returncode == plain.returncode == 1
+    assert "(Pdb) 7" in held.stdout
+    for done in (plain, held):
+        assert "root cause: rank 1" in (done.stdout + done.stderr).lower().replace("  ", " ")
