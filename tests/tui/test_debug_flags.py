@@ -13,7 +13,7 @@ import pytest
 from rankvisor.engine.supervisor import debug_options as dbg
 from rankvisor.engine.supervisor.debug_options import DebugOptions, debugpy_banner, vscode_launch
 from rankvisor.engine.supervisor.run_config import ConfigError
-from rankvisor.tui.run_args import parse_job
+from rankvisor.tui.cli.run_args import parse_job
 
 from tests.conftest import BIN
 

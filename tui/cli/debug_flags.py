@@ -14,7 +14,7 @@ from typing import Final
 
 from ...engine.supervisor.debug_options import DEFAULT_DEBUGPY_PORT, DebugOptions
 from ...engine.supervisor.run_config import ConfigError
-from .ranks import parse_ranks
+from .rank_list import parse_ranks
 
 __all__ = ["add_debug_flags", "debug_options", "ranks_optional"]
 
