@@ -15,14 +15,11 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
+from typing import Any, Callable, Protocol, Union
 
-from .events import EventSink, InputWait
-from .process.signals import check_signal
+from .events import EventSink, ExitCause, InputWait
+from .names.signals import check_signal
 from .states import RankState
-
-if TYPE_CHECKING:
-    from .forensics.exit_cause import ExitCause
 
 
 @dataclass(frozen=True, slots=True)

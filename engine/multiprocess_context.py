@@ -52,7 +52,7 @@ from typing import Any, Callable, Final, Optional
 
 from .errors import ProcessFailure
 from .logs_specs import LogsSpecs
-from .pcontext import PContext, RunProcsResult, ended_result
+from .pcontext import PContext, RunProcsResult, ended_result, forget_in_forked_child
 from .process import numa
 from .process import spawner as _spawner
 from .process.mp_bootstrap import RankSpec, run_rank
@@ -199,6 +199,7 @@ class MultiprocessContext(PContext):
                 args=tuple(self.args[rank]) if fork else (),
                 parent_pid=parent_pid,
                 cpus=cpus[rank],
+                forget_parent=forget_in_forked_child if fork else None,
             )
             for rank in range(self.nprocs)
         }

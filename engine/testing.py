@@ -69,7 +69,7 @@ from .handle import (
     TerminateRanks,
     command_problem,
 )
-from .logfile.arrival import ArrivalWriter, arrival_path
+from .rundir.arrival import ArrivalWriter, arrival_path
 from .states import RankState
 
 if TYPE_CHECKING:

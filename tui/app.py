@@ -51,7 +51,7 @@ from ..engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
-from ..engine.process.signals import default_action, signal_name
+from ..engine.names.signals import default_action, signal_name
 from ..engine.states import RankState
 from .bridge import EngineBridge
 from .clip import file_log_lines, plural, traceback_text

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..engine.control import registry
 from ..engine.control.registry import NoSuchRun, RunEntry
 from ..engine.control.status import FILENAME, current_attempt
-from ..engine.process.signals import parse_signal
+from ..engine.names.signals import parse_signal
 from ..engine.states import RankState
 from .run_args import PROG, _Parser
 
@@ -533,7 +533,7 @@ def _rm(argv: list[str]) -> int:
 
 
 def _bundle(argv: list[str]) -> int:
-    from ..engine.forensics.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
+    from ..engine.entry.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
 
     p = _parser("bundle")
     p.add_argument("run", nargs="?", metavar="RUN",

@@ -18,10 +18,10 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from ..engine.cluster.options import ClusterOptions, parse_nnodes, parse_rdzv_conf
 from ..engine.forensics.progress import check_regex
-from ..engine.process.signals import check_stop_signal, parse_signal
+from ..engine.names.signals import check_stop_signal, parse_signal
 from ..engine.std import Std
+from ..engine.supervisor.cluster_options import ClusterOptions, parse_nnodes, parse_rdzv_conf
 from ..engine.supervisor.run_config import (
     ConfigError,
     SupervisorConfig,

@@ -60,12 +60,12 @@ from ..handle import (
     TerminateRanks,
     command_problem,
 )
-from ..logfile.arrival import arrival_path
+from ..names.signals import exit_signal_name, signal_name
 from ..output.pump import OutputPump, StdStream
 from ..output.text_batch import Batch
 from ..process.proc_table import find_descendants, read_entry, signal_checked, stat_fields
-from ..process.signals import exit_signal_name, signal_name
 from ..result import RunProcsResult
+from ..rundir.arrival import arrival_path
 from ..states import RankState, final_state_for
 from ..supervisor.escalation import EscalationTable
 from ..supervisor.stack_capture import CaptureSchedule, StackCapture

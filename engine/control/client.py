@@ -39,9 +39,9 @@ from ..handle import (
     TerminateRanks,
     command_problem,
 )
-from ..logfile.arrival import arrival_path
 from ..logfile.merged import MergedSource
 from ..logfile.store import LogStore
+from ..rundir.arrival import arrival_path
 from . import wire
 
 __all__ = ["NoAnswer", "ProtocolMismatch", "RemoteHandle", "recent_output"]

@@ -10,10 +10,8 @@ lines from the files in the order they arrived; ``exit_cause`` says why a rank e
 words (the OOM killer, CUDA out of memory, a collective's timeout, a crash signal with its
 Python stack, a signal from outside); ``gpu`` reads each rank's GPU memory and utilisation
 through NVML where it is installed; ``environ`` keeps each rank's environment with secrets
-redacted; ``bundle`` packs one archive of a run for a bug report; ``stacks`` dumps every
-rank's Python stack with py-spy and merges them into groups of ranks that share one.
-Imports the standard library and the engine's events, process, log-file and control
-packages; never textual.
+redacted; ``stacks`` dumps every rank's Python stack with py-spy and merges them into
+groups of ranks that share one. Sits above the process, output and log-file rooms.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ __all__ = [
     "find_suspect",
     "knock_on_reason",
     "list_dumps",
-    "make_bundle",
     "merge_ranks",
     "stragglers",
 ]
@@ -57,7 +54,6 @@ __getattr__, __dir__ = face(
         "find_suspect": "suspect",
         "knock_on_reason": "knockon",
         "list_dumps": "stacks",
-        "make_bundle": "bundle",
         "merge_ranks": "timeline",
         "stragglers": "progress",
     },

@@ -29,7 +29,7 @@ API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
 - ``add(rank, stream, path, attempt=0, index="")`` (``add_many`` for a group, with one
   wake-up): tail ``path`` from its start; it need not exist yet (it is picked up when it
   appears; one that never appears costs nothing and does not delay ``stop()``). With
-  ``index`` (a path: ``engine.logfile.arrival``) the pump appends to that arrival index, at
+  ``index`` (a path: ``engine.rundir.arrival``) the pump appends to that arrival index, at
   each read pass that completed lines of the file, how many lines the file has and when they
   arrived (16 bytes a pass, written before the batch is delivered), so a viewer can merge a
   rank's two files in arrival order later. Calling it again for the same (rank, stream) with
@@ -72,7 +72,7 @@ import threading
 from typing import Any, Callable, Collection, Final, Iterable, Literal, Sequence
 
 from ..events import RankOutput, Stream
-from ..logfile.arrival import ArrivalWriter
+from ..rundir.arrival import ArrivalWriter
 from .dup_filter import DuplicateFilter
 from .lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
 from .text_batch import Batch, Prefixes, TextBatch

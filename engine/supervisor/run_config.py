@@ -19,10 +19,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
-from ..cluster.options import ClusterOptions
-from ..process.signals import check_stop_signal
+from ..names.signals import check_stop_signal
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use
+from .cluster_options import ClusterOptions
 
 __all__ = [
     "MAX_RANKS_PER_NODE",

@@ -18,9 +18,9 @@ from typing import Literal
 
 from ..events import EscalationFinished, EscalationScheduled, RanksSignalled
 from ..forensics.suspect import SignalRecord
+from ..names.signals import signal_name
 from ..process.proc_table import is_stopped
 from ..process.rank_process import send_signal_all
-from ..process.signals import signal_name
 from ..states import RankState
 from .escalation import EscalationTable
 from .publisher import Publisher
