@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Union
+from typing import Any, Callable, Final, Protocol, Union
 
 from .events import EventSink, ExitCause, InputWait
 from .names.signals import check_signal
@@ -30,11 +30,20 @@ class SignalRanks:
     sig: int
 
 
+DEFAULT_TERM_TIMEOUT_S: Final = 30.0
+"""How long a stop waits between SIGTERM and SIGKILL when nobody said (torchrun's 30 s)."""
+
+
+def term_timeout(given: float | None, configured: float) -> float:
+    """A command's ``timeout_s``; None (not given) means the run's configured one."""
+    return configured if given is None else float(given)
+
+
 @dataclass(frozen=True, slots=True)
 class TerminateRanks:
     """Send ``sig`` to ``ranks`` (None: all), SIGKILL whoever is alive after ``timeout_s``.
 
-    ``timeout_s`` None means the supervisor's configured term timeout.
+    ``timeout_s`` None means the supervisor's configured term timeout (``term_timeout``).
     """
 
     ranks: tuple[int, ...] | None = None
@@ -277,8 +286,3 @@ class SupervisorHandle(Protocol):
 
         Blocks up to about ``2 * timeout`` (call it from a worker thread in a UI).
         """
-
-
-def signal_rank(handle: SupervisorHandle, rank: int, sig: int) -> CommandResult:
-    """Shorthand for ``handle.execute(SignalRanks((rank,), sig))``."""
-    return handle.execute(SignalRanks((rank,), sig))

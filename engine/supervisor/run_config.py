@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
+from ..handle import DEFAULT_TERM_TIMEOUT_S
 from ..names.signals import check_stop_signal
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use
@@ -136,7 +137,7 @@ class SupervisorConfig:
     stdout_filters: tuple[str, ...] = ()
     stderr_filters: tuple[str, ...] = ()
     log_line_prefix_template: str | None = None
-    term_timeout: float = 30.0
+    term_timeout: float = DEFAULT_TERM_TIMEOUT_S
     max_restarts: int = 0
     teardown_on_failure: bool = True
     master_addr: str = "127.0.0.1"
