@@ -1,9 +1,9 @@
 """Immutable events the engine publishes, and the sink type that receives them.
 
-Events carry plain data only (ints, strs, tuples, enums, and torch-compatible
-``ProcessFailure`` / ``RunProcsResult`` records), never file objects, ``Popen`` or
-``psutil.Process``, so that a UI can hold them, compare them and one day receive them over a
-socket from a detached supervisor.
+Events carry plain data only (ints, strs, tuples, enums, torch-compatible
+``ProcessFailure`` / ``RunProcsResult`` records and ``ExitCause``, defined here beside them),
+never file objects, ``Popen`` or ``psutil.Process``, so that a UI can hold them, compare them
+and receive them over the control socket from a supervisor process (``engine.control.wire``).
 
 Threads: sinks are called on engine threads (the monitor, the log pump, the stats sampler,
 the escalation timer). A sink must be thread-safe and must not block.
@@ -18,8 +18,37 @@ from .states import RankState
 
 if TYPE_CHECKING:
     from .errors import ProcessFailure
-    from .forensics.exit_cause import ExitCause
     from .result import RunProcsResult
+
+@dataclass(frozen=True, slots=True)
+class ExitCause:
+    """Why a rank ended: a short stable ``code`` for scripts, ``text`` for a person.
+
+    Attributes:
+        code: one of "oom_killed", "child_oom_killed", "cuda_oom", "nccl_timeout",
+            "nccl_error", "gloo_timeout", "gloo_error", "sigsegv", "sigbus", "sigabrt",
+            "sigill", "sigfpe", "outside_signal", "shell_signal", "timer_expired",
+            "stopped", "not_started", "exception", "exit".
+        text: one line.
+        detail: more lines for the error view (a faulthandler stack, the kernel log's line,
+            the message's line), "" when there is nothing more.
+    """
+
+    code: str
+    text: str
+    detail: str = ""
+
+    @property
+    def tells_more(self) -> bool:
+        """Whether this says more than a report's exit code, error message and "stopped by
+        rankvisor" do: an OOM kill, SIGBUS, a collective's timeout... yes; a plain exit code,
+        an exception, rankvisor's own stop: no (summaries print only causes that do)."""
+        return self.code not in ("exit", "exception", "stopped")
+
+    def to_json(self) -> dict[str, str]:
+        """The object status.json carries (``detail`` stays out: the error view shows it)."""
+        return {"code": self.code, "text": self.text}
+
 
 Stream = Literal["stdout", "stderr", "filtered_stdout", "filtered_stderr"]
 """``filtered_*`` are the duplicate-filter streams (filtered_stdout.log / filtered_stderr.log)."""

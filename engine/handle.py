@@ -15,14 +15,11 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
+from typing import Any, Callable, Final, Protocol, Union
 
-from .events import EventSink, InputWait
-from .process.signals import check_signal
+from .events import EventSink, ExitCause, InputWait
+from .names.signals import check_signal
 from .states import RankState
-
-if TYPE_CHECKING:
-    from .forensics.exit_cause import ExitCause
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +30,20 @@ class SignalRanks:
     sig: int
 
 
+DEFAULT_TERM_TIMEOUT_S: Final = 30.0
+"""How long a stop waits between SIGTERM and SIGKILL when nobody said (torchrun's 30 s)."""
+
+
+def term_timeout(given: float | None, configured: float) -> float:
+    """A command's ``timeout_s``; None (not given) means the run's configured one."""
+    return configured if given is None else float(given)
+
+
 @dataclass(frozen=True, slots=True)
 class TerminateRanks:
     """Send ``sig`` to ``ranks`` (None: all), SIGKILL whoever is alive after ``timeout_s``.
 
-    ``timeout_s`` None means the supervisor's configured term timeout.
+    ``timeout_s`` None means the supervisor's configured term timeout (``term_timeout``).
     """
 
     ranks: tuple[int, ...] | None = None
@@ -284,8 +290,3 @@ class SupervisorHandle(Protocol):
 
         Blocks up to about ``2 * timeout`` (call it from a worker thread in a UI).
         """
-
-
-def signal_rank(handle: SupervisorHandle, rank: int, sig: int) -> CommandResult:
-    """Shorthand for ``handle.execute(SignalRanks((rank,), sig))``."""
-    return handle.execute(SignalRanks((rank,), sig))

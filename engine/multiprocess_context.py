@@ -1,41 +1,19 @@
 """``MultiprocessContext``: ranks that run a Python function, torch's API without torch.
 
 Each rank is a stdlib ``multiprocessing`` process (spawn, fork or forkserver) whose target is
-the light ``engine.process.mp_bootstrap.run_rank``; children never import torch unless the user's
-function does. See that module for what happens in the child, and in which order.
+the light ``engine.process.mp_bootstrap.run_rank`` (what happens in the child, and in which
+order, is told there); children never import torch unless the user's function does. Return
+values come back through one file per rank, replaced atomically by the child and read here
+after its exit: no queue and no pipe to deadlock on, and the child never waits for the
+parent. What else differs from torch's context on purpose (every failure reported, not the
+first; ranks our teardown stopped told apart from failures; a ``wait()`` woken by the exit;
+grandchildren killed too) is listed, with its tests, in engine/README.md.
 
-What differs from torch 2.13's ``MultiprocessContext``, on purpose (see engine/README.md):
-
-* Return values come back through one file per rank, written atomically by the child and
-  read here after its exit: no queue, no "finished reading" event, no pipe to deadlock on,
-  and the child never waits for the parent.
-* A rank that exits 0 without returning (``os._exit(0)``) is a failure with a message that
-  says so, instead of a ``wait()`` that never returns. ``sys.exit(0)`` inside the
-  function still counts as returning None, as in torch.
-* Every rank that failed on its own is in ``failures``, not only the first. A rank our own
-  teardown (or ``close()``) signalled while it was still running is in ``stopped`` instead,
-  with ``caused_by_us=True``: it did not fail. A rank whose function had already returned
-  when the signal reached it (its return value is on disk) finished its work; if the signal
-  catches it in the interpreter's shutdown it is a success, neither failed nor stopped, so
-  how soon we notice the first failure does not change what the run reports. A rank that
-  exited before our signal reached it keeps its own outcome.
-* Each rank leads its own session; ``close()`` signals the rank through its pidfd, its
-  process group, and the descendants that left the group, so grandchildren die too.
-* ``_poll()`` never blocks, and ``wait()`` wakes on a rank's exit (pidfd watcher)
-  instead of sleeping ``period``.
-* A context never closed (an uncaught ``SignalException``) is closed at interpreter exit by
-  ``PContext``'s exit hook, and ranks do not wait for the parent, so exit never hangs.
-
-Threads: processes are started on the long-lived spawner thread (``engine.process``), because the
-kernel ties a rank's PR_SET_PDEATHSIG to the thread that forked it; the exit watcher thread
-reaps them through ``Process.exitcode`` (multiprocessing may also reap an exited rank when
-another process starts; the leader is signalled through its pidfd either way).
-``start``/``wait``/``close`` belong to one owner thread at a time.
-
-Under ``spawn`` and ``forkserver``, multiprocessing itself re-imports the parent's
-``__main__`` module in the child before our target runs (as torch's children do); output of
-that import is the only thing that can escape the rank's log files. Functions defined in an
-importable module are imported after the redirect and the rank's environment.
+Threads: processes are started on the long-lived spawner thread, because the kernel ties a
+rank's PR_SET_PDEATHSIG to the thread that forked it; the exit watcher wakes ``wait``.
+``start``/``wait``/``close`` belong to one owner thread at a time. Under ``spawn`` and
+``forkserver`` multiprocessing re-imports the parent's ``__main__`` in the child before our
+target runs (as for torch's children): the one output that can escape the rank's log files.
 """
 
 from __future__ import annotations
@@ -52,7 +30,7 @@ from typing import Any, Callable, Final, Optional
 
 from .errors import ProcessFailure
 from .logs_specs import LogsSpecs
-from .pcontext import PContext, RunProcsResult, ended_result
+from .pcontext import PContext, RunProcsResult, ended_result, forget_in_forked_child
 from .process import numa
 from .process import spawner as _spawner
 from .process.mp_bootstrap import RankSpec, run_rank
@@ -199,6 +177,7 @@ class MultiprocessContext(PContext):
                 args=tuple(self.args[rank]) if fork else (),
                 parent_pid=parent_pid,
                 cpus=cpus[rank],
+                forget_parent=forget_in_forked_child if fork else None,
             )
             for rank in range(self.nprocs)
         }

@@ -364,6 +364,23 @@ def _ensure_exit_hook() -> None:
         _exit_hook_registered = True
 
 
+def forget_in_forked_child() -> None:
+    """In a child forked from this process, drop what it copied of the contexts' bookkeeping.
+
+    The copy of a started context would otherwise be "closed" by the exit hook when the
+    child finishes (multiprocessing runs threading's exit hooks in the child), signalling the
+    child's siblings and deleting their return values; and the parent's SIGTERM/SIGINT
+    handlers would turn the child's own death signal into a ``SignalException``. A function
+    rank started under fork calls it first (``MultiprocessContext`` hands it over).
+    """
+    _open_contexts.clear()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        if signal.getsignal(sig) is _terminate_process_handler:
+            # What a fresh interpreter has (spawn): KeyboardInterrupt on SIGINT, else die.
+            default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, default)
+
+
 def _close_open_contexts() -> None:
     """Close contexts the program forgot: SIGTERM, ``EXIT_CLOSE_TIMEOUT`` s, SIGKILL."""
     for ctx in list(_open_contexts):

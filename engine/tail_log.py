@@ -1,13 +1,7 @@
 """torch-compatible ``TailLog``: tee rank log files to one text stream, with rank prefixes.
 
-Same contract as ``torch.distributed.elastic.multiprocessing.tail_log.TailLog``::
-
-    tailer = TailLog("trainer", {0: "/logs/0/stdout.log", 1: "/logs/1/stdout.log"},
-                     sys.stdout).start()
-    ...                                   # ranks write their files
-    tailer.stop()                         # everything written before stop() is printed
-
-Every line is written as ``f"[{name}{rank}]:{line}"`` (no space, like torch) or
+Same contract as ``torch.distributed.elastic.multiprocessing.tail_log.TailLog``: every line
+is written as ``f"[{name}{rank}]:{line}"`` (no space, like torch) or
 ``log_line_prefixes[rank] + line``; files need not exist at ``start()``; ``log_line_filter``
 keeps the lines it accepts (called, as in torch, with the line including its ``\\n``);
 ``start()`` returns self and is a no-op without files or without ``dst``.

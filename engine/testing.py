@@ -68,8 +68,10 @@ from .handle import (
     SignalRanks,
     TerminateRanks,
     command_problem,
+    term_timeout,
 )
-from .logfile.arrival import ArrivalWriter, arrival_path
+from .names import refusals as words
+from .rundir.arrival import ArrivalWriter, arrival_path
 from .states import RankState
 
 if TYPE_CHECKING:
@@ -326,12 +328,12 @@ class ScriptedSupervisor:
                 if problem is not None or handler is None:
                     raise _Refused(problem or f"unknown command {command!r}")
                 if not self.started:
-                    raise _Refused("the run has not started")
+                    raise _Refused(words.NOT_STARTED)
                 if self._shutting_down:
                     # The real one dumps while shutting down; this one's shutdown is over
                     # as soon as it is asked for.
-                    raise _Refused("the run is over" if isinstance(command, DumpStacks)
-                                   else "the run is shutting down")
+                    raise _Refused(words.OVER if isinstance(command, DumpStacks)
+                                   else words.SHUTTING_DOWN)
                 result = handler(command)
                 self._settle()
             except _Refused as refused:
@@ -347,7 +349,7 @@ class ScriptedSupervisor:
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Stop every live rank as the Supervisor's ``shutdown`` does; the SIGKILL deadline
         of ranks that ignore SIGTERM passes at once (nothing here waits)."""
-        timeout = self._info.term_timeout_s if timeout_s is None else timeout_s
+        timeout = term_timeout(timeout_s, self._info.term_timeout_s)
         with self._lock:
             self.calls.append(("shutdown", timeout_s))
             if self._shutting_down:
@@ -493,7 +495,7 @@ class ScriptedSupervisor:
             return sorted(self._ranks)
         unknown = sorted({r for r in ranks if r not in self._ranks})
         if unknown:
-            raise _Refused(f"no rank {_words(unknown)} (ranks are 0..{len(self._ranks) - 1})")
+            raise _Refused(words.no_such_rank(unknown, 0, len(self._ranks) - 1))
         return sorted(set(ranks))
 
     def _running(self, ranks: list[int], verb: str) -> tuple[list[int], str]:
@@ -502,9 +504,9 @@ class ScriptedSupervisor:
         if not live:
             if len(gone) == 1:
                 state = self._ranks[gone[0]].state.value
-                raise _Refused(f"rank {gone[0]} is not running ({state}): nothing to {verb}")
-            raise _Refused(f"no running rank to {verb}")
-        note = f"skipped rank(s) {_words(gone)}: not running" if gone else ""
+                raise _Refused(words.not_running(gone[0], state, verb))
+            raise _Refused(words.no_running_rank(verb))
+        note = words.skipped_not_running(gone) if gone else ""
         return live, note
 
     def _cmd_signal(self, cmd: SignalRanks) -> CommandResult:
@@ -518,7 +520,7 @@ class ScriptedSupervisor:
 
     def _cmd_terminate(self, cmd: TerminateRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "terminate")
-        timeout = self._info.term_timeout_s if cmd.timeout_s is None else float(cmd.timeout_s)
+        timeout = term_timeout(cmd.timeout_s, self._info.term_timeout_s)
         self._stop(live, "terminate", int(cmd.sig), timeout)
         return CommandResult(True, note)
 
@@ -553,9 +555,9 @@ class ScriptedSupervisor:
         (rank,) = self._resolve((cmd.rank,))
         info, life = self._ranks[rank], self._life[rank]
         if self._attempt_pending:
-            raise _Refused("all ranks are being restarted already")
+            raise _Refused(words.ALL_RESTARTING)
         if life.after_exit == "restart" or info.state is RankState.RESTARTING:
-            raise _Refused(f"rank {rank} is already restarting")
+            raise _Refused(words.already_restarting(rank))
         life.after_exit = "restart"
         if info.state.is_alive:
             # Started again once this incarnation has exited.
@@ -568,7 +570,7 @@ class ScriptedSupervisor:
 
     def _cmd_restart_all(self, cmd: RestartAll) -> CommandResult:
         if self._attempt_pending:
-            raise _Refused("all ranks are being restarted already")
+            raise _Refused(words.ALL_RESTARTING)
         self._attempt_pending = True
         for life in self._life.values():
             life.after_exit = None  # a single-rank restart is folded into the new attempt
@@ -627,11 +629,8 @@ class ScriptedSupervisor:
             esc.killed.extend(survivors)
             doomed.update(survivors)
             if survivors:
-                self._notice(
-                    f"rank(s) {_words(survivors)} outlived the {esc.timeout_s:g} s deadline "
-                    f"after {esc.sig_name}: sent SIGKILL",
-                    "warning",
-                )
+                self._notice(words.outlived_deadline(survivors, esc.timeout_s, esc.sig_name),
+                             "warning")
         for r in sorted(doomed):
             self._life[r].signals.add(signal.SIGKILL)
             self._life[r].stop_sent = True
@@ -835,10 +834,6 @@ class ScriptedSupervisor:
 
 class _Refused(Exception):
     """A command the scripted supervisor answers with ``CommandResult(False, ...)``."""
-
-
-def _words(ranks: Sequence[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
 
 
 def _signame(sig: int) -> str:

@@ -315,7 +315,7 @@ def write_timeline_files(run_dir: str | os.PathLike[str]) -> None:
     warning, rank 2 raises at EPOCH + 42 and ranks 0 and 1 fail in the collective after."""
     import struct
 
-    from rankvisor.engine.logfile.arrival import MAGIC, arrival_path
+    from rankvisor.engine.rundir.arrival import MAGIC, arrival_path
 
     info = scripted_info(4, run_dir=run_dir)
     sec = 1_000_000_000

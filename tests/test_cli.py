@@ -377,9 +377,9 @@ def test_demo_term_timeout_defaults_to_10_s_and_can_be_overridden(
 
 def test_printed_summary_after_terminate_all_blames_no_rank(tmp_path: Path) -> None:
     """What the CLI prints after the TUI, from a real run whose ranks rankvisor stopped."""
+    from rankvisor.engine.entry.headless import exit_status, format_report
     from rankvisor.engine.handle import TerminateRanks
     from rankvisor.engine.supervisor import Supervisor
-    from rankvisor.engine.supervisor.headless import exit_status, format_report
     from rankvisor.engine.supervisor.run_config import SupervisorConfig
     from rankvisor.tui.model import RunView
     from rankvisor.tui.report import format_summary

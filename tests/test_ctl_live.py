@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from rankvisor.engine.control import registry
-from rankvisor.engine.control.spawn import Started
+from rankvisor.engine.entry.spawn import Started
 from rankvisor.tui.cli import main
 
 from tests.conftest import PYTHON, pid_alive, wait_until
@@ -230,7 +230,7 @@ def test_a_headless_run_is_found_and_stopped(
 
 FOREGROUND = """
 import pickle, sys
-from rankvisor.engine.supervisor.headless import run_interactive
+from rankvisor.engine.entry.headless import run_interactive
 
 def run_tui(sup):
     # What the app does with a handle it holds: start it, then stay until the run ends.

@@ -51,7 +51,7 @@ from ..engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
-from ..engine.process.signals import default_action, signal_name
+from ..engine.names.signals import default_action, signal_name
 from ..engine.states import RankState
 from .bridge import EngineBridge
 from .clip import file_log_lines, plural, traceback_text
@@ -97,7 +97,8 @@ class RankvisorApp(App[int]):
     """Live panes of every rank, and keys that act on them through the handle.
 
     Args:
-        handle: The supervisor (real, scripted, or one day remote).
+        handle: The supervisor: in this process, in a process of its own (``RemoteHandle``),
+            a torchrun job's, or scripted.
         clock: Monotonic clock for countdowns and elapsed time (inject a fixed one in tests).
         drain_hz: How often buffered log lines are drawn.
         start_handle: Call ``handle.start()`` once mounted (on a worker thread, or on the UI

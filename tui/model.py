@@ -42,8 +42,8 @@ from ..engine.forensics.progress import (
     stragglers,
 )
 from ..engine.handle import RankInfo, RunInfo
+from ..engine.names.signals import exit_signal_name
 from ..engine.output.sanitize import sanitize
-from ..engine.process.signals import exit_signal_name
 from ..engine.states import RankState
 
 __all__ = ["Incarnation", "LineBuffer", "LineKind", "RankView", "RunView", "format_bytes"]

@@ -48,6 +48,7 @@ from ..events import (
     SupervisorNotice,
 )
 from ..handle import (
+    DEFAULT_TERM_TIMEOUT_S,
     Command,
     CommandResult,
     DumpStacks,
@@ -59,13 +60,16 @@ from ..handle import (
     SignalRanks,
     TerminateRanks,
     command_problem,
+    term_timeout,
 )
-from ..logfile.arrival import arrival_path
+from ..names import refusals as words
+from ..names.signals import exit_signal_name, signal_name
 from ..output.pump import OutputPump, StdStream
 from ..output.text_batch import Batch
 from ..process.proc_table import find_descendants, read_entry, signal_checked, stat_fields
-from ..process.signals import exit_signal_name, signal_name
+from ..process.wakeup import Wakeup
 from ..result import RunProcsResult
+from ..rundir.arrival import arrival_path
 from ..states import RankState, final_state_for
 from ..supervisor.escalation import EscalationTable
 from ..supervisor.stack_capture import CaptureSchedule, StackCapture
@@ -81,6 +85,8 @@ RESTART_REFUSED = (
     "or stop the job and start it again"
 )
 UNKNOWN_EXIT = "exit status unknown (not our child)"
+_VERBS = {SignalRanks: "signal", TerminateRanks: "terminate", KillRanks: "kill"}
+"""What a refusal says a command would have done (``engine.names.refusals``)."""
 
 
 @dataclass(slots=True)
@@ -172,7 +178,7 @@ class TorchrunHandle:
         self,
         job: TorchrunJob,
         *,
-        term_timeout_s: float = 30.0,
+        term_timeout_s: float = DEFAULT_TERM_TIMEOUT_S,
         poll_interval: float = 0.2,
         sample_interval: float = 1.0,
         kill_wait_s: float = 5.0,
@@ -209,7 +215,7 @@ class TorchrunHandle:
         self._sampler = StatsSampler(self._on_stats, interval=sample_interval)
         self._initial = self._info_locked()
         self._stacks = StackCapture(lambda: self._initial.log_dir, self._notice)
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._wakeup = Wakeup()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
@@ -285,10 +291,10 @@ class TorchrunHandle:
                 return wanted
             alive = [r for r in wanted if self._ranks[r].state.is_alive]
             if not alive:
-                return CommandResult(False, "not sent: no rank of those is running")
+                return CommandResult(False, words.no_running_rank(_VERBS[type(command)]))
             if isinstance(command, SignalRanks):
                 sent = [r for r in alive if self._signal(r, command.sig)]
-                return self._sent(sent, command.sig)
+                return self._sent(sent, command.sig, alive)
             sig = signal.SIGKILL if isinstance(command, KillRanks) else command.sig
             sent = []
             for r in alive:
@@ -302,9 +308,9 @@ class TorchrunHandle:
                         rank.state = RankState.TERMINATING
                         self._emit(self._state_event(rank, old))
             if not sent:
-                return CommandResult(False, "not sent: those ranks had exited already")
+                return CommandResult(False, words.exited_before_signal(alive))
             if isinstance(command, TerminateRanks) and sig != signal.SIGKILL:
-                timeout = self._term_timeout if command.timeout_s is None else command.timeout_s
+                timeout = term_timeout(command.timeout_s, self._term_timeout)
                 now = time.monotonic()
                 esc = self._esc.add(tuple(sent), int(sig), float(timeout), now)
                 if self._captures is not None:
@@ -313,7 +319,7 @@ class TorchrunHandle:
                     EscalationScheduled(tuple(sent), signal_name(sig), timeout, esc.deadline)
                 )
                 self._poke()
-            return self._sent(sent, sig)
+            return self._sent(sent, sig, alive)
 
     def _wanted(self, ranks: tuple[int, ...] | None) -> tuple[int, ...] | CommandResult:
         """The ranks a command names (None: the live ones), or its refusal naming a rank
@@ -322,7 +328,8 @@ class TorchrunHandle:
             return tuple(r for r, x in sorted(self._ranks.items()) if x.state.is_alive)
         unknown = [r for r in ranks if r not in self._ranks]
         if unknown:
-            return CommandResult(False, f"no such rank: {unknown[0]}")
+            return CommandResult(
+                False, words.no_such_rank(unknown, min(self._ranks), max(self._ranks)))
         return ranks
 
     def _dump(self, command: DumpStacks) -> CommandResult:
@@ -338,7 +345,7 @@ class TorchrunHandle:
             targets = {r: self._ranks[r].worker.pid for r in wanted
                        if self._ranks[r].state.is_alive}
         if not targets:
-            return CommandResult(False, "not dumped: no rank of those is running")
+            return CommandResult(False, words.no_running_rank("dump"))
         dump = self._stacks.dump(targets, native=command.native,
                                  nonblocking=command.nonblocking)
         if not dump.captured:
@@ -382,11 +389,7 @@ class TorchrunHandle:
             if self._agent_fd is not None:
                 os.close(self._agent_fd)
                 self._agent_fd = None
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._wakeup.close()
 
     # -- more than the protocol ------------------------------------------------------------
 
@@ -425,14 +428,11 @@ class TorchrunHandle:
         self._emit(SupervisorNotice(message, severity))  # type: ignore[arg-type]
 
     def _poke(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._wakeup.wake()
 
-    def _sent(self, ranks: list[int], sig: int) -> CommandResult:
+    def _sent(self, ranks: list[int], sig: int, alive: list[int]) -> CommandResult:
         if not ranks:
-            return CommandResult(False, "not sent: those ranks had exited already")
+            return CommandResult(False, words.exited_before_signal(alive))
         names = ", ".join(map(str, ranks))
         return CommandResult(True, f"{signal_name(sig)} sent to rank(s) {names}")
 
@@ -570,7 +570,7 @@ class TorchrunHandle:
                 poller.register(fd, select.POLLIN)
             if agent_fd is not None:
                 poller.register(agent_fd, select.POLLIN)
-            poller.register(self._wake_r, select.POLLIN)
+            poller.register(self._wakeup.fd, select.POLLIN)
             wait = self._poll
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
@@ -581,9 +581,9 @@ class TorchrunHandle:
             if self._stop.is_set():
                 return
             try:
-                os.read(self._wake_r, 4096)
+                self._wakeup.drain()
             except OSError:
-                pass
+                pass  # closed: the handle is shutting down
             try:
                 with self._lock:
                     for fd, _ in ready:

@@ -1,27 +1,24 @@
 """Multi-node runs: torch's elastic agent and rendezvous, with the engine as the process layer.
 
-``options``: ``ClusterOptions``, torchrun's multi-node flags as a run carries them (standard
-library only: the command line and the supervisor process read it without torch);
 ``agent``: ``RankvisorAgent``, torch's ``SimpleElasticAgent`` whose workers are a driven
 ``Supervisor`` (torch decides membership, ranks and rounds; the engine starts, watches and
 stops this node's ranks); ``board``: ``StatusBoard``, each node's small status record in the
 rendezvous store and the cluster view read back from it (every rank of every node, one
-root cause); ``run``: a whole multi-node run, headless or in the supervisor process.
-Only ``agent`` and ``run`` import torch.
+root cause). Only ``agent`` imports torch. The flags a run carries (``ClusterOptions``) live
+beside the run's configuration in ``engine.supervisor``; a whole multi-node run on this node
+(``run_cluster``) is a front end, in ``engine.entry``.
 """
 
 from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = ["ClusterOptions", "RankvisorAgent", "StatusBoard", "run_cluster"]
+__all__ = ["RankvisorAgent", "StatusBoard"]
 
 __getattr__, __dir__ = face(
     __name__,
     {
-        "ClusterOptions": "options",
         "RankvisorAgent": "agent",
         "StatusBoard": "board",
-        "run_cluster": "run",
     },
 )

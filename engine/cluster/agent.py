@@ -37,9 +37,9 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
+from ..supervisor.cluster_options import ClusterOptions
 from ..supervisor.core import Supervisor
 from .board import StatusBoard
-from .options import ClusterOptions
 
 __all__ = ["RankvisorAgent", "make_spec"]
 

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from ..control.status import failure_message
 from ..events import Event, RankOutput, RankStateChanged
-from ..process.signals import exit_signal_name
+from ..names.signals import exit_signal_name
 
 __all__ = ["HEARTBEAT_S", "KNOCK_ON", "MESSAGE_CAP", "StatusBoard", "cluster_root_cause"]
 

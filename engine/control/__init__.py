@@ -4,12 +4,11 @@
 ``server``: ``ControlServer``, the socket a supervisor answers on; ``client``:
 ``RemoteHandle``, a ``SupervisorHandle`` over that socket; ``host``: ``RunHost``, which gives
 any run (supervisor process, headless, foreground) its socket, registry entry, status.json
-and events.ndjson; ``daemon``: the supervisor process itself; ``spawn``: starting it from
-``rankvisor run``; ``replay``: ``RecordedRun``, a finished or stale run viewed from its
+and events.ndjson; ``replay``: ``RecordedRun``, a finished or stale run viewed from its
 record; ``registry``: this user's state directory (sockets, one entry per run) and how RUN,
 as a person types it, names a run; ``status``: status.json (``STATUS.md``) and how a reader
 tells a running run from a finished or stale one; ``hooks``: the ``--on-failure`` command.
-Never imports textual.
+The supervisor process itself and how ``rankvisor run`` starts it are in ``engine.entry``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ __all__ = [
     "register",
     "resolve",
     "run_on_failure",
-    "start_supervisor",
     "unregister",
     "write_status",
 ]
@@ -59,7 +57,6 @@ __getattr__, __dir__ = face(
         "register": "registry",
         "resolve": "registry",
         "run_on_failure": "hooks",
-        "start_supervisor": "spawn",
         "unregister": "registry",
         "write_status": "status",
     },

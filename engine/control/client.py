@@ -38,10 +38,12 @@ from ..handle import (
     RunInfo,
     TerminateRanks,
     command_problem,
+    term_timeout,
 )
-from ..logfile.arrival import arrival_path
 from ..logfile.merged import MergedSource
 from ..logfile.store import LogStore
+from ..process.wakeup import Wakeup
+from ..rundir.arrival import arrival_path
 from . import wire
 
 __all__ = ["NoAnswer", "ProtocolMismatch", "RemoteHandle", "recent_output"]
@@ -132,7 +134,7 @@ class RemoteHandle:
             event = wire.event_from_wire(data)
             if event is not None:
                 self._take(event)
-        self._wake_r, self._wake_w = os.pipe()
+        self._wakeup = Wakeup()
         self._reader = threading.Thread(target=self._read_loop, name="rankvisor-remote",
                                         daemon=True)
         self._reader.start()
@@ -220,7 +222,7 @@ class RemoteHandle:
             self._replay(watcher)  # the reader is gone: nothing can overtake the replay
             self._tell_gone((watcher.sink,))
         else:
-            os.write(self._wake_w, b"w")  # the reader replays before its next message
+            self._wakeup.wake()  # the reader replays before its next message
         return self._initial, unsubscribe
 
     def start(self) -> None:
@@ -255,7 +257,7 @@ class RemoteHandle:
         """Terminate every rank (with escalation), wait for the run's end, disconnect."""
         result = self.execute(TerminateRanks(None, timeout_s=timeout_s))
         if result.ok:
-            t = self._initial.term_timeout_s if timeout_s is None else timeout_s
+            t = term_timeout(timeout_s, self._initial.term_timeout_s)
             self.wait(2 * t + 5)
         # Refused (a read-only viewer, no rank running): nothing will end, nothing to wait for.
         self.detach()
@@ -319,9 +321,9 @@ class RemoteHandle:
                 self._replay_new()
                 end = buf.find(b"\n")
                 if end < 0:
-                    ready, _, _ = select.select([sock.fileno(), self._wake_r], [], [])
-                    if self._wake_r in ready:
-                        os.read(self._wake_r, 4096)
+                    ready, _, _ = select.select([sock.fileno(), self._wakeup.fd], [], [])
+                    if self._wakeup.fd in ready:
+                        self._wakeup.drain()
                     if sock.fileno() in ready:
                         data = sock.recv(1 << 20)
                         if not data:
@@ -342,8 +344,7 @@ class RemoteHandle:
             self._gone.set()
             self._over.set()
             self._sock.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._wakeup.close()
             with self._lock:
                 for pending in self._pending.values():
                     pending.done.set()

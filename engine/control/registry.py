@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from ..rundir.atomic import write_atomic
 from .status import (
     EffectiveState,
     effective_state,
@@ -206,12 +207,7 @@ def register(
     _ensure_state_dir()
     data = {k: v for k, v in asdict(entry).items() if k != "key"}
     path = os.path.join(runs_dir(), entry.key + ".json")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data).encode(), 0o600)
     return entry
 
 

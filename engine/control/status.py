@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ..logfile.tail import last_lines
+from ..names.signals import exit_signal_name
 from ..process.proc_table import stat_fields
-from ..process.signals import exit_signal_name
+from ..rundir.atomic import write_atomic
 
 if TYPE_CHECKING:
     from ..errors import ProcessFailure
@@ -193,34 +193,12 @@ def build_status(
 def write_status(run_dir: str, status: dict[str, Any]) -> str:
     """Replace ``<run_dir>/status.json`` with ``status`` atomically; returns its path.
 
-    The bytes go to a temporary file in the same directory (a rename is atomic only within
-    one file system), are flushed to disk, then renamed over the old file: a reader, or a
-    crash at any point, sees the old status or the new one, never a torn file.
+    A reader, or a crash at any point, sees the old status or the new one, never a torn
+    file (``engine.rundir.atomic``).
     """
     path = os.path.join(run_dir, FILENAME)
-    data = json.dumps(status, indent=1, sort_keys=False).encode() + b"\n"
-    fd, tmp = tempfile.mkstemp(prefix=".status.", suffix=".tmp", dir=run_dir)
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(status, indent=1, sort_keys=False).encode() + b"\n")
     return path
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def read_status(run_dir: str) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from functools import wraps
 from string import Template
 from typing import Any, Callable, Optional, TypeVar
 
-from ..process.signals import exit_signal_name
+from ..names.signals import exit_signal_name
 from .error_file import ErrorFileContent, read_error_file
 from .error_handler import ErrorHandler
 from .full_disk import full_disk_note

@@ -17,9 +17,10 @@ import errno
 import json
 import math
 import os
-import secrets
 import stat
 from typing import Any, Final, Optional, Union
+
+from ..rundir.atomic import write_atomic
 
 __all__ = [
     "MAX_ERROR_FILE_BYTES",
@@ -112,20 +113,8 @@ def write_error_file(path: str, data: JSON) -> None:
     Raises:
         OSError: the directory is missing or not writable (the temporary file is removed).
     """
-    directory, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # 0o666 and the umask give the same mode as torch's open(path, "w").
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(data).encode(), 0o666)
 
 
 class _NotRegular(Exception):

@@ -11,11 +11,11 @@ person paused (at a prompt, by SIGSTOP), so that their silence is never read as 
 ``exit_cause`` says why a rank ended, in words (the OOM killer, CUDA out of memory, a
 collective's timeout, a crash signal with its Python stack, a signal from outside); ``gpu``
 reads each rank's GPU memory and utilisation through NVML where it is installed; ``environ``
-keeps each rank's environment with secrets redacted; ``bundle`` packs one archive of a run
-for a bug report; ``stacks`` dumps every rank's Python stack with py-spy and merges them
+keeps each rank's environment with secrets redacted;
+``stacks`` dumps every rank's Python stack with py-spy and merges them
 into groups of ranks that share one; ``pdb_attach`` attaches pdb to a running rank (Python
-3.14's PEP 768) or says why it cannot. Imports the standard library and the engine's events,
-process, log-file and control packages; never textual.
+3.14's PEP 768) or says why it cannot. Sits above the process, output and log-file rooms;
+never textual.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ __all__ = [
     "find_suspect",
     "knock_on_reason",
     "list_dumps",
-    "make_bundle",
     "merge_ranks",
     "stragglers",
 ]
@@ -61,7 +60,6 @@ __getattr__, __dir__ = face(
         "find_suspect": "suspect",
         "knock_on_reason": "knockon",
         "list_dumps": "stacks",
-        "make_bundle": "bundle",
         "merge_ranks": "timeline",
         "stragglers": "progress",
     },

@@ -98,11 +98,6 @@ class OutputActivity:
             if self._cutoff_ns is None or t_ns < self._cutoff_ns:
                 self._cutoff_ns = t_ns
 
-    @property
-    def cutoff_ns(self) -> int | None:
-        with self._lock:
-            return self._cutoff_ns
-
     def reading(self, rank: int, until_ns: int | None = None) -> RankActivity:
         """What ``rank`` wrote up to ``until_ns`` (default: the cutoff, else now)."""
         with self._lock:

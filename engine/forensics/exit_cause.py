@@ -15,7 +15,7 @@ Why the kernel log and the cgroup both: the cgroup's count is exact and costs on
 but exists only where rankvisor could make a memory cgroup; the kernel log names the pid the
 OOM killer chose wherever it is readable (root, or ``dmesg_restrict=0``), cgroup or not.
 
-Standard library, ``engine.process.signals`` and the sanitiser only (every text that came
+Standard library, ``engine.names.signals`` and the sanitiser only (every text that came
 from a rank is made safe for a terminal here): the supervisor, the status writer and the UI
 all load it.
 """
@@ -28,9 +28,10 @@ import signal
 from dataclasses import dataclass
 from typing import Final
 
+from ..events import ExitCause
 from ..logfile.tail import read_tail
+from ..names.signals import exit_signal_name, signal_name
 from ..output.sanitize import sanitize, strip_sgr
-from ..process.signals import exit_signal_name, signal_name
 
 __all__ = [
     "ExitCause",
@@ -100,36 +101,6 @@ _FAULT_LINES: Final = (
 )
 _KILLED: Final = re.compile(rb"Killed process (\d+)\b")
 _OOM_KILL: Final = re.compile(rb"oom-kill:[^\n]*[,:]pid=(\d+)\b")
-
-
-@dataclass(frozen=True, slots=True)
-class ExitCause:
-    """Why a rank ended: a short stable ``code`` for scripts, ``text`` for a person.
-
-    Attributes:
-        code: one of "oom_killed", "child_oom_killed", "cuda_oom", "nccl_timeout",
-            "nccl_error", "gloo_timeout", "gloo_error", "sigsegv", "sigbus", "sigabrt",
-            "sigill", "sigfpe", "outside_signal", "shell_signal", "timer_expired",
-            "stopped", "not_started", "exception", "exit".
-        text: one line.
-        detail: more lines for the error view (a faulthandler stack, the kernel log's line,
-            the message's line), "" when there is nothing more.
-    """
-
-    code: str
-    text: str
-    detail: str = ""
-
-    @property
-    def tells_more(self) -> bool:
-        """Whether this says more than a report's exit code, error message and "stopped by
-        rankvisor" do: an OOM kill, SIGBUS, a collective's timeout... yes; a plain exit code,
-        an exception, rankvisor's own stop: no (summaries print only causes that do)."""
-        return self.code not in ("exit", "exception", "stopped")
-
-    def to_json(self) -> dict[str, str]:
-        """The object status.json carries (``detail`` stays out: the error view shows it)."""
-        return {"code": self.code, "text": self.text}
 
 
 @dataclass(frozen=True, slots=True)

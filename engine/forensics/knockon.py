@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["KNOCK_ON", "is_knock_on", "knock_on_reason"]
+__all__ = ["KNOCK_ON", "knock_on_reason"]
 
 KNOCK_ON: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"Timed out waiting \d+ ?ms for (?:recv|send)", re.I),
@@ -41,7 +41,3 @@ def knock_on_reason(text: str) -> str | None:
             return words
     return None
 
-
-def is_knock_on(text: str) -> bool:
-    """Whether ``text`` reports an error in a collective that another rank caused."""
-    return knock_on_reason(text) is not None

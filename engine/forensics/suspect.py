@@ -40,7 +40,7 @@ from datetime import datetime, tzinfo
 from typing import Final
 
 from ..events import Suspect
-from ..process.signals import exit_signal_name
+from ..names.signals import exit_signal_name
 from .activity import RankActivity
 from .knockon import knock_on_reason
 from .pauses import Pause

@@ -1,6 +1,6 @@
 """Every rank's lines in the order they arrived, from the files: the timeline.
 
-Each rank's arrival index (``engine.logfile.arrival``) says when the pump read each stretch of
+Each rank's arrival index (``engine.rundir.arrival``) says when the pump read each stretch of
 its stdout and stderr lines (``time_ns`` per record); merging every rank's lines on those
 times gives what happened first, across ranks, as it was seen. Lines on disk that no record
 covers yet (written, not read by the pump yet) come last, timed by their file's mtime.
@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..logfile.arrival import arrival_path, read_records
 from ..output.sanitize import sanitize
+from ..rundir.arrival import arrival_path, read_records
 
 __all__ = ["TimelineLine", "merge_ranks", "rank_lines"]
 

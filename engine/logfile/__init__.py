@@ -2,10 +2,9 @@
 
 The file on disk is the buffer: a compact index of where lines start (about 1 MB per GB),
 scrollback read with ``pread``, and plain or regex search that runs off the UI thread and can
-be cancelled; the arrival index (``arrival``) that the output pump writes beside a rank's two
-logs, and ``MergedSource``, which shows both logs as one in the order their lines arrived.
-Imports the standard library and ``engine.output`` (line cutting, sanitising);
-nothing of the process or supervisor packages.
+be cancelled; ``MergedSource``, which shows a rank's two logs as one in the order their lines
+arrived (on the arrival index of ``engine.rundir``). Sits above ``engine.output`` (line
+cutting, sanitising).
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ from __future__ import annotations
 from .._lazy import face
 
 __all__ = [
-    "ArrivalWriter",
     "LineIndex",
     "LogStore",
-    "MergedOrder",
     "MergedSource",
     "SearchJob",
     "last_lines",
@@ -26,9 +23,7 @@ __all__ = [
 __getattr__, __dir__ = face(
     __name__,
     {
-        "ArrivalWriter": "arrival",
         "LineIndex": "line_index",
-        "MergedOrder": "arrival",
         "MergedSource": "merged",
         "LogStore": "store",
         "SearchJob": "search",

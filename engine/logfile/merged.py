@@ -1,7 +1,7 @@
 """``MergedSource``: a rank's stdout and stderr shown as one log, in the order lines arrived.
 
 Two ``LogStore`` objects read the files (bounded memory, any size); ``MergedOrder`` (from the
-arrival index the pump writes, ``engine.logfile.arrival``) says which file each row of the
+arrival index the pump writes, ``engine.rundir.arrival``) says which file each row of the
 merged view comes from. Without an index (a run from before it existed, logs that are not
 side by side) every stdout line comes first, then every stderr line.
 
@@ -16,7 +16,7 @@ import heapq
 import threading
 from typing import TYPE_CHECKING, Iterator
 
-from .arrival import STREAMS, MergedOrder
+from ..rundir.arrival import STREAMS, MergedOrder
 from .store import LogStore
 
 if TYPE_CHECKING:

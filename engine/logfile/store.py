@@ -1,39 +1,17 @@
 """``LogStore``: one rank's log file as the UI sees it: any line on demand, the tail in memory.
 
-The file is the buffer (as in Toolong): the store keeps a compact index of where lines start
-(``engine.logfile.line_index``, about 1 MB per GB of log) and reads the lines a view asks for from
-disk, so a multi-GB log costs the same memory as a small one.
-
-API (the Textual UI codes against this)::
-
-    store = LogStore("/logs/attempt_0/3/stdout.log", tail_lines=10_000)
-    n = store.refresh()              # index what was appended since; returns line_count
-    store.line_count                 # complete lines (an unterminated last line is `partial`)
-    store.get_lines(0, 50)           # display text of lines [0, 50)
-    store.tail                       # deque of the last `tail_lines` display lines
-    store.partial                    # the unterminated last line ("" if none)
-    for line_no in store.search("loss=nan", regex=False, start=120): ...
-    job = store.search_job("err(or)?", regex=True, on_match=callback)  # off-thread
-    job.cancel()
-
-- Line numbers are 0-based and count ``\\n``-terminated lines of the file, like
-  ``RankOutput.first_line``, so a line seen live can be found again here.
-- Display text is what ``engine.output.lines.LineAssembler`` would show: decoded UTF-8 (invalid
-  bytes as U+FFFD), ``\\r`` redraws collapsed to the last frame, sanitised (SGR kept) unless
-  ``sanitize=False``, and cut at ``max_line_chars`` with a marker. The file is never written.
-- ``refresh()`` reads each new byte once (about 0.3 s for 300 MB here, most of it the read),
-  so call it off the UI thread (a worker, or the pump's sink) when a big file is opened; it
-  also notices a file that was truncated or replaced (same path, new inode) and starts
-  over; a file that does not exist yet has no lines.
-- ``search`` reads the file in 1 MiB chunks (never the whole file), on the text with SGR
-  colours removed and ``\\r`` redraws collapsed; it yields each matching line once, forwards
-  from ``start`` or backwards from ``start``, and stops early when ``cancel`` is set. It
-  covers the complete lines indexed so far. ``search_job`` runs it on a thread (see
-  ``engine.logfile.search.SearchJob``).
+Why the file is the buffer (as in Toolong): the store keeps only a compact index of where
+lines start (``engine.logfile.line_index``, about 1 MB per GB of log) and reads the lines a
+view asks for from disk, so a multi-GB log costs the memory of a small one, and the UI can
+show any line of a run that printed for days. Line numbers count the file's complete lines
+from 0, as ``RankOutput.first_line`` does, so a line seen live is found again here; a line
+reads as the output pump would show it (``engine.output.lines``), so scrollback and the live
+pane agree. The file is never written.
 
 Threads: every method may be called from any thread; one lock guards the index and the
-tail. ``get_lines`` and ``search`` read the file with ``os.pread`` on their own offsets, so
-a search thread and the UI thread do not disturb each other.
+tail, and reads use ``os.pread`` on their own offsets, so a search thread and the UI thread
+do not disturb each other. ``refresh`` reads every new byte once (about 0.3 s for 300 MB
+here): call it off the UI thread when a big file is opened.
 """
 
 from __future__ import annotations
@@ -57,7 +35,12 @@ _READ: Final = 1 << 20
 
 
 class LogStore:
-    """Index, scrollback and search for one log file; see the module docstring.
+    """Index, scrollback and search for one log file.
+
+    Display text: decoded UTF-8 (invalid bytes as U+FFFD), ``\\r`` redraws collapsed to the
+    last frame, sanitised (SGR kept) unless ``sanitize=False``, cut at ``max_line_chars``
+    with a marker. ``tail`` holds the last ``tail_lines`` display lines, ``partial`` the
+    unterminated last line.
 
     Args:
         path: the log file (it may not exist yet).
@@ -107,7 +90,11 @@ class LogStore:
         return self._index.nbytes()
 
     def refresh(self) -> int:
-        """Index the bytes appended since the last call; return ``line_count``."""
+        """Index the bytes appended since the last call; return ``line_count``.
+
+        A file truncated or replaced (same path, new inode) is started over; one that does
+        not exist yet has no lines.
+        """
         with self._lock:
             if not self._ensure_open():
                 return 0
@@ -283,7 +270,12 @@ class LogStore:
         backwards: bool = False,
         cancel: threading.Event | None = None,
     ) -> Iterator[int]:
-        """Yield the numbers of lines that match, each once; see the module docstring."""
+        """Yield the numbers of lines that match, each once, forwards from ``start`` (or
+        backwards); stop early once ``cancel`` is set.
+
+        Reads the file in 1 MiB chunks (never all of it), matching the text with SGR colours
+        removed and ``\\r`` redraws collapsed; covers the complete lines indexed so far.
+        """
         with self._lock:
             if self._fd is None:
                 return iter(())

@@ -4,8 +4,8 @@ One pump thread tails every rank's files (inotify wake-ups, a slow poll where th
 and turns bytes into batches of whole, sanitised lines: line assembly (split UTF-8, ``\\r``
 progress frames, over-long lines), the sanitiser that keeps colours and neutralises every
 other escape, the duplicate filters behind filtered_*.log, and the console sink that prints
-prefixed lines. Imports the standard library, watchfiles (off Linux) and ``engine.events``;
-nothing of the process, log-file or supervisor packages.
+prefixed lines. Above the events, the run directory's files and the process room (its
+self-pipe); below the log-file room, which reads what the pump wrote.
 """
 
 from __future__ import annotations

@@ -105,20 +105,9 @@ class LineAssembler:
         self.lines_done += len(lines)
         return lines
 
-    def feed_block(self, data: bytes) -> str:
-        """Like ``feed``, but return the completed lines as one text, each ending in ``\n``.
-
-        Cheaper than a list when the caller only writes the lines (a prefixed console:
-        ``block.replace("\n", "\n" + header)``); ``lines_done`` tells how many there were.
-        Returns "" when the chunk completes no line.
-        """
-        block = self._take(data)
-        if block:
-            self.lines_done += block.count("\n")
-        return block
-
     def feed_bytes(self, data: bytes) -> bytes:
-        """Like ``feed_block``, as UTF-8 bytes (for a console, which writes bytes anyway).
+        """Like ``feed``, but the completed lines as one block of UTF-8 bytes, each ending in
+        ``\n`` (for a console, which writes bytes anyway); ``lines_done`` tells how many.
 
         The common chunk (valid UTF-8, nothing to sanitise, no ``\r``, no line over the
         cap) is passed through as the bytes it came as: no decode/encode round trip for the

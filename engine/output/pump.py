@@ -1,67 +1,17 @@
-"""``OutputPump``: one thread that tails every rank log file and hands out batches of lines.
+"""``OutputPump``: one thread that tails every rank's log files and hands out batches of lines.
 
-API (the Supervisor and ``engine.tail_log.TailLog`` code against this)::
-
-    pump = OutputPump(sink, use_inotify=True, poll_interval=0.25,
-                      max_line_chars=65536, sanitize=True)
-    pump.add(rank, "stdout", "/logs/attempt_0/3/stdout.log", attempt=0)
-    pump.add_filter("stdout", ["loss", "NaN"], "/logs/attempt_0/filtered_stdout.log",
-                    prefixes={3: "[trainer3]:"})
-    pump.start()
-    ...
-    pump.add(3, "stdout", "/logs/attempt_1/3/stdout.log", attempt=1)  # rank 3 restarted
-    pump.flush()                      # deliver everything on disk now (tests, snapshots)
-    pump.stop()                       # deliver everything written before stop(), then end
-
-- ``sink(batch: list[RankOutput])`` is called once per wake-up with at most one
-  ``RankOutput`` per (rank, stream), never once per line. A wake-up that reads more than
-  ``batch_chars`` bytes (256 KiB: a big backlog) delivers it in several calls, so memory stays
-  bounded; the order of lines within a (rank, stream) is always the file's order, and within
-  one wake-up a rank's stdout batch comes before its stderr batch (the order the arrival
-  index records).
-  ``RankOutput.lines`` are complete lines (decoded, ``\\r``-collapsed, sanitised unless
-  ``sanitize=False``, cut at ``max_line_chars`` with a marker), ``partial`` the current
-  unterminated line, ``first_line`` the 0-based line index in that file of ``lines[0]``,
-  ``attempt`` the value given to ``add``. A batch may carry only a changed ``partial``.
-- With ``text_batches=True`` the sink gets ``TextBatch`` objects instead (the same fields,
-  with the lines as one UTF-8 ``data`` block that ends in ``\\n``): cheaper for a console
-  writer (``engine.output.console.ConsoleSink`` takes both).
-- ``add(rank, stream, path, attempt=0, index="")`` (``add_many`` for a group, with one
-  wake-up): tail ``path`` from its start; it need not exist yet (it is picked up when it
-  appears; one that never appears costs nothing and does not delay ``stop()``). With
-  ``index`` (a path: ``engine.logfile.arrival``) the pump appends to that arrival index, at
-  each read pass that completed lines of the file, how many lines the file has and when they
-  arrived (16 bytes a pass, written before the batch is delivered), so a viewer can merge a
-  rank's two files in arrival order later. Calling it again for the same (rank, stream) with
-  another path drains the old file first (its last partial line becomes a final line), then
-  follows the new one.
-- ``remove(rank, stream, drain=True)``: stop tailing, delivering what is left first.
-- ``add_filter(stream, needles, path, prefixes=None, *, name="", ranks=None)``: complete lines
-  of ``stream`` that contain any needle (plain, case-sensitive substring, as torch's
-  duplicate filters) are appended, with their rank's prefix, to ``path`` as they arrive, and
-  delivered as ``RankOutput(stream="filtered_stdout" | "filtered_stderr")``. The filtered
-  file gets the display text (sanitised like the console: it is a view for people; the
-  rank's own file keeps every raw byte). ``prefixes`` is a dict or a callable
-  ``rank -> prefix``; missing ranks get ``f"[{name}{rank}]:"``. Calling it again for a
-  stream replaces that stream's filter.
-- A file truncated in place while its rank writes on (logrotate's ``copytruncate``): the
-  lines not yet read are gone; its last partial line is delivered as a final line, then one
-  line ``TRUNCATED_NOTICE`` (it is not in the file; ``first_line`` numbering starts again
-  at 0 after it), then the new content. The NUL bytes a writer without O_APPEND leaves
-  before its next write (it goes on at its old offset) are never delivered as text.
-- ``flush()`` / ``sync()``: read every file to its current end and deliver, on the caller's
-  thread. ``stop()``: idempotent; drains every file, turns partial lines into final lines,
-  closes files.
-
-Wake-ups: inotify (``output.wakeups``) by default, a poll every ``poll_interval`` seconds with
-``use_inotify=False`` or ``RANKVISOR_TAIL_POLL=1`` (for filesystems without change
-notifications, such as NFS written from other hosts). Even with inotify every file is looked
-at every ``sweep_interval`` seconds, so a lost notification delays lines, never loses them.
-
-Threads: the pump thread reads and calls ``sink``. ``add``, ``remove``, ``add_filter``,
-``flush`` and ``stop`` may be called from any thread, including from inside ``sink``; reading
-and delivery happen under one re-entrant lock, so ``sink`` calls never overlap. ``sink`` must
-be quick and must not wait for another thread that calls into the pump.
+Why one thread for every file: a tail per file (torch's ``TailLog``) costs a thread and a
+poll loop per rank and stream; the pump sleeps until inotify says a file changed (a slow
+poll where there is no notification, ``output.wakeups``), reads what changed, and delivers
+at most one batch per (rank, stream) a wake-up, never one call per line, so a UI or a
+console keeps up with thousands of lines a second on one core. Why it writes the arrival
+index: only the pump sees in which order a rank's stdout and stderr lines came; it appends
+that to ``arrival.idx`` (``engine.rundir.arrival``) before it delivers, so a viewer reading
+the files later merges them the same way. The files stay the record: memory is bounded
+(``batch_chars``), a lost notification only delays lines (every file is swept each
+``sweep_interval``), a file truncated in place is told (``TRUNCATED_NOTICE``), and a rank
+restarted into a new attempt is followed after the old file is drained. Where the pump sits
+on a line's way from a rank to a pane: engine/README.md, "A line's journey".
 """
 
 from __future__ import annotations
@@ -72,7 +22,7 @@ import threading
 from typing import Any, Callable, Collection, Final, Iterable, Literal, Sequence
 
 from ..events import RankOutput, Stream
-from ..logfile.arrival import ArrivalWriter
+from ..rundir.arrival import ArrivalWriter
 from .dup_filter import DuplicateFilter
 from .lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
 from .text_batch import Batch, Prefixes, TextBatch
@@ -142,12 +92,29 @@ class _Tail:
 
 
 class OutputPump:
-    """Tail many rank log files from one thread; see the module docstring for the API.
+    """Tail many rank log files from one thread, delivering batches of lines to ``sink``.
+
+    ``sink`` gets a list of ``RankOutput`` (``TextBatch`` with ``text_batches``) per wake-up,
+    at most one per (rank, stream); a wake-up that read more than ``batch_chars`` delivers in
+    several calls. Lines are in the file's order, and within one wake-up a rank's stdout batch
+    comes before its stderr batch (the order the arrival index records). ``lines`` are
+    complete lines (decoded, ``\\r``-collapsed, sanitised, cut at ``max_line_chars`` with a
+    marker), ``partial`` the unterminated line; a batch may carry only a changed ``partial``.
+    A file truncated in place while its rank writes on (logrotate's ``copytruncate``): its
+    last partial line is delivered as final, then ``TRUNCATED_NOTICE`` (not in the file;
+    ``first_line`` starts again at 0), then the new content; NUL bytes a writer without
+    O_APPEND leaves are never delivered as text.
+
+    Threads: the pump thread reads and calls ``sink``; every method may be called from any
+    thread, from inside ``sink`` too (``stop`` excepted). Reading and delivery happen under
+    one re-entrant lock, so ``sink`` calls never overlap; ``sink`` must be quick and must not
+    wait for another thread that calls into the pump.
 
     Args:
         sink: receives one list of batches per wake-up (on the pump thread, or on the
             thread calling ``flush``/``remove``/``stop``).
-        use_inotify: wake on change notifications; False polls every ``poll_interval``.
+        use_inotify: wake on change notifications; False (or ``RANKVISOR_TAIL_POLL=1`` in
+            the environment: NFS written from other hosts) polls every ``poll_interval``.
         poll_interval: seconds between looks at the files when polling.
         max_line_chars: display cap of a line (longer lines are cut with a marker).
         sanitize: neutralise escape sequences but SGR colours (False: pass them raw).
@@ -223,8 +190,13 @@ class OutputPump:
     def add(
         self, rank: int, stream: StdStream, path: str, attempt: int = 0, index: str = ""
     ) -> None:
-        """Tail ``path`` as (rank, stream), noting arrivals in ``index`` if given; see the
-        module docstring."""
+        """Tail ``path`` as (rank, stream) from its start; it need not exist yet.
+
+        With ``index`` (an ``arrival.idx`` path) each read pass that completed lines appends
+        how many lines the file has and when they arrived, before the batch is delivered.
+        Adding the same (rank, stream) with another path (a restarted rank) drains the old
+        file first (its partial line becomes final), then follows the new one.
+        """
         self.add_many(((rank, stream, path, attempt, index),))
 
     def add_many(self, entries: Iterable[tuple[int, StdStream, str, int, str]]) -> None:
@@ -308,8 +280,15 @@ class OutputPump:
         name: str = "",
         ranks: Collection[int] | None = None,
     ) -> None:
-        """Copy lines of ``stream`` that contain a needle to ``path``; see the module
-        docstring. ``ranks`` limits the filter to those ranks (None: all)."""
+        """Copy lines of ``stream`` that contain a needle to ``path``, as torch's duplicate
+        filters do (plain, case-sensitive substrings), and deliver them as
+        ``filtered_stdout`` / ``filtered_stderr`` batches.
+
+        The filtered file gets the display text with the rank's prefix (``prefixes``: a dict
+        or ``rank -> prefix``; else ``[{name}{rank}]:``); the rank's own file keeps every raw
+        byte. ``ranks`` limits the filter to those ranks (None: all). Calling it again for a
+        stream replaces that stream's filter.
+        """
         with self._lock:
             old = self._filters.pop(stream, None)
             if old is not None:

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from ..process.wakeup import Wakeup
 from . import inotify
 
 __all__ = ["InotifyWaker", "PollWaker", "RustNotifyWaker", "Wake", "Waker", "make_waker"]
@@ -51,9 +52,9 @@ class Waker:
 
     def __init__(self, interval: float = 0.25) -> None:
         self._interval = interval
-        self._rd, self._wr = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wakeup = Wakeup()
         self._poller = select.poll()
-        self._poller.register(self._rd, select.POLLIN)
+        self._poller.register(self._wakeup.fd, select.POLLIN)
 
     def watch(self, file_path: str) -> None:
         """Make sure changes to ``file_path`` (existing or not) will wake ``wait``."""
@@ -63,17 +64,13 @@ class Waker:
 
     def poke(self) -> None:
         """Wake ``wait`` now (thread-safe; used by add/remove/stop)."""
-        try:
-            os.write(self._wr, b"!")
-        except (BlockingIOError, OSError):
-            pass  # the pipe is full (a wake-up is pending anyway) or closed
+        self._wakeup.wake()
 
     def _drain_pipe(self) -> None:
         try:
-            while os.read(self._rd, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+            self._wakeup.drain()
+        except OSError:
+            pass  # closed: ``close`` raced a last wait
 
     def wait(self, timeout: float, busy: bool = False) -> Wake:
         """Block until the next look at the files is due (``timeout`` is ignored here:
@@ -85,12 +82,7 @@ class Waker:
 
     def close(self) -> None:
         """Release descriptors (idempotent)."""
-        for fd in (self._rd, self._wr):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._rd = self._wr = -1
+        self._wakeup.close()
 
 
 PollWaker = Waker
@@ -153,7 +145,7 @@ class InotifyWaker(Waker):
         ready = self._poller.poll(None if timeout is None else timeout * 1000)
         if not ready:
             return Wake(None)  # a safety sweep: nothing is lost if an event was
-        poked = any(fd == self._rd for fd, _ in ready)
+        poked = any(fd == self._wakeup.fd for fd, _ in ready)
         if poked:
             self._drain_pipe()
         if self._debounce and not busy:

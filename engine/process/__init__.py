@@ -5,12 +5,9 @@ millisecond), the long-lived spawner thread that forks every rank (so PR_SET_PDE
 the death signal a process asks for itself (a function rank, a browser session's app), the
 exit watcher, the /proc tables used to find a rank's descendants, a cgroup per rank where
 cgroups are writable (``cgroups``), the guard process that kills every rank's tree if
-rankvisor itself is killed, NUMA placement, the bootstrap of a function rank, and
-``signals``: signal names and numbers, and what each does to a process without a handler
-(standard library only, so ``engine.errors``, the CLI and the UI use it too). Imports the
-standard library, psutil and ``engine.errors`` / ``engine.redirects`` / ``engine.pcontext``
-(function ranks only); nothing of the output, log-file or supervisor packages, and never
-textual.
+rankvisor itself is killed, NUMA placement, and the bootstrap of a function rank. Sits
+above the errors, the redirects and the signal names (``engine.names``); the output,
+log-file and supervisor rooms sit above it.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Iterable, Optional, Protocol
 
+from .wakeup import Wakeup
+
 __all__ = ["Watched", "watcher"]
 
 _NO_PIDFD_PERIOD_MS = 10
@@ -50,8 +52,8 @@ class ExitWatcher:
         self._by_fd: dict[int, Watched] = {}
         self._no_fd: list[Watched] = []
         self._epoll = select.epoll()
-        self._rfd, self._wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._epoll.register(self._rfd, select.EPOLLIN)
+        self._wakeup = Wakeup()
+        self._epoll.register(self._wakeup.fd, select.EPOLLIN)
         self._thread: Optional[threading.Thread] = None
 
     def add_many(self, procs: Iterable[Watched]) -> None:
@@ -78,10 +80,7 @@ class ExitWatcher:
                 )
                 self._thread.start()
         if wake:
-            try:
-                os.write(self._wfd, b"x")
-            except BlockingIOError:
-                pass  # the pipe is full, so a wake-up is pending anyway
+            self._wakeup.wake()
 
     def remove(self, proc: Watched) -> None:
         """Stop watching ``proc`` (before its pidfd is closed, so the number can be reused)."""
@@ -119,14 +118,10 @@ class ExitWatcher:
             retry = False
             exited: list[Watched] = []
             with self._lock:
-                ready = [self._by_fd.get(fd) for fd, _ in events if fd != self._rfd]
+                ready = [self._by_fd.get(fd) for fd, _ in events if fd != self._wakeup.fd]
                 no_fd = list(self._no_fd)
-            if any(fd == self._rfd for fd, _ in events):
-                try:
-                    while os.read(self._rfd, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
+            if any(fd == self._wakeup.fd for fd, _ in events):
+                self._wakeup.drain()
             for proc in ready:
                 if proc is None:
                     continue

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Callable
 
+from ..rundir.atomic import atomic_file
 from .parent_death import die_with_parent
 from .py_bootstrap import ENV_POST_MORTEM, post_mortem
 
@@ -59,7 +60,7 @@ class RankSpec:
 
     local_rank: int
     return_file: str
-    """Where the pickled return value goes (written to ``<return_file>.tmp``, then renamed)."""
+    """Where the pickled return value goes (replaced atomically: ``engine.rundir.atomic``)."""
     stdout: str = ""
     """stdout.log path; "" leaves the stream on the console, as torch does."""
     stderr: str = ""
@@ -74,6 +75,10 @@ class RankSpec:
     forkserver, where the fork server is the parent."""
     cpus: frozenset[int] | None = None
     """The CPUs the rank may use (``engine.process.numa.plan``); None leaves its affinity alone."""
+    forget_parent: Callable[[], None] | None = None
+    """Under fork, what undoes the child's copy of the parent's bookkeeping (the started
+    contexts, their signal handlers); given by the context that starts the rank, which owns
+    that bookkeeping. None under spawn and forkserver: the child starts fresh."""
 
 
 def run_rank(spec: RankSpec) -> None:
@@ -87,8 +92,8 @@ def run_rank(spec: RankSpec) -> None:
     """
     die_with_parent(spec.parent_pid)
     _lead_own_session()
-    if spec.payload is None:
-        _forget_parent_state()
+    if spec.forget_parent is not None:
+        spec.forget_parent()
     _redirect_for_life(1, spec.stdout)
     _redirect_for_life(2, spec.stderr)
     os.environ.update(spec.env)
@@ -170,28 +175,8 @@ def _bind_numa(spec: RankSpec) -> None:
 
 def _store_return(path: str, value: object) -> None:
     """Write ``value`` pickled to ``path`` so the parent never sees a partial file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as f:
         pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
-
-
-def _forget_parent_state() -> None:
-    """Under fork, drop what the child copied of the supervisor's own bookkeeping.
-
-    The copy of a started context would otherwise be "closed" by the exit hook when the
-    rank finishes (multiprocessing runs threading's exit hooks in the child), signalling the
-    rank's siblings and deleting their return values; and the supervisor's SIGTERM/SIGINT
-    handlers would turn the rank's own death signal into a ``SignalException``.
-    """
-    from .. import pcontext
-
-    pcontext._open_contexts.clear()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        if signal.getsignal(sig) is pcontext._terminate_process_handler:
-            # What a fresh interpreter has (spawn): KeyboardInterrupt on SIGINT, else die.
-            default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
-            signal.signal(sig, default)
 
 
 def _lead_own_session() -> None:

@@ -3,22 +3,24 @@
 The Supervisor composes the other rooms (rank processes, the output pump, the guard) into one
 run: the rank lifecycle, commands (signal, terminate with escalation, kill, restart one rank
 or all), torch's restart policy and teardown, psutil stats, torch's file-timer watchdog,
-torchrun's per-rank environment, the run's configuration, and the headless front end. Imports
-every other engine package; nothing imports it but ``engine`` (lazily) and the front ends.
+torchrun's per-rank environment, and the run's configuration (with ``ClusterOptions``, the
+multi-node flags it carries). Sits above the process, output, log-file and forensics rooms;
+the front ends that drive it (the headless console, the supervisor process) are in
+``engine.entry``.
 """
 
 from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = ["ConfigError", "Supervisor", "SupervisorConfig", "run_headless"]
+__all__ = ["ClusterOptions", "ConfigError", "Supervisor", "SupervisorConfig"]
 
 __getattr__, __dir__ = face(
     __name__,
     {
+        "ClusterOptions": "cluster_options",
         "ConfigError": "run_config",
         "Supervisor": "core",
         "SupervisorConfig": "run_config",
-        "run_headless": "headless",
     },
 )

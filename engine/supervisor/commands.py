@@ -24,7 +24,9 @@ from ..handle import (
     SignalRanks,
     TerminateRanks,
     command_problem,
+    term_timeout,
 )
+from ..names import refusals as words
 from ..states import RankState
 from .publisher import Publisher
 from .rank_slot import RankSlot
@@ -87,9 +89,9 @@ class CommandHandler:
             check_command(command)
             with self._state.lock:
                 if not self._state.started:
-                    raise Refused("the run has not started")
+                    raise Refused(words.NOT_STARTED)
                 if self._state.closed or self._state.shutting_down:
-                    raise Refused("the run is shutting down")
+                    raise Refused(words.SHUTTING_DOWN)
                 result = self._dispatch(command)
         except Refused as e:
             result = CommandResult(False, str(e))
@@ -119,9 +121,9 @@ class CommandHandler:
                 raise Refused("stack dumps are not available in this run")
             with self._state.lock:
                 if not self._state.started:
-                    raise Refused("the run has not started")
+                    raise Refused(words.NOT_STARTED)
                 if self._state.closed:
-                    raise Refused("the run is over")
+                    raise Refused(words.OVER)
                 # Allowed while shutting down: a rank that hangs in its teardown is the
                 # very one whose stack a person wants.
                 live, note = self._running(self._resolve(cmd.ranks), "dump")
@@ -145,8 +147,8 @@ class CommandHandler:
         unknown = sorted({r for r in ranks if r not in slots})
         if unknown:
             shown = self._state.shown
-            raise Refused(f"no rank {self._state.ranks_text(unknown)} "
-                          f"(ranks are {shown(0)}..{shown(len(slots) - 1)})")
+            raise Refused(words.no_such_rank(map(shown, unknown), shown(0),
+                                             shown(len(slots) - 1)))
         return [slots[r] for r in sorted(set(ranks))]
 
     def _running(self, slots: list[RankSlot], verb: str) -> tuple[list[RankSlot], str]:
@@ -156,11 +158,10 @@ class CommandHandler:
         if not live:
             if len(gone) == 1:
                 s = gone[0]
-                raise Refused(f"rank {self._state.shown(s.rank)} is not running "
-                              f"({s.state.value}): nothing to {verb}")
-            raise Refused(f"no running rank to {verb}")
-        skipped = self._state.ranks_text(s.rank for s in gone)
-        note = f"skipped rank(s) {skipped}: not running" if gone else ""
+                raise Refused(words.not_running(self._state.shown(s.rank), s.state.value, verb))
+            raise Refused(words.no_running_rank(verb))
+        shown = self._state.shown
+        note = words.skipped_not_running(shown(s.rank) for s in gone) if gone else ""
         return live, note
 
     # -- commands (the caller holds the lock; the command was checked) ----------------------
@@ -176,14 +177,13 @@ class CommandHandler:
                 slot.note_signal(sig, stop=False)
                 sent.append(slot.rank)
         if not sent:
-            late = self._state.ranks_text(s.rank for s in live)
-            raise Refused(f"rank(s) {late} exited before the signal")
+            raise Refused(words.exited_before_signal(self._state.shown(s.rank) for s in live))
         self._stopper.record(sent, sig, "signal")
         return CommandResult(True, note)
 
     def _terminate(self, cmd: TerminateRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "terminate")
-        timeout = self._config.term_timeout if cmd.timeout_s is None else float(cmd.timeout_s)
+        timeout = term_timeout(cmd.timeout_s, self._config.term_timeout)
         self._stopper.stop_ranks(live, "terminate", int(cmd.sig), timeout)
         return CommandResult(True, note)
 
@@ -201,9 +201,9 @@ class CommandHandler:
                 "on every node)"
             )
         if self._state.attempt_pending:
-            raise Refused("all ranks are being restarted already")
+            raise Refused(words.ALL_RESTARTING)
         if slot.after_exit == "restart" or slot.state is RankState.RESTARTING:
-            raise Refused(f"rank {self._state.shown(slot.rank)} is already restarting")
+            raise Refused(words.already_restarting(self._state.shown(slot.rank)))
         slot.after_exit = "restart"
         if slot.alive and slot.proc is not None:
             # The monitor starts it again once this incarnation has exited.
@@ -219,7 +219,7 @@ class CommandHandler:
 
     def _restart_all(self) -> CommandResult:
         if self._state.attempt_pending or self._state.restart_requested:
-            raise Refused("all ranks are being restarted already")
+            raise Refused(words.ALL_RESTARTING)
         if self._state.driven:
             # The agent stops the ranks and joins a new round, on every node: a rank of ours
             # stopped before the others are told would look like a failure to them.

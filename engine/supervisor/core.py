@@ -1,59 +1,20 @@
 """The Supervisor: owns one run of N local ranks, publishes what happens, obeys commands.
 
-It composes the engine's parts (everything here is per Supervisor, nothing module-global):
+It composes the rooms below (rank processes, the output pump, the stats sampler, the guard
+process, a cgroup per rank, torch's file-timer watchdog) with its own parts, each a typed
+object that sees only what it needs: ``RunState`` and ``Wakeup`` (state.py), ``Publisher``,
+``Stopper`` (escalations), ``PumpLink``, ``Launcher``, ``CommandHandler``, ``StackCapture``
+and ``Monitor``. Everything is per Supervisor, nothing module-global, so tests and a
+multi-node agent can hold several.
 
-* ``RankProcess`` (engine.process) per rank: own session, pidfd signals, PR_SET_PDEATHSIG;
-* ``OutputPump`` (engine.output.pump): one thread tailing every rank's stdout/stderr file into
-  batched ``RankOutput`` events (every stream always goes to its file: the files are the
-  record, the console and the UI are views of them);
-* ``StatsSampler`` (engine.supervisor.stats): psutil samples as ``RankStats``;
-* ``Guard`` (engine.process.guard): a separate process that kills every rank's tree if we die;
-* ``RunCgroups`` (engine.process.cgroups): a cgroup per rank where cgroups are writable, so
-  that nothing a rank forks escapes its end (``snapshot().tracking`` says which is used);
-* torch's file-timer watchdog and health check (timer_watchdog), only when enabled.
-
-and its own parts, each a typed object that sees only what it needs:
-
-* ``RunState`` and ``Wakeup`` (state.py): the slots, attempt and flags under one lock, and
-  the pipe that wakes the monitor;
-* ``Publisher`` (publisher.py): the sinks, the queue of lifecycle events, notices;
-* ``Stopper`` (stopper.py): stop signals and the SIGTERM -> SIGKILL escalation table;
-* ``PumpLink`` (pump_link.py): the output pump and the queue of calls to it;
-* ``Launcher`` (launcher.py): spawns an attempt or one rank again;
-* ``CommandHandler`` (commands.py): checks and carries out commands;
-* ``StackCapture`` (stack_capture.py): py-spy dumps, asked for or before a SIGKILL;
-* ``Monitor`` (monitor.py): the monitor thread, the restart policy and the end of the run.
-
-Threads:
-
-* *monitor* (``Monitor``): blocks in ``poll()`` on every live rank's pidfd, the wake-up
-  pipe and the nearest escalation deadline. It handles exits (within a millisecond), sends
-  SIGKILL at deadlines, restarts ranks and attempts, applies the restart policy and
-  publishes ``RunFinished``;
-* *pump*, *sampler*, torch's *watchdog*: publish their own events;
-* callers: ``execute`` runs on the caller's thread, checks the command, sends signals at
-  once, records escalations and returns; it never waits for a rank.
-
-Locking: one state lock (``RunState.lock``) guards every slot and flag. Lifecycle events are
-queued under it and delivered in order after it is released, so a sink may call back into
-the Supervisor; sinks run on engine threads and must not block. Pump calls are queued under
-it too and run outside it (see pump_link.py).
-
-Events published: ``RankStateChanged`` (every transition, with pid, exit code, signal,
-ProcessFailure, restart count, attempt, caused_by_us), ``RankOutput`` (batches of lines,
-also ``filtered_*``), ``RankStats`` (one per rank per sample), ``EscalationScheduled`` /
-``EscalationFinished`` (deadline and who was SIGKILLed), ``RankRestarted``,
-``AttemptStarted``, ``TimerExpired`` (torch's watchdog), ``SupervisorNotice`` (refusals
-that deserve a line, SIGKILLs, stuck ranks, teardown) and ``RunFinished`` (RunProcsResult
-keyed by global rank, and the root-cause rank: the earliest failure we did not cause, None
-when every rank that failed was stopped by us). An exit is ``caused_by_us`` only when our
-signal plausibly ended it (``RankSlot.exit_caused_by_us``): a rank that failed on its own
-during a teardown, or before our signal reached it, is a real failure.
-
-Restarted ranks' files: a rank restarted alone writes to ``attempt_<n>/<rank>/restart_<k>/``
-(k = its restart count); its earlier stdout.log, stderr.log and error.json stay where they
-were. Restarting everything starts ``attempt_<n+1>/`` as torch's agent does; earlier
-attempts stay on disk.
+Why one monitor thread blocked in ``poll()`` on every pidfd, the wake-up pipe and the
+nearest escalation deadline: an exit is seen within a millisecond, and a SIGKILL is sent at
+its deadline, with no polling loop. ``execute`` runs on the caller's thread and never waits
+for a rank. Why one state lock with events queued under it and delivered after it is
+released: a sink may call back into the Supervisor without a deadlock, and lifecycle events
+keep their order. An exit is ``caused_by_us`` only when our signal plausibly ended it: a rank
+that failed on its own during a teardown is a real failure. Restarts never delete a file:
+a rank restarted alone writes under ``restart_<k>/``, a new attempt under ``attempt_<n+1>/``.
 """
 
 from __future__ import annotations
@@ -68,7 +29,7 @@ from typing import Union
 
 from ..errors import ProcessFailure
 from ..events import EventSink, RunFinished, TimerExpired
-from ..handle import Command, CommandResult, RunInfo
+from ..handle import Command, CommandResult, RunInfo, term_timeout
 from ..logs_specs import DefaultLogsSpecs
 from ..process import cgroups as _cgroups
 from ..process.guard import Guard
@@ -275,7 +236,7 @@ class Supervisor:
         Blocks up to about ``timeout + kill_wait`` (call it from a worker thread in a UI).
         Idempotent; safe before ``start``.
         """
-        timeout = self.config.term_timeout if timeout_s is None else timeout_s
+        timeout = term_timeout(timeout_s, self.config.term_timeout)
         state = self._state
         with state.lock:
             if state.closed:
@@ -411,7 +372,7 @@ class Supervisor:
 
     def stop_round(self, timeout_s: float | None = None) -> RunFinished | None:
         """Terminate every live rank (with escalation) and wait for the round to end."""
-        timeout = self.config.term_timeout if timeout_s is None else timeout_s
+        timeout = term_timeout(timeout_s, self.config.term_timeout)
         state = self._state
         with state.lock:
             if state.started and not state.closed:

@@ -34,10 +34,10 @@ from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..logfile.tail import last_lines
+from ..names.signals import signal_name
 from ..process.guard import Guard
 from ..process.py_bootstrap import read_hold
 from ..process.rank_process import RankProcess
-from ..process.signals import signal_name
 from ..result import RunProcsResult
 from ..states import final_state_for
 from .launcher import Launcher

@@ -2,7 +2,7 @@
 
 Every rank's stdout and stderr always go to files; the pump tails them into batched
 ``RankOutput`` events, delivered on the pump's thread straight to the sinks, and notes in
-each rank's ``arrival.idx`` (``engine.logfile.arrival``) the order their lines arrived in.
+each rank's ``arrival.idx`` (``engine.rundir.arrival``) the order their lines arrived in.
 
 Pump calls are queued under the state lock and run by ``run_ops`` outside it: the pump
 calls our sink while holding its own lock, and a sink may call back into the Supervisor, so
@@ -20,10 +20,10 @@ from functools import partial
 
 from ..events import Event, RankOutput
 from ..forensics.activity import OutputActivity
-from ..logfile.arrival import arrival_path
 from ..logs_specs import LogsDest
 from ..output.pump import OutputPump, StdStream
 from ..output.text_batch import Batch
+from ..rundir.arrival import arrival_path
 from .rank_slot import RankSlot
 from .run_config import SupervisorConfig
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ..events import RankStateChanged
 from ..handle import RankInfo
-from ..process.signals import exit_signal_name
+from ..names.signals import exit_signal_name
 from ..states import RankState, can_move
 
 if TYPE_CHECKING:

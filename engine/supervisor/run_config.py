@@ -19,11 +19,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
-from ..cluster.options import ClusterOptions
-from ..process.signals import check_stop_signal
+from ..handle import DEFAULT_TERM_TIMEOUT_S
+from ..names.signals import check_stop_signal
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use
 from .debug_options import DebugOptions
+from .cluster_options import ClusterOptions
 
 __all__ = [
     "MAX_RANKS_PER_NODE",
@@ -139,7 +140,7 @@ class SupervisorConfig:
     stdout_filters: tuple[str, ...] = ()
     stderr_filters: tuple[str, ...] = ()
     log_line_prefix_template: str | None = None
-    term_timeout: float = 30.0
+    term_timeout: float = DEFAULT_TERM_TIMEOUT_S
     max_restarts: int = 0
     teardown_on_failure: bool = True
     master_addr: str = "127.0.0.1"

@@ -2,14 +2,13 @@
 
 ``RunState`` holds the slots, the attempt and the flags that decide what happens next; every
 part (commands, monitor, launcher, stopper) reads and changes it only while holding
-``RunState.lock``. ``Wakeup`` is the pipe the monitor thread polls besides the ranks'
-pidfds: anything that changes what the monitor must do (a command, a spawn, a handled
-signal, ``shutdown``) writes one byte to it.
+``RunState.lock``. ``Wakeup`` (``engine.process.wakeup``) is the pipe the monitor thread
+polls besides the ranks' pidfds: anything that changes what the monitor must do (a command,
+a spawn, a handled signal, ``shutdown``) wakes it.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterable
 
@@ -18,6 +17,7 @@ from ..forensics.activity import OutputActivity
 from ..forensics.pauses import PauseLog
 from ..forensics.suspect import SignalRecord
 from ..logs_specs import LogsDest
+from ..process.wakeup import Wakeup
 from .rank_slot import RankSlot
 
 __all__ = ["RunState", "Wakeup"]
@@ -111,37 +111,3 @@ class RunState:
         """Something starts again: the run is no longer finished (``wait`` blocks again)."""
         self.finished = None
         self.finished_event.clear()
-
-
-class Wakeup:
-    """A non-blocking self-pipe that wakes the monitor thread's ``poll()``."""
-
-    def __init__(self) -> None:
-        self.fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        """The end to poll for reading."""
-
-    def wake(self) -> None:
-        """Make the next (or current) ``poll()`` return; safe from a signal handler."""
-        try:
-            os.write(self._write_fd, b"!")
-        except OSError:
-            pass  # full (a wake-up is pending anyway) or closed (we are done)
-
-    def drain(self) -> None:
-        """Read every pending byte.
-
-        Raises:
-            OSError: the pipe was closed (``shutdown`` is over).
-        """
-        try:
-            while os.read(self.fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-    def close(self) -> None:
-        for fd in (self.fd, self._write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass

@@ -232,11 +232,6 @@ class StatsSampler:
         with self._lock:
             self._tracked.pop(rank, None)
 
-    def tracked(self) -> tuple[int, ...]:
-        """Ranks currently sampled."""
-        with self._lock:
-            return tuple(sorted(self._tracked))
-
     def start(self) -> None:
         """Start the sampling thread (idempotent)."""
         if self._thread is not None:

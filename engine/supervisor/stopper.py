@@ -18,9 +18,10 @@ from typing import Literal
 
 from ..events import EscalationFinished, EscalationScheduled, RanksSignalled
 from ..forensics.suspect import SignalRecord
+from ..names import refusals as words
+from ..names.signals import signal_name
 from ..process.proc_table import is_stopped
 from ..process.rank_process import send_signal_all
-from ..process.signals import signal_name
 from ..states import RankState
 from .escalation import EscalationTable
 from .publisher import Publisher
@@ -206,12 +207,9 @@ class Stopper:
                 if killed:
                     self.record(killed, signal.SIGKILL, "escalation")
                 if ranks:
-                    self._events.notice(
-                        f"rank(s) {self._state.ranks_text(ranks)} outlived the "
-                        f"{esc.timeout_s:g} s deadline after {_name_or_number(esc.sig)}: "
-                        "sent SIGKILL",
-                        "warning",
-                    )
+                    shown = map(self._state.shown, ranks)
+                    self._events.notice(words.outlived_deadline(
+                        shown, esc.timeout_s, _name_or_number(esc.sig)), "warning")
             except Exception:  # noqa: BLE001 - the next escalation's SIGKILL must still go
                 log.exception("escalation of rank(s) %s failed", self._state.ranks_text(ranks))
         for esc in self._escalations.overdue(now):

@@ -70,9 +70,9 @@ def _window(seconds: float, extra_pids: Callable[[], list[int]] = list,
 
 
 def _supervisor(nprocs: int, args: tuple[str, ...], entry: str = PY, **kw: Any) -> Any:
+    from rankvisor.engine.entry.headless import _HeadlessPrinter
     from rankvisor.engine.std import Std
     from rankvisor.engine.supervisor import Supervisor
-    from rankvisor.engine.supervisor.headless import _HeadlessPrinter
     from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
     cfg = SupervisorConfig(entrypoint=entry, args=args, nprocs=nprocs, tee=Std.ALL,

@@ -7,7 +7,7 @@ Two ways to run the same app over the same ranks, one after the other in one inv
 
 - ``inprocess``: the Supervisor (engine) in the app's process, as ``--foreground`` runs it;
 - ``attached``: the Supervisor in a supervisor process of its own
-  (``engine.control.spawn.start_supervisor``), the app a client through ``RemoteHandle``
+  (``engine.entry.spawn.start_supervisor``), the app a client through ``RemoteHandle``
   over the control socket, as a plain ``rankvisor run`` does.
 
 N ranks of ``tests/bench/tui_writer.py`` each write timestamped numbered lines at the given
@@ -61,8 +61,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from rankvisor.engine.control.client import RemoteHandle  # noqa: E402
-from rankvisor.engine.control.daemon import Request  # noqa: E402
-from rankvisor.engine.control.spawn import start_supervisor  # noqa: E402
+from rankvisor.engine.entry.daemon import Request  # noqa: E402
+from rankvisor.engine.entry.spawn import start_supervisor  # noqa: E402
 from rankvisor.engine.states import RankState  # noqa: E402
 from rankvisor.engine.supervisor import Supervisor  # noqa: E402
 from rankvisor.engine.supervisor.run_config import SupervisorConfig  # noqa: E402

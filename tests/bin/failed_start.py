@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rankvisor.engine.supervisor.headless import run_headless  # noqa: E402
+from rankvisor.engine.entry.headless import run_headless  # noqa: E402
 from rankvisor.engine.supervisor.run_config import SupervisorConfig  # noqa: E402
 
 mode, log_dir, mark = sys.argv[1:4]

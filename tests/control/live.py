@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rankvisor.engine.control.daemon import Request
-from rankvisor.engine.control.spawn import Started, start_supervisor
 from rankvisor.engine.control.status import read_status
+from rankvisor.engine.entry.daemon import Request
+from rankvisor.engine.entry.spawn import Started, start_supervisor
 from rankvisor.engine.process.guard import starttime
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
 

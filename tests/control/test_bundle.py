@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rankvisor.engine.control.status import process_start_time, read_status, write_status
-from rankvisor.engine.forensics.bundle import make_bundle
+from rankvisor.engine.entry.bundle import make_bundle
 from rankvisor.engine.forensics.environ import REDACTED, is_secret
 
 from tests.conftest import BIN, PYTHON

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 from rankvisor.engine.control.client import RemoteHandle
 from rankvisor.engine.control.replay import RecordedRun
-from rankvisor.engine.control.spawn import Started
+from rankvisor.engine.entry.spawn import Started
 from rankvisor.engine.events import Event, RunFinished
 from rankvisor.engine.handle import CommandResult, RestartRank, SignalRanks
 from rankvisor.engine.states import RankState
@@ -300,7 +300,7 @@ def test_a_finished_run_replays_from_its_record_as_it_was_watched_live(
 def test_preload_imports_every_module_of_the_engine() -> None:
     code = (
         "import json, sys\n"
-        "from rankvisor.engine.control.daemon import preload\n"
+        "from rankvisor.engine.entry.daemon import preload\n"
         "preload()\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rankvisor.engine'))))\n"
     )
@@ -308,12 +308,13 @@ def test_preload_imports_every_module_of_the_engine() -> None:
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=120)
     loaded = set(json.loads(out.stdout))
     files = {
-        "rankvisor." + ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        "rankvisor." + ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(
+            ".__init__")
         for p in (ROOT / "engine").rglob("*.py")
     }
     # The multi-node modules import torch: a multi-node run's supervisor imports them at its
     # start (``_main_cluster``), before its ranks run; a one-node run never needs them.
-    files = {m for m in files if not m.endswith("__main__")
+    files = {m for m in files if not m.endswith(("__main__", ".cluster_run"))
              and not m.startswith("rankvisor.engine.cluster.")}
     assert files - loaded == set()
 
@@ -329,8 +330,8 @@ def test_a_supervisor_goes_on_after_its_package_files_are_removed(
     config = daemons.config(nprocs=2, pid_dir=pid_dir, term_timeout=1.0)
     starter = (
         "import json, pickle, sys\n"
-        "from rankvisor.engine.control.daemon import Request\n"
-        "from rankvisor.engine.control.spawn import start_supervisor\n"
+        "from rankvisor.engine.entry.daemon import Request\n"
+        "from rankvisor.engine.entry.spawn import start_supervisor\n"
         "s = start_supervisor(Request(pickle.loads(sys.stdin.buffer.read()),"
         " expect_viewer=False))\n"
         "print(json.dumps([s.pid, s.socket, s.run_dir, s.run_id]))\n"

@@ -10,9 +10,9 @@ import struct
 from pathlib import Path
 
 from rankvisor.engine.events import RankOutput
-from rankvisor.engine.logfile.arrival import MAGIC, MergedOrder, arrival_path, read_records
 from rankvisor.engine.logfile.merged import MergedSource
 from rankvisor.engine.output.pump import OutputPump
+from rankvisor.engine.rundir.arrival import MAGIC, MergedOrder, arrival_path, read_records
 
 
 def _paths(tmp_path: Path, rank: int = 0) -> tuple[str, str, str]:

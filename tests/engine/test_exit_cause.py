@@ -313,7 +313,7 @@ def test_faulthandler_block_stops_at_the_programs_own_output() -> None:
 
 
 def test_the_headless_report_says_a_cause_its_exit_code_does_not(run: Any) -> None:
-    from rankvisor.engine.supervisor.headless import format_report, report_forensics
+    from rankvisor.engine.entry.headless import format_report, report_forensics
 
     sup, events = run(1, "sigbus")
     cause = _ended(sup, events)
@@ -329,10 +329,10 @@ def test_the_headless_report_says_a_cause_its_exit_code_does_not(run: Any) -> No
 
 
 def test_the_headless_report_names_the_newest_stack_dumps() -> None:
+    from rankvisor.engine.entry.headless import REPORTED_DUMPS, format_report
     from rankvisor.engine.errors import ProcessFailure
     from rankvisor.engine.events import RunFinished
     from rankvisor.engine.result import RunProcsResult
-    from rankvisor.engine.supervisor.headless import REPORTED_DUMPS, format_report
 
     failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file="")
     finished = RunFinished(RunProcsResult(failures={0: failure}), 0, 0)

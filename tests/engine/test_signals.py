@@ -1,4 +1,4 @@
-"""engine.process.signals: one name for every valid signal, and text a person wrote."""
+"""engine.names.signals: one name for every valid signal, and text a person wrote."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import signal
 
 import pytest
 from rankvisor.engine.errors import ProcessFailure
-from rankvisor.engine.process.signals import (
+from rankvisor.engine.names.signals import (
     check_signal,
     default_action,
     exit_signal_name,

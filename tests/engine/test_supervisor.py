@@ -182,8 +182,8 @@ def test_attempt_started_and_env(supervise: Factory) -> None:
 
 
 def test_when_rankvisor_stopped_every_rank_nobody_is_the_root_cause(supervise: Factory) -> None:
+    from rankvisor.engine.entry.headless import format_report
     from rankvisor.engine.errors import ChildFailedError
-    from rankvisor.engine.supervisor.headless import format_report
 
     run = supervise(3)
     for r in range(3):

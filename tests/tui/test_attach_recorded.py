@@ -8,9 +8,9 @@ commands with the reason, as a person attaching the morning after would see it.
 from __future__ import annotations
 
 import pytest
-from rankvisor.engine.control.daemon import Request
 from rankvisor.engine.control.replay import RecordedRun
-from rankvisor.engine.control.spawn import start_supervisor
+from rankvisor.engine.entry.daemon import Request
+from rankvisor.engine.entry.spawn import start_supervisor
 from rankvisor.engine.handle import TerminateRanks
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor.run_config import SupervisorConfig

@@ -21,7 +21,7 @@ __all__ = ["bundle", "stack"]
 
 @on_a_run
 def bundle(sub: Subcommand, argv: list[str]) -> int:
-    from ...engine.forensics.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
+    from ...engine.entry.bundle import DEFAULT_MAX_FILE_BYTES, make_bundle
 
     p = sub.parser()
     p.add_argument("run", nargs="?", metavar="RUN",

@@ -50,7 +50,7 @@ def _launch(job: Job) -> int:
     ``--foreground`` keeps the supervisor inside the TUI's process; ``--detach`` starts the
     supervisor process and returns.
     """
-    from ...engine.supervisor.headless import run_headless, run_interactive
+    from ...engine.entry.headless import run_headless, run_interactive
 
     if job.detach:
         return _start_detached(job)
@@ -67,7 +67,7 @@ def _launch(job: Job) -> int:
                 return run_interactive(job.config, runner.run_tui, on_failure=job.on_failure)
             return _run_attached(job, runner.run_viewer)
     if job.config.cluster is not None:
-        from ...engine.cluster.run import run_cluster
+        from ...engine.entry.cluster_run import run_cluster
 
         status, _sup, host = run_cluster(job.config, on_failure=job.on_failure)
         if host is not None:
@@ -77,8 +77,8 @@ def _launch(job: Job) -> int:
 
 
 def _start_detached(job: Job) -> int:
-    from ...engine.control.daemon import Request
-    from ...engine.control.spawn import SpawnError, start_supervisor
+    from ...engine.entry.daemon import Request
+    from ...engine.entry.spawn import SpawnError, start_supervisor
 
     try:
         started = start_supervisor(
@@ -94,7 +94,7 @@ def _start_detached(job: Job) -> int:
 
 def _ready_timeout(job: Job) -> float:
     """A multi-node run's ranks start after the rendezvous, which may take its join_timeout."""
-    from ...engine.control.spawn import READY_TIMEOUT_S
+    from ...engine.entry.spawn import READY_TIMEOUT_S
 
     cluster = job.config.cluster
     return READY_TIMEOUT_S + (cluster.join_timeout_s if cluster is not None else 0.0)
@@ -102,8 +102,8 @@ def _ready_timeout(job: Job) -> float:
 
 def _run_attached(job: Job, run_viewer: Any) -> int:
     from ...engine.control.client import RemoteHandle
-    from ...engine.control.daemon import Request
-    from ...engine.control.spawn import SpawnError, start_supervisor
+    from ...engine.entry.daemon import Request
+    from ...engine.entry.spawn import SpawnError, start_supervisor
 
     try:
         started = start_supervisor(Request(job.config, on_failure=job.on_failure),

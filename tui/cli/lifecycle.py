@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...engine.control import registry
 from ...engine.control.status import FILENAME
-from ...engine.process.signals import parse_signal
+from ...engine.names.signals import parse_signal
 from .command import EXIT_STALE, Subcommand, on_a_run, say, stale_line
 from .ranks import all_ranks, check_ranks, local_ranks, ranks_arg, same_round, targets, world
 from .supervisor_call import connect_and_run

@@ -18,10 +18,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from ...engine.cluster.options import ClusterOptions, parse_nnodes, parse_rdzv_conf
 from ...engine.forensics.progress import check_regex
-from ...engine.process.signals import check_stop_signal, parse_signal
+from ...engine.handle import DEFAULT_TERM_TIMEOUT_S
+from ...engine.names.signals import check_stop_signal, parse_signal
 from ...engine.std import Std
+from ...engine.supervisor.cluster_options import ClusterOptions, parse_nnodes, parse_rdzv_conf
 from ...engine.supervisor.run_config import (
     ConfigError,
     SupervisorConfig,
@@ -71,7 +72,8 @@ def _env_default(dest: str, default: str | None) -> str | None:
     return os.environ.get(f"PET_{dest.upper()}", default)
 
 
-def _add_logging_flags(p: argparse.ArgumentParser, *, term_timeout_default: float = 30) -> None:
+def _add_logging_flags(p: argparse.ArgumentParser, *,
+                       term_timeout_default: float = DEFAULT_TERM_TIMEOUT_S) -> None:
     p.add_argument("--log-dir", "--log_dir", dest="log_dir", default=_env_default("log_dir", None),
                    help="base directory of the run's logs (default: a new temp dir)")
     p.add_argument("-r", "--redirects", default=_env_default("redirects", "0"),
@@ -334,7 +336,7 @@ def _term_timeout(args: argparse.Namespace) -> float:
     """``--term-timeout``, else the env, else the default (range checked by validate)."""
     if args.term_timeout is not None:
         return float(args.term_timeout)
-    default = getattr(args, "term_timeout_default", 30.0)
+    default = getattr(args, "term_timeout_default", DEFAULT_TERM_TIMEOUT_S)
     text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     if text is None:
         return float(default)

@@ -264,7 +264,7 @@ def _session(argv: list[str]) -> int:
         # A viewer: closing the tab (textual-serve's "quit") ends this process only; the
         # run goes on in its supervisor process.
         return attach_main(argv[1:], need_terminal=False)
-    from ...engine.supervisor.headless import run_interactive
+    from ...engine.entry.headless import run_interactive
     from ...engine.supervisor.run_config import ConfigError
     from .run_args import parse_job
 

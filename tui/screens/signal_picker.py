@@ -19,7 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ...engine.process.signals import DefaultAction, default_action, parse_signal, signal_name
+from ...engine.names.signals import DefaultAction, default_action, parse_signal, signal_name
 
 __all__ = ["EFFECTS", "SIGNALS", "SignalPicker", "effect_words"]
 

@@ -56,8 +56,8 @@ class LogSource(Searchable, Protocol):
 
 def open_merged(stdout_path: str, stderr_path: str) -> LogSource:
     """Both logs of a rank as one, in arrival order (from the index beside them)."""
-    from ...engine.logfile.arrival import arrival_path
     from ...engine.logfile.merged import MergedSource
+    from ...engine.rundir.arrival import arrival_path
 
     return MergedSource(stdout_path, stderr_path, arrival_path(stdout_path, stderr_path))
 

@@ -21,19 +21,19 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..cluster.agent import RankvisorAgent, make_spec
+from ..cluster.board import StatusBoard
 from ..events import RunFinished
 from ..result import RunProcsResult
 from ..supervisor.core import Supervisor
-from ..supervisor.headless import (
+from ..supervisor.run_config import SupervisorConfig
+from .headless import (
     _entry_name,
     _HeadlessPrinter,
     exit_status,
     format_report,
     report_forensics,
 )
-from ..supervisor.run_config import SupervisorConfig
-from .agent import RankvisorAgent, make_spec
-from .board import StatusBoard
 
 if TYPE_CHECKING:
     from ..control.host import RunHost

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..control.status import current_attempt, effective_state, read_status
-from .environ import ENV_FILE, read_proc_environ, read_rank_env
+from ..forensics.environ import ENV_FILE, read_proc_environ, read_rank_env
+from ..rundir.atomic import atomic_file
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "Bundle", "default_bundle_path", "make_bundle"]
 
@@ -176,82 +177,73 @@ def make_bundle(
                 if not os.path.islink(full):
                     sources.append(os.path.relpath(full, run_dir))
 
-    tmp = out_path + ".part"
-    try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            now = time.time()
+    with atomic_file(out_path) as out, tarfile.open(fileobj=out, mode="w:gz") as tar:
+        now = time.time()
 
-            def add(name: str, data: bytes) -> None:
-                info = tarfile.TarInfo(f"{top}/{name}")
-                info.size = len(data)
-                info.mtime = int(now)
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(data))
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            info.mtime = int(now)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
 
-            for rel in sources:
-                full = os.path.join(run_dir, rel)
-                if rel.endswith(_SKIP) or os.path.abspath(full) in (out_abs, os.path.abspath(tmp)):
-                    continue
-                try:
-                    data, size = _read_capped(full, max_file_bytes,
-                                              keep_first_line=rel == "events.ndjson")
-                except OSError:
-                    continue  # removed meanwhile (a running run), or unreadable: left out
-                add(rel, data)
-                bundle.files.append({"name": rel, "size": size, "included": len(data),
-                                     "truncated": len(data) < size})
+        for rel in sources:
+            full = os.path.join(run_dir, rel)
+            if rel.endswith(_SKIP) or os.path.abspath(full) == out_abs:
+                continue
+            try:
+                data, size = _read_capped(full, max_file_bytes,
+                                          keep_first_line=rel == "events.ndjson")
+            except OSError:
+                continue  # removed meanwhile (a running run), or unreadable: left out
+            add(rel, data)
+            bundle.files.append({"name": rel, "size": size, "included": len(data),
+                                 "truncated": len(data) < size})
 
-            ranks = status.get("ranks") if status else None
-            ranks = [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
-            attempt_dir = os.path.join(run_dir, f"attempt_{attempt}")
-            if not ranks and attempt is not None:
-                try:
-                    numbers = sorted(int(n) for n in os.listdir(attempt_dir) if n.isdigit())
-                except OSError:
-                    numbers = []
-                ranks = [{"rank": n} for n in numbers]
-            for r in ranks:
-                rank = r.get("rank")
-                if not isinstance(rank, int):
-                    continue
-                env, source = _environment(attempt_dir, rank, r, live)
-                bundle.environments[rank] = source
-                if env is not None:
-                    add(f"env/rank{rank}.json", (json.dumps(
-                        {"rank": rank, "source": source, "env": env}, indent=1) + "\n").encode())
+        ranks = status.get("ranks") if status else None
+        ranks = [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+        attempt_dir = os.path.join(run_dir, f"attempt_{attempt}")
+        if not ranks and attempt is not None:
+            try:
+                numbers = sorted(int(n) for n in os.listdir(attempt_dir) if n.isdigit())
+            except OSError:
+                numbers = []
+            ranks = [{"rank": n} for n in numbers]
+        for r in ranks:
+            rank = r.get("rank")
+            if not isinstance(rank, int):
+                continue
+            env, source = _environment(attempt_dir, rank, r, live)
+            bundle.environments[rank] = source
+            if env is not None:
+                add(f"env/rank{rank}.json", (json.dumps(
+                    {"rank": rank, "source": source, "env": env}, indent=1) + "\n").encode())
 
-            run = _run_info(run_dir)
-            manifest = {
-                "created": now,
-                "run_dir": run_dir,
-                "run_id": (status or {}).get("run_id") or run.get("run_id"),
-                "attempt": attempt,
-                "state": effective_state(status) if status else None,
-                "command": run.get("command"),
-                "nprocs": run.get("nprocs"),
-                "versions": {
-                    "rankvisor": _version("rankvisor"),
-                    "torch": _version("torch"),
-                    "python": sys.version.split()[0],
-                },
-                "machine": {
-                    "system": platform.system(),
-                    "release": platform.release(),
-                    "machine": platform.machine(),
-                    "cpus": os.cpu_count(),
-                },
-                "max_file_bytes": max_file_bytes,
-                "files": bundle.files,
-                "environments": {str(k): v for k, v in sorted(bundle.environments.items())},
-                "redacted": "environment variables whose names contain TOKEN, KEY, SECRET, "
-                            "PASSWORD or CREDENTIAL (any case)",
-            }
-            add("manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.replace(tmp, out_path)
+        run = _run_info(run_dir)
+        manifest = {
+            "created": now,
+            "run_dir": run_dir,
+            "run_id": (status or {}).get("run_id") or run.get("run_id"),
+            "attempt": attempt,
+            "state": effective_state(status) if status else None,
+            "command": run.get("command"),
+            "nprocs": run.get("nprocs"),
+            "versions": {
+                "rankvisor": _version("rankvisor"),
+                "torch": _version("torch"),
+                "python": sys.version.split()[0],
+            },
+            "machine": {
+                "system": platform.system(),
+                "release": platform.release(),
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+            },
+            "max_file_bytes": max_file_bytes,
+            "files": bundle.files,
+            "environments": {str(k): v for k, v in sorted(bundle.environments.items())},
+            "redacted": "environment variables whose names contain TOKEN, KEY, SECRET, "
+                        "PASSWORD or CREDENTIAL (any case)",
+        }
+        add("manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     return bundle

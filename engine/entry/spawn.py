@@ -1,6 +1,6 @@
 """Start a run's supervisor process and wait until its socket answers.
 
-The supervisor (``engine.control.daemon``) gets a session of its own (no controlling
+The supervisor (``engine.entry.daemon``) gets a session of its own (no controlling
 terminal: a hang-up of ours never reaches it), stdin from /dev/null, and the request over a
 pipe. It is started with ``python -c`` with the working directory taken off ``sys.path``:
 nothing of the user's project is imported into the supervisor.
@@ -47,7 +47,7 @@ def _bootstrap() -> str:
     # user's (a ``rankvisor.py`` of theirs) is imported in place of ours.
     return (
         "import sys; sys.path[:1] = [] if sys.path[:1] == [''] else sys.path[:1]; "
-        "from rankvisor.engine.control.daemon import _entry; _entry()"
+        "from rankvisor.engine.entry.daemon import _entry; _entry()"
     )
 
 

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..events import Event, RankOutput, RunFinished, SupervisorNotice
 from ..logfile.tail import last_lines
+from ..names.signals import signal_name
 from ..output.sanitize import sanitize
-from ..process.signals import signal_name
-from .core import Supervisor
-from .run_config import SupervisorConfig
+from ..supervisor.core import Supervisor
+from ..supervisor.run_config import SupervisorConfig
 
 if TYPE_CHECKING:
     from ..control.host import RunHost

@@ -1,6 +1,6 @@
 """The supervisor process: one run, in a session of its own, reachable over its socket.
 
-``engine.control.spawn`` starts it (``python -c`` calling ``main`` with two pipe fds). It
+``engine.entry.spawn`` starts it (``python -c`` calling ``main`` with two pipe fds). It
 has no terminal: its stdin is /dev/null and, once the run's directory exists, its stdout and
 stderr go to ``supervisor.log`` there. It
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..control.host import RunHost
     from ..supervisor.core import Supervisor
     from ..supervisor.run_config import SupervisorConfig
-    from .host import RunHost
 
 __all__ = ["LOG_FILE", "Request", "main", "preload"]
 
@@ -68,8 +68,9 @@ def preload() -> int:
     count = 0
     for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         name = module.name
-        if name.endswith("__main__") or ".daemon" in name or ".engine.cluster." in name:
-            continue  # the multi-node room imports torch: loaded by a multi-node run only
+        if (name.endswith(("__main__", ".daemon", ".cluster_run"))
+                or ".engine.cluster." in name):
+            continue  # the multi-node modules import torch: loaded by a multi-node run only
         try:
             importlib.import_module(name)
             count += 1
@@ -121,9 +122,9 @@ def _log_to(run_dir: str) -> None:
 def main(request_fd: int, ready_fd: int) -> int:
     """Run one request to its end; the process's exit status."""
     preload()
+    from ..control.host import RunHost
     from ..supervisor.core import Supervisor
-    from ..supervisor.headless import exit_status
-    from .host import RunHost
+    from .headless import exit_status
 
     try:
         request = _read_request(request_fd)
@@ -179,7 +180,7 @@ def _main_cluster(request: Request, ready_fd: int) -> int:
     The launcher hears from us once the first round's ranks run (after the rendezvous);
     a rendezvous that fails is told to it as the run's error.
     """
-    from ..cluster.run import run_cluster
+    from .cluster_run import run_cluster
 
     told = [False]
 

@@ -1,0 +1,55 @@
+"""Replacing a file so that a reader, or a crash at any moment, sees the old one or the new one.
+
+Every file the engine rewrites for others to read (status.json, a registry entry, error.json,
+a function rank's return value, a bundle) goes through here, with one policy: the bytes go
+to a temporary file in the same directory (a rename is atomic only within one file system),
+are flushed to disk (``fsync``: a machine that loses power keeps the old file or the new one,
+not an empty one), then renamed over the target; on any failure the temporary file is
+removed, so nothing is left behind but the old file. The temporary name starts with a dot
+and is unique to the writer (pid and random bytes), so two writers never share one.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import BinaryIO
+
+__all__ = ["atomic_file", "write_atomic"]
+
+
+@contextmanager
+def atomic_file(path: str, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A binary file to write; on leaving the block without an error it replaces ``path``.
+
+    Args:
+        path: the file to replace (or create).
+        mode: its permission bits, before the umask (``0o666`` gives what ``open(path, "w")``
+            gives, as torch's error.json has).
+
+    Raises:
+        OSError: the directory is missing or not writable; the temporary file is removed.
+    """
+    directory, base = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` (see ``atomic_file``)."""
+    with atomic_file(path, mode) as f:
+        f.write(data)
