@@ -260,7 +260,8 @@ class StackDump:
                 flags = ", ".join(x for x in ("main" if t.main else "",
                                              "active" if t.active else "idle",
                                              "holds the GIL" if t.owns_gil else "") if x)
-                head.append(f'Thread {t.thread_id} ({flags}): "{t.name}"')
+                named = f': "{t.name}"' if t.name else ""
+                head.append(f"Thread {t.thread_id} ({flags}){named}")
                 head += [f"    {f.label()}" for f in t.frames]
         return "\n".join(head) + "\n"
 
@@ -489,7 +490,10 @@ def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
         if not isinstance(t, dict):
             continue
         tid = int(t.get("os_thread_id") or t.get("thread_id") or 0)
-        name = str(t.get("thread_name") or "")
+        # py-spy reads names from the ``threading`` module's table of threads; a process that
+        # never imported ``threading`` (a script run from a venv, whose site runs no .pth file
+        # that imports it) has none. The thread whose id is the pid is the main thread.
+        name = str(t.get("thread_name") or ("MainThread" if tid == pid else ""))
         out.append(ThreadStack(
             thread_id=tid,
             name=name,

@@ -46,11 +46,12 @@ WAITER = str(BIN / "stack_waiter.py")
 class Job:
     """A Supervisor over stack_waiter.py, its events, and when each arrived (monotonic)."""
 
-    def __init__(self, tmp_path: Path, nprocs: int, *extra: str, **config: Any) -> None:
+    def __init__(self, tmp_path: Path, nprocs: int, *extra: str,
+                 flags: tuple[str, ...] = ("-u",), **config: Any) -> None:
         self.ready = tmp_path / "ready"
         self.ready.mkdir()
         self.sup = Supervisor(SupervisorConfig(
-            entrypoint=PYTHON, args=("-u", WAITER, str(self.ready), *extra), nprocs=nprocs,
+            entrypoint=PYTHON, args=(*flags, WAITER, str(self.ready), *extra), nprocs=nprocs,
             log_dir=str(tmp_path / "logs"), sample_interval=0, **config,
         ))
         self.events: list[tuple[float, Any]] = []
@@ -145,6 +146,23 @@ def test_three_ranks_merged_the_odd_one_first_and_saved(job: Any) -> None:
     alone = StackDump.from_dict(j.sup.execute(DumpStacks((2,), nonblocking=True)).data or {})
     assert [g.ranks for g in alone.groups] == [(2,)] and alone.nonblocking
     assert len(list_dumps(j.run_dir)) == 3
+
+
+def test_the_main_thread_is_named_where_nothing_imported_threading(job: Any) -> None:
+    """py-spy names threads from the ``threading`` module; a rank run from a venv often never
+    imports it (``-S`` here: no site, so no .pth imports it, whichever Python runs the tests)
+    and py-spy gives no name. The thread whose id is the pid is named the main thread."""
+    j = job(2, flags=("-u", "-S"))
+    j.wait_ready(2)
+    result = j.sup.execute(DumpStacks())
+    assert result.ok, result.message
+    dump = StackDump.from_dict(result.data or {})
+    for rank in dump.ranks:
+        (thread,) = rank.threads
+        assert (thread.name, thread.main, thread.thread_id) == ("MainThread", True, rank.pid)
+    assert {g.ranks: g.frames[0].name for g in dump.groups} == {
+        (0,): "wait_in_collective", (1,): "stuck_in_data_loader"}
+    assert Path(dump.path).read_text().count('(main, idle): "MainThread"') == 2
 
 
 def test_a_rank_behind_a_shell_is_read_through_its_python_child(tmp_path: Path) -> None:
