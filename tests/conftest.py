@@ -15,6 +15,11 @@ BIN = Path(__file__).parent / "bin"
 
 PYTHON = sys.executable
 
+GLOO_JOBS = pytest.mark.xdist_group("gloo-jobs")
+"""Tests whose torch.distributed jobs judge time (a rank's silence against its peers', an
+agent's restart) run one after another on one worker (pyproject: ``--dist loadgroup``): two
+such jobs at once on two cores starve each other's ranks, and the silence looks like none."""
+
 collect_ignore = ["bench"]
 """Benchmarks print figures; they are run by hand, never collected as tests."""
 

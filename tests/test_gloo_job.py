@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN
+from tests.conftest import BIN, GLOO_JOBS
 
 ROOT = Path(__file__).parents[1]
 JOB = str(BIN / "sv_gloo_allreduce.py")
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, GLOO_JOBS]
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

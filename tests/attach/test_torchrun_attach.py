@@ -39,8 +39,9 @@ from rankvisor.engine.process.proc_table import find_descendants, read_entry
 from rankvisor.engine.states import RankState
 from rankvisor.tui.cli.torchrun_view import run_torchrun_view
 
-from tests.conftest import pid_alive, wait_until
+from tests.conftest import GLOO_JOBS, pid_alive, wait_until
 
+pytestmark = GLOO_JOBS
 WORKER = str(Path(__file__).with_name("tr_worker.py"))
 SLOW = 90.0
 """Seconds a torchrun may take to start its workers (torch imports on a busy machine)."""

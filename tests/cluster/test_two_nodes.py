@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BIN, wait_until
+from tests.conftest import BIN, GLOO_JOBS, wait_until
 
 ROOT = Path(__file__).parents[2]
 JOB = str(BIN / "mn_gloo_job.py")
@@ -28,7 +28,7 @@ RDZV_CONF = "join_timeout=60,last_call_timeout=1,close_timeout=5"
 END_S = 150.0
 """The longest a node may take from start to exit (a rendezvous, two rounds on 2 cores)."""
 
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.torch, GLOO_JOBS, pytest.mark.timeout(300)]
 
 
 def _free_port() -> int:
