@@ -19,9 +19,9 @@ from rankvisor.engine.events import InputWait, RankInputWait, RunFinished
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
-from tests.conftest import BIN, PYTHON, wait_until
+from tests.conftest import BIN, GLOO_JOBS, PYTHON, wait_until
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, GLOO_JOBS]
 
 JOB = BIN / "gloo_prompt.py"
 _WHERE = re.compile(r"^> (?P<file>\S+)\((?P<line>\d+)\)(?P<func>\S+)\(\)$", re.M)

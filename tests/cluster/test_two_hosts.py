@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.hosts import HOSTNAMES, IFNAME, TwoHosts
-from tests.conftest import BIN
+from tests.conftest import BIN, GLOO_JOBS
 
 ROOT = Path(__file__).parents[2]
 JOB = str(BIN / "mn_gloo_job.py")
@@ -27,7 +27,7 @@ END_S = 150.0
 
 _PROBLEM = TwoHosts.problem()
 pytestmark = [
-    pytest.mark.torch, pytest.mark.timeout(300),
+    pytest.mark.torch, GLOO_JOBS, pytest.mark.timeout(300),
     pytest.mark.skipif(_PROBLEM is not None, reason=f"two hosts cannot be made: {_PROBLEM}"),
 ]
 
