@@ -55,6 +55,7 @@ from ..engine.process.signals import default_action, signal_name
 from ..engine.states import RankState
 from .bridge import EngineBridge
 from .clip import file_log_lines, plural, traceback_text
+from .debug_keys import DebugKeys
 from .messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
 from .model import RunView
 from .screens.confirm import ConfirmScreen, QuitScreen, RestartRankScreen
@@ -93,7 +94,7 @@ def _settle_heap() -> None:
     gc.collect()
     gc.freeze()
 
-class RankvisorApp(App[int]):
+class RankvisorApp(DebugKeys, App[int]):
     """Live panes of every rank, and keys that act on them through the handle.
 
     Args:
@@ -118,6 +119,8 @@ class RankvisorApp(App[int]):
         Binding("r", "restart", "Restart"),
         Binding("e", "errors", "Errors"),
         Binding("f", "filtered", "Filtered"),
+        Binding("i", "input", "Input"),
+        Binding("p", "prompts", "Prompts"),
         Binding("a", "timeline", "Timeline", show=False),
         Binding("S,shift+s", "stacks", "Stacks", show=False),
         Binding("slash", "search", "Search", show=False),
@@ -771,6 +774,7 @@ class RankvisorApp(App[int]):
                 "Panes for every rank, or tiles beside one pane",
                 lambda: self.main_screen.action_toggle_layout(),
             ),
+            *self.debug_commands(),
             ("Help: keys", "Every key of rankvisor", self.action_help),
             ("Quit rankvisor", "Asks first while ranks run", self.action_request_quit),
         ]

@@ -33,6 +33,7 @@ from textual.geometry import Size
 from textual.strip import Strip
 
 from ...engine.logfile.search import Searchable
+from ..model import TYPED_MARK
 from .ansi import display_text
 from .follow import FollowingScrollView
 
@@ -78,6 +79,7 @@ class FileLog(FollowingScrollView, can_focus=True):
     COMPONENT_CLASSES = {
         "filelog--gutter",
         "filelog--stderr",
+        "filelog--typed",
         "filelog--partial",
         "filelog--match",
         "filelog--current",
@@ -95,6 +97,7 @@ class FileLog(FollowingScrollView, can_focus=True):
     FileLog:focus { border: round $accent; }
     FileLog > .filelog--gutter { color: $text-muted; }
     FileLog > .filelog--stderr { color: $error; }
+    FileLog > .filelog--typed { color: $text-accent; text-style: dim bold; }
     FileLog > .filelog--partial { text-style: dim italic; }
     FileLog > .filelog--match { background: $warning 45%; }
     FileLog > .filelog--current { background: $warning; color: $background; text-style: bold; }
@@ -463,6 +466,11 @@ class FileLog(FollowingScrollView, can_focus=True):
 
     def _styled_text(self, index: int) -> Text:
         text = display_text(self.get_line(index))
+        if index < self.line_count and self.stream_of(index) == "stdin":
+            # A line a person typed (a merged source that reads stdin.log says "stdin").
+            style = self.get_component_rich_style("filelog--typed", partial=True)
+            text = Text.assemble((TYPED_MARK, style), text.copy(), no_wrap=True)
+            text.stylize(style)
         if index >= self.line_count:
             text = text.copy()
             text.stylize(self.get_component_rich_style("filelog--partial", partial=True))

@@ -35,19 +35,22 @@ from dataclasses import dataclass, field, replace
 from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast
 
-from .events import (
+from ..control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
+from ..events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
     Event,
     EventSink,
+    RankInput,
+    RankInputWait,
     RankOutput,
     RankRestarted,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
 )
-from .forensics.stacks import (
+from ..forensics.stacks import (
     Frame,
     RankStack,
     StackDump,
@@ -56,7 +59,8 @@ from .forensics.stacks import (
     merge,
     save_dump,
 )
-from .handle import (
+from ..handle import (
+    CloseInput,
     Command,
     CommandResult,
     DumpStacks,
@@ -65,22 +69,29 @@ from .handle import (
     RestartAll,
     RestartRank,
     RunInfo,
+    SendInput,
     SignalRanks,
     TerminateRanks,
     command_problem,
 )
-from .logfile.arrival import ArrivalWriter, arrival_path
-from .states import RankState
+from ..logfile.arrival import ArrivalWriter, arrival_path
+from ..states import RankState
+from .prompts import RELEASE, Answer, Prompt, PromptReleased, ScriptedStdin
 
 if TYPE_CHECKING:
     # ScriptedFailure / ScriptedResult stand in for these in the events (duck-typed).
-    from .errors import ProcessFailure
-    from .result import RunProcsResult
+    from ..errors import ProcessFailure
+    from ..result import RunProcsResult
 
 __all__ = [
     "BASE_PID",
     "EPOCH",
+    "NOT_PIPED",
+    "RELEASE",
+    "Answer",
     "Checkpoint",
+    "Prompt",
+    "PromptReleased",
     "ScriptItem",
     "ScriptedFailure",
     "ScriptedResult",
@@ -108,7 +119,10 @@ class Checkpoint:
     label: str = ""
 
 
-ScriptItem = Union[Event, Checkpoint]
+ScriptItem = Union[Event, Checkpoint, Prompt, PromptReleased]
+
+NOT_PIPED = "not sent: the ranks' stdin is not held by rankvisor (start the run with --stdin pipe)"
+"""The refusal of ``SendInput`` / ``CloseInput`` in a run whose ``RunInfo.stdin`` is not "pipe"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +225,12 @@ class ScriptedSupervisor:
         stacks: A recorded dump ``DumpStacks`` answers with (the running ranks' part of
             it, merged again); without one each running rank is "in" ``main (train.py:1)``.
             Saved under the run directory with ``write_files``; its path is given either way.
+        read_only: Stand for a read-only viewer's handle: every command is refused with the
+            control server's words (a nonblocking stack dump excepted), as over the socket.
+
+    Input: ``SendInput`` / ``CloseInput`` reach running ranks of a run whose ``info.stdin``
+    is "pipe", each publishing ``RankInput``; a rank waiting at a scripted ``Prompt`` answers
+    the line (``engine.scripted_input``). ``RankInfo.input_wait`` follows the waits.
     """
 
     def __init__(
@@ -226,8 +246,12 @@ class ScriptedSupervisor:
         teardown_on_failure: bool = True,
         detachable: bool = False,
         stacks: StackDump | None = None,
+        read_only: bool = False,
     ) -> None:
         self._detachable = detachable
+        self.read_only = read_only
+        """As a ``RemoteHandle`` of a read-only viewer says it (the app reads it)."""
+        self._stdin = ScriptedStdin()
         self._stacks = stacks
         self._info = info
         self._steps = _split(script)
@@ -315,11 +339,18 @@ class ScriptedSupervisor:
             RestartRank: self._cmd_restart_rank,
             RestartAll: self._cmd_restart_all,
             DumpStacks: self._cmd_dump_stacks,
+            SendInput: self._cmd_send_input,
+            CloseInput: self._cmd_close_input,
         }
         with self._lock:
             self.calls.append(command)
             if not self._react:
                 return CommandResult(True)
+            if self.read_only and not (isinstance(command, DumpStacks) and command.nonblocking):
+                # As the control server answers a read-only viewer, before anything else.
+                refusal = READ_ONLY_DUMP_REFUSAL if isinstance(command, DumpStacks) else (
+                    READ_ONLY_REFUSAL)
+                return CommandResult(False, refusal)
             handler = handlers.get(type(command))
             try:
                 problem = command_problem(command)
@@ -365,12 +396,20 @@ class ScriptedSupervisor:
 
     # -- test helpers ----------------------------------------------------------------------
 
-    def emit(self, *events: Event) -> None:
-        """Deliver ``events`` now, in order, updating what ``snapshot()`` reports."""
+    def emit(self, *events: Event | Prompt | PromptReleased) -> None:
+        """Deliver ``events`` now, in order, updating what ``snapshot()`` reports (a
+        ``Prompt`` or ``PromptReleased`` becomes the events a real rank's wait makes)."""
         with self._lock:
-            for event in events:
-                self._track(event)
-                self._queue.append(event)
+            for item in events:
+                if isinstance(item, Prompt):
+                    made = self._stdin.begin(item, EPOCH + 60)
+                elif isinstance(item, PromptReleased):
+                    made = self._stdin.release(item.rank, item.attempt)
+                else:
+                    made = [item]
+                for event in made:
+                    self._track(event)
+                    self._queue.append(event)
         self._flush()
 
     def rank_exits(self, rank: int, exitcode: int) -> None:
@@ -427,6 +466,10 @@ class ScriptedSupervisor:
                 signal_name=event.signal_name if event.new.is_final else None,
             )
             life = self._life[event.rank]
+            if event.new.is_final or event.new is RankState.STARTING:
+                # Its wait ends with the process (a script lists no release for that).
+                self._stdin.release(event.rank)
+                self._ranks[event.rank] = replace(self._ranks[event.rank], input_wait=None)
             if event.new is RankState.STARTING:
                 self._life[event.rank] = _Life()
             elif event.new.is_final:
@@ -456,6 +499,8 @@ class ScriptedSupervisor:
             self._finished = False
         elif isinstance(event, RunFinished):
             self._finished = True
+        elif isinstance(event, RankInputWait) and event.rank in self._ranks:
+            self._ranks[event.rank] = replace(self._ranks[event.rank], input_wait=event.wait)
         elif isinstance(event, RankOutput) and self._write_files:
             self._write(event)
 
@@ -543,6 +588,41 @@ class ScriptedSupervisor:
             dump = replace(dump, path=os.path.join(run_dir, "stacks",
                                                    dump_file_name(when, timezone.utc)))
         return CommandResult(True, note, dump.to_dict())
+
+    def _cmd_send_input(self, cmd: SendInput) -> CommandResult:
+        for rank in self._input_ranks(cmd.ranks):
+            self._send(RankInput(rank, cmd.text, EPOCH + 60, self._ranks[rank].attempt))
+            for event in self._stdin.answer(rank, cmd.text, EPOCH + 60):
+                self._track(event)
+                self._send(event)
+        return CommandResult(True)
+
+    def _cmd_close_input(self, cmd: CloseInput) -> CommandResult:
+        for rank in self._input_ranks(cmd.ranks):
+            attempt = self._ranks[rank].attempt
+            self._send(RankInput(rank, "", EPOCH + 60, attempt, eof=True))
+            # It reads EOF: what it does then (pdb quits, input() raises) is the script's.
+            for event in self._stdin.release(rank, attempt):
+                self._track(event)
+                self._send(event)
+        return CommandResult(True)
+
+    def _input_ranks(self, ranks: Sequence[int] | None) -> list[int]:
+        """The ranks a line goes to: all of them running, or nothing is sent."""
+        if self._info.stdin != "pipe":
+            raise _Refused(NOT_PIPED)
+        named = self._resolve(ranks)
+        live = [r for r in named if self._ranks[r].state.is_alive]
+        if ranks is None:
+            if not live:
+                raise _Refused("not sent: no rank is running")
+            return live
+        gone = [r for r in named if r not in live]
+        if len(gone) == 1:
+            raise _Refused(f"not sent: rank {gone[0]} is not running")
+        if gone:
+            raise _Refused(f"not sent: ranks {_words(gone)} are not running")
+        return live
 
     def _cmd_kill(self, cmd: KillRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "kill")
@@ -815,6 +895,12 @@ class ScriptedSupervisor:
         t: float = EPOCH + 60,
     ) -> None:
         info = self._ranks[rank]
+        if new.is_final or new is RankState.STARTING:
+            # A process that ended reads nothing: its wait is over.
+            for event in self._stdin.release(rank, info.attempt):
+                self._track(event)
+                self._send(event)
+            info = self._ranks[rank]
         self._ranks[rank] = replace(info, state=new, exitcode=exitcode, signal_name=signal_name)
         self._send(
             RankStateChanged(
