@@ -32,10 +32,11 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer
+from textual.widgets import Footer, Input
 
 from ..engine.events import (
     AttemptStarted,
+    RankInput,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
@@ -74,6 +75,13 @@ THROTTLE_LOAD = 0.5
 THROTTLE_EVERY = 3
 KEY_PRIORITY_S = 0.12
 """After a key press, panes other than the selected one wait this long to be redrawn."""
+
+
+_RANK_KEYS = frozenset({
+    "terminate", "kill", "signal", "restart", "errors", "filtered", "timeline", "stacks",
+    "terminate_all", "restart_all", "copy", "notices", "detach", "input", "prompts",
+})
+"""The app's one-letter keys: not offered while a person types into a text box."""
 
 
 class _ShutdownDone(Message):
@@ -119,8 +127,6 @@ class RankvisorApp(DebugKeys, App[int]):
         Binding("r", "restart", "Restart"),
         Binding("e", "errors", "Errors"),
         Binding("f", "filtered", "Filtered"),
-        Binding("i", "input", "Input"),
-        Binding("p", "prompts", "Prompts"),
         Binding("a", "timeline", "Timeline", show=False),
         Binding("S,shift+s", "stacks", "Stacks", show=False),
         Binding("slash", "search", "Search", show=False),
@@ -132,6 +138,10 @@ class RankvisorApp(DebugKeys, App[int]):
         Binding("question_mark", "help", "Help"),
         Binding("d", "detach", "Detach", show=False),
         Binding("q", "request_quit", "Quit"),
+        # After quit: at 80 columns the footer keeps ? and q; the header names i and p
+        # whenever a rank is at a prompt.
+        Binding("i", "input", "Input"),
+        Binding("p", "prompts", "Prompts"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
         Binding("ctrl+c", "request_quit", "Quit", show=False),
     ]
@@ -260,6 +270,9 @@ class RankvisorApp(DebugKeys, App[int]):
                 changed.add(rank)
         now = self.clock()
         for output in drained.outputs:
+            if isinstance(output, RankInput):
+                changed |= run.apply(output)  # a typed line, in order with the output
+                continue
             if run.add_output(output):
                 changed.add(output.rank)
                 run.ranks[output.rank].saw_output(now)
@@ -503,6 +516,10 @@ class RankvisorApp(DebugKeys, App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # A dialog is up: its own keys only (a stray 't' must not terminate anything).
         if isinstance(self.screen, ModalScreen) and action not in ("request_quit",):
+            return False
+        if isinstance(self.focused, Input) and action in _RANK_KEYS:
+            # Typing (the input line, a search): a key is a character, and the footer
+            # must not offer a rank's key (shift+k would read as "Kill").
             return False
         if action in ("terminate", "kill", "signal", "restart", "terminate_all", "restart_all"):
             if self.shutting_down:

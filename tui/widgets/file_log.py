@@ -6,7 +6,8 @@ stays bounded for a multi-GB log. It follows the end of a live file like ``RankL
 highlights search matches (all of them on screen, the current one brighter).
 
 Its source is one file (``LogStore``) or a rank's two logs merged in arrival order
-(``engine.logfile.merged.MergedSource``: stderr rows get a red gutter). The unfinished last
+(``engine.logfile.merged.MergedSource``: stderr rows get a red gutter; rows a source says are
+"stdin", lines a person typed, are marked ⌨ and dimmed). The unfinished last
 line of a file (a progress bar) is shown after the complete ones, dimmed. ``wrap`` folds long
 lines to the width: then the view scrolls a line (not a row) at a time, and near the end it
 fills the screen up to the last line, so following still shows the newest rows; without it,
