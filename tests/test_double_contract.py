@@ -443,8 +443,10 @@ def test_input_to_ranks_and_its_refusals(contract: Any) -> None:
         SendInput((0,), "two\nlines"),  # one line only
         Exit(2, 0),
         SendInput((2,), "x"),  # not running
-        SendInput((1, 2), "x"),  # one of them not running: nothing is sent
+        SendInput((1, 2), "x"),  # one of them not running: skipped, as for every command
         CloseInput((1,)),
+        SendInput((1,), "x"),  # its stdin is closed
+        CloseInput((0, 1)),  # rank 1's is closed already
         Shutdown(),
         SendInput((0,), "x"),  # the run is shutting down
     )

@@ -86,7 +86,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BASE_PID",
     "EPOCH",
-    "NOT_PIPED",
     "RELEASE",
     "Answer",
     "Checkpoint",
@@ -96,6 +95,7 @@ __all__ = [
     "ScriptedFailure",
     "ScriptedResult",
     "ScriptedSupervisor",
+    "not_piped",
     "rank_paths",
 ]
 
@@ -121,8 +121,14 @@ class Checkpoint:
 
 ScriptItem = Union[Event, Checkpoint, Prompt, PromptReleased]
 
-NOT_PIPED = "not sent: the ranks' stdin is not held by rankvisor (start the run with --stdin pipe)"
-"""The refusal of ``SendInput`` / ``CloseInput`` in a run whose ``RunInfo.stdin`` is not "pipe"."""
+
+
+def not_piped(mode: str) -> str:
+    """The refusal of ``SendInput`` / ``CloseInput`` in a run whose ``RunInfo.stdin`` is
+    ``mode``, not "pipe" (the Supervisor's words)."""
+    what = "/dev/null" if mode == "null" else "the terminal rankvisor was started from"
+    return (f"not sent: the ranks' stdin is {what} (--stdin {mode}); start the run with "
+            "--stdin pipe to type to its ranks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +195,8 @@ class _Life:
     after_exit: str | None = None
     failure: ScriptedFailure | None = None
     exit_seq: int = 0
+    stdin_closed: bool = False
+    """EOF was sent (``CloseInput``): its stdin takes no more lines."""
 
 
 @dataclass(slots=True)
@@ -339,8 +347,8 @@ class ScriptedSupervisor:
             RestartRank: self._cmd_restart_rank,
             RestartAll: self._cmd_restart_all,
             DumpStacks: self._cmd_dump_stacks,
-            SendInput: self._cmd_send_input,
-            CloseInput: self._cmd_close_input,
+            SendInput: self._cmd_input,
+            CloseInput: self._cmd_input,
         }
         with self._lock:
             self.calls.append(command)
@@ -589,40 +597,45 @@ class ScriptedSupervisor:
                                                    dump_file_name(when, timezone.utc)))
         return CommandResult(True, note, dump.to_dict())
 
-    def _cmd_send_input(self, cmd: SendInput) -> CommandResult:
-        for rank in self._input_ranks(cmd.ranks):
-            self._send(RankInput(rank, cmd.text, EPOCH + 60, self._ranks[rank].attempt))
-            for event in self._stdin.answer(rank, cmd.text, EPOCH + 60):
+    def _cmd_input(self, cmd: SendInput | CloseInput) -> CommandResult:
+        """A line (or EOF) to each running rank named, rank by rank, as the Supervisor does:
+        every rank reached is a ``RankInput``; the answer's data says who was and who not."""
+        mode = self._info.stdin
+        if mode != "pipe":
+            raise _Refused(not_piped(mode))
+        send = isinstance(cmd, SendInput)
+        live, note = self._running(
+            self._resolve(cmd.ranks), "send input to" if send else "close the stdin of"
+        )
+        sent: list[int] = []
+        refused: dict[str, str] = {}
+        if cmd.ranks is not None:  # a rank named but not running was not reached either
+            refused = {str(r): "not running" for r in sorted(set(cmd.ranks)) if r not in live}
+        for rank in live:
+            life, attempt = self._life[rank], self._ranks[rank].attempt
+            if life.stdin_closed:
+                refused[str(rank)] = (
+                    "its stdin was closed (EOF was sent)" if send else "its stdin is closed already"
+                )
+                continue
+            if send:
+                made: list[Event] = [RankInput(rank, cmd.text, EPOCH + 60, attempt)]
+                made += self._stdin.answer(rank, cmd.text, EPOCH + 60)
+            else:
+                life.stdin_closed = True
+                made = [RankInput(rank, "", EPOCH + 60, attempt, eof=True)]
+                # It reads EOF: what it does then (pdb quits, input() raises) is the script's.
+                made += self._stdin.release(rank, attempt)
+            for event in made:
                 self._track(event)
                 self._send(event)
-        return CommandResult(True)
-
-    def _cmd_close_input(self, cmd: CloseInput) -> CommandResult:
-        for rank in self._input_ranks(cmd.ranks):
-            attempt = self._ranks[rank].attempt
-            self._send(RankInput(rank, "", EPOCH + 60, attempt, eof=True))
-            # It reads EOF: what it does then (pdb quits, input() raises) is the script's.
-            for event in self._stdin.release(rank, attempt):
-                self._track(event)
-                self._send(event)
-        return CommandResult(True)
-
-    def _input_ranks(self, ranks: Sequence[int] | None) -> list[int]:
-        """The ranks a line goes to: all of them running, or nothing is sent."""
-        if self._info.stdin != "pipe":
-            raise _Refused(NOT_PIPED)
-        named = self._resolve(ranks)
-        live = [r for r in named if self._ranks[r].state.is_alive]
-        if ranks is None:
-            if not live:
-                raise _Refused("not sent: no rank is running")
-            return live
-        gone = [r for r in named if r not in live]
-        if len(gone) == 1:
-            raise _Refused(f"not sent: rank {gone[0]} is not running")
-        if gone:
-            raise _Refused(f"not sent: ranks {_words(gone)} are not running")
-        return live
+            sent.append(rank)
+        problems = [f"rank {r}: not sent: {why}" for r, why in refused.items()
+                    if why != "not running"]
+        data: dict[str, Any] = {"sent": sent, "refused": refused}
+        if not sent:
+            return CommandResult(False, "; ".join(problems) or note, data)
+        return CommandResult(True, "; ".join([*problems, *([note] if note else [])]), data)
 
     def _cmd_kill(self, cmd: KillRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "kill")

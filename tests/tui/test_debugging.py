@@ -14,10 +14,10 @@ from rankvisor.engine.states import RankState
 from rankvisor.engine.testing import (
     BASE_PID,
     EPOCH,
-    NOT_PIPED,
     Prompt,
     ScriptedSupervisor,
     ScriptItem,
+    not_piped,
 )
 from rankvisor.tui.app import make_app
 from rankvisor.tui.clip import rank_log_lines
@@ -274,7 +274,7 @@ async def test_refusals_are_shown_and_a_run_without_a_pipe_says_why_not() -> Non
         assert line.line.disabled and "--stdin pipe" in line.line.placeholder
         app.run_command(SendInput((0,), "yes"))
         await settle(pilot)
-        assert app.notices[-1].message == NOT_PIPED
+        assert app.notices[-1].message == not_piped("null")
     engine = engine_at_prompt(
         RankStateChanged(1, RankState.RUNNING, RankState.SUCCEEDED, BASE_PID + 1, exitcode=0))
     app = make_app(engine)
@@ -283,4 +283,5 @@ async def test_refusals_are_shown_and_a_run_without_a_pipe_says_why_not() -> Non
         await open_input(pilot)
         await pilot.press(*"yes", "enter")
         await settle(pilot)
-        assert app.notices[-1].message == "not sent: rank 1 is not running"
+        assert app.notices[-1].message == (
+            "rank 1 is not running (succeeded): nothing to send input to")
