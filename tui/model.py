@@ -177,11 +177,13 @@ class LineBuffer:
             self.width = max(self.width, len(partial))
             self.version += 1
 
-    def add_typed(self, text: str) -> None:
-        """A person's line went to the rank's stdin: shown after the prompt it answers (the
-        unfinished line, if any), marked as typed, in order with the rank's output."""
-        prompt, stream = self.partial, self.partial_stream
-        self.partial = ""
+    def add_typed(self, text: str, *, at_prompt: bool = True) -> None:
+        """A person's line went to the rank's stdin: shown marked as typed, in order with the
+        rank's output; ``at_prompt``: after the prompt it answers (the unfinished line), else
+        on a line of its own (the unfinished line may be a progress bar, not a question)."""
+        prompt, stream = (self.partial, self.partial_stream) if at_prompt else ("", "stdout")
+        if prompt:
+            self.partial = ""
         self.answered = (stream, prompt) if prompt else None
         self.extend("typed", (prompt + _TYPED_SEP + text,))
 
@@ -697,7 +699,7 @@ class RunView:
         view = self.ranks[event.rank]
         # A person's text, shown on a terminal like the rank's own: the same sanitiser.
         text = "^D (stdin closed)" if event.eof else strip_sgr(sanitize(event.text))
-        view.buffer.add_typed(text)
+        view.buffer.add_typed(text, at_prompt=view.input_wait is not None)
         if not event.eof:
             view.typed.append(text)
         view.last_line = TYPED_MARK + text

@@ -285,3 +285,33 @@ async def test_refusals_are_shown_and_a_run_without_a_pipe_says_why_not() -> Non
         await settle(pilot)
         assert app.notices[-1].message == (
             "rank 1 is not running (succeeded): nothing to send input to")
+
+
+def test_a_typed_line_goes_after_the_prompt_it_answered_or_on_a_line_of_its_own() -> None:
+    from rankvisor.engine.events import InputWait, RankInput, RankInputWait, RankOutput
+    from rankvisor.tui.model import RunView, typed_parts
+
+    run = RunView(scripted_info(2, stdin="pipe"))
+    for r in (0, 1):
+        run.apply(RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r))
+    run.apply(RankOutput(0, "stdout", ("> /job/job.py(7)<module>()",), partial="(Pdb) "))
+    run.apply(RankInputWait(0, InputWait(EPOCH, "(Pdb) ", "job.py:7 in <module>")))
+    run.apply(RankInput(0, "p x\x1b]52;c;aGk=\x07", EPOCH + 1))  # a hostile line is shown inert
+    run.apply(RankInputWait(0, None))
+    run.apply(RankOutput(0, "stdout", ("(Pdb) 41",), partial="(Pdb) "))
+    buffer = run.ranks[0].buffer
+    lines = [buffer[i] for i in range(len(buffer))]
+    assert lines[1][0] == "typed" and typed_parts(lines[1][1]) == ("(Pdb) ", "p x")
+    assert lines[2] == ("stdout", "41") and buffer.partial == "(Pdb) "
+    assert list(run.ranks[0].typed) == ["p x"]
+    # Not at a prompt (a progress bar is the unfinished line): the line stands alone and
+    # the bar stays where it was.
+    run.apply(RankOutput(1, "stderr", (), partial=" 40%|████"))
+    run.apply(RankInput(1, "yes", EPOCH + 2))
+    buffer = run.ranks[1].buffer
+    assert typed_parts(buffer[len(buffer) - 1][1]) == ("", "yes")
+    assert buffer.partial == " 40%|████"
+    # A rank that ends waits no more.
+    run.apply(RankInputWait(1, InputWait(EPOCH, "name? ")))
+    run.apply(RankStateChanged(1, RankState.RUNNING, RankState.FAILED, BASE_PID + 1, exitcode=1))
+    assert run.waiting() == []
