@@ -299,6 +299,11 @@ class RankView:
     """Set while the rank waits for a line on the stdin its supervisor holds (a prompt)."""
     typed: deque[str] = field(default_factory=lambda: deque(maxlen=HISTORY))
     """Lines typed to it (by any viewer), oldest first: the input line's history."""
+    sent: deque[tuple[int, int, float, str]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY)
+    )
+    """(attempt, restart count, time sent, text as shown) of each line typed to it or EOF,
+    oldest first: the zoomed view puts them among the incarnation's own lines."""
 
     @property
     def exit_label(self) -> str:
@@ -702,6 +707,7 @@ class RunView:
         view.buffer.add_typed(text, at_prompt=view.input_wait is not None)
         if not event.eof:
             view.typed.append(text)
+        view.sent.append((event.attempt, view.restart_count, event.t, text))
         view.last_line = TYPED_MARK + text
         return {event.rank}
 

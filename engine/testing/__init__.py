@@ -31,6 +31,7 @@ import itertools
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast
@@ -609,6 +610,9 @@ class ScriptedSupervisor:
         )
         sent: list[int] = []
         refused: dict[str, str] = {}
+        # When the line went: fixed, but the wall clock where files are written (their
+        # arrival index has real times, and the zoom places typed lines among them by time).
+        when = time.time() if self._write_files else EPOCH + 60
         if cmd.ranks is not None:  # a rank named but not running was not reached either
             refused = {str(r): "not running" for r in sorted(set(cmd.ranks)) if r not in live}
         for rank in live:
@@ -619,11 +623,11 @@ class ScriptedSupervisor:
                 )
                 continue
             if send:
-                made: list[Event] = [RankInput(rank, cmd.text, EPOCH + 60, attempt)]
+                made: list[Event] = [RankInput(rank, cmd.text, when, attempt)]
                 made += self._stdin.answer(rank, cmd.text, EPOCH + 60)
             else:
                 life.stdin_closed = True
-                made = [RankInput(rank, "", EPOCH + 60, attempt, eof=True)]
+                made = [RankInput(rank, "", when, attempt, eof=True)]
                 # It reads EOF: what it does then (pdb quits, input() raises) is the script's.
                 made += self._stdin.release(rank, attempt)
             for event in made:

@@ -315,3 +315,66 @@ def test_a_typed_line_goes_after_the_prompt_it_answered_or_on_a_line_of_its_own(
     run.apply(RankInputWait(1, InputWait(EPOCH, "name? ")))
     run.apply(RankStateChanged(1, RankState.RUNNING, RankState.FAILED, BASE_PID + 1, exitcode=1))
     assert run.waiting() == []
+
+
+def test_the_zoomed_log_puts_typed_lines_back_among_the_ranks_own(tmp_path: Path) -> None:
+    """A pipe does not echo: the files hold "(Pdb) 41"; the zoom shows what was typed
+    between the prompt's line and the answer, by the arrival index's times."""
+    import struct
+
+    from rankvisor.engine.logfile.arrival import MAGIC, arrival_path
+    from rankvisor.engine.logfile.merged import MergedSource
+    from rankvisor.tui.widgets.typed_source import TypedRows
+
+    out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    out.write_text("> /job/job.py(7)<module>()\n-> y = x + 1\n(Pdb) 41\n(Pdb) done\n")
+    err.write_text("warning\n")
+    index = arrival_path(str(out), str(err))
+    sec = 1_000_000_000
+
+    def write_index(*records: tuple[int, int, float]) -> None:
+        with open(index, "wb") as f:
+            f.write(MAGIC)
+            for stream, end, t in records:
+                f.write(struct.pack("<Qq", end << 1 | stream, int(t * sec)))
+
+    write_index((0, 2, 100.0), (1, 1, 100.5), (0, 3, 102.0), (0, 4, 104.0))
+    typed: list[tuple[float, str]] = [(101.0, "p x")]
+    rows = TypedRows(MergedSource(str(out), str(err), index), index, lambda: typed)
+    assert rows.refresh() == 6
+    assert rows.get_lines(0, 6) == [
+        "> /job/job.py(7)<module>()", "-> y = x + 1", "warning", "p x", "(Pdb) 41", "(Pdb) done"]
+    assert rows.streams(0, 6) == ["stdout", "stdout", "stderr", "stdin", "stdout", "stdout"]
+    assert rows.changed_from is None
+    assert list(rows.search("Pdb")) == [4, 5]  # the rank's own lines, in the view's rows
+    # A line learnt after the rows that followed it were read: it goes in its place, and
+    # the view is told from where to draw again.
+    typed.append((103.0, "c"))
+    assert rows.refresh() == 7
+    assert rows.get_lines(3, 7) == ["p x", "(Pdb) 41", "c", "(Pdb) done"]
+    assert rows.changed_from == 5
+
+
+async def test_the_zoom_shows_what_was_typed_and_takes_the_input_line_too(tmp_path: Path) -> None:
+    from rankvisor.tui.screens.zoom import ZoomScreen
+    from rankvisor.tui.widgets.file_log import FileLog
+
+    info = scripted_info(4, run_dir=tmp_path, stdin="pipe")
+    engine = ScriptedSupervisor(info, pdb_script(4), write_files=True)
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ZoomScreen))
+        await open_input(pilot)
+        await pilot.press(*"p x", "enter")
+        await settle(pilot)
+        assert sent(engine) == [SendInput((0,), "p x")]
+        log = app.screen.query_one("#both-log", FileLog)
+
+        def tail() -> list[str]:
+            return [log.get_line(i) for i in range(max(0, log.line_count - 3), log.line_count)]
+
+        await wait_for(pilot, lambda: tail() == ["-> loss = model(batch).sum() + x", "p x",
+                                                 "(Pdb) 41"])
+        assert log.stream_of(log.line_count - 2) == "stdin"

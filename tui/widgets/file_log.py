@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Final, Protocol
+from typing import Any, Callable, Final, Protocol, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
@@ -119,10 +119,14 @@ class FileLog(FollowingScrollView, can_focus=True):
         merged: tuple[str, str] | None = None,
         stream: str = "stdout",
         wrap: bool = False,
+        typed: Callable[[], Sequence[tuple[float, str]]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.path = path
+        self.typed = typed
+        """With ``merged``: the lines typed to the rank (time sent, text), shown among its own
+        (``TypedRows``)."""
         self.label = label
         self.merged = merged
         """(stdout path, stderr path) to show merged in arrival order, or None: ``path``."""
@@ -161,6 +165,13 @@ class FileLog(FollowingScrollView, can_focus=True):
         if self.source is None:
             if self.merged is not None:
                 self.source = open_merged(*self.merged)
+                if self.typed is not None:
+                    from ...engine.logfile.arrival import arrival_path
+                    from .typed_source import TypedRows
+
+                    self.source = TypedRows(
+                        self.source, arrival_path(*self.merged), self.typed  # type: ignore[arg-type]
+                    )
             else:
                 self.source = open_source(self.path)
             if self.source is None:
@@ -184,6 +195,11 @@ class FileLog(FollowingScrollView, can_focus=True):
         self.app.call_from_thread(self._take_count, count, partials)
 
     def _take_count(self, count: int, partials: list[tuple[str, str]] | None = None) -> None:
+        moved = getattr(self.source, "changed_from", None)
+        if moved is not None:
+            # A typed line went in before rows already read: they moved down one.
+            self._forget_from(moved)
+            self.refresh()
         if partials is not None and partials != self.partials:
             self.partials = partials
             low = min(count, self.line_count)
@@ -221,6 +237,20 @@ class FileLog(FollowingScrollView, can_focus=True):
         self._update_virtual_size()  # anchored: the compositor keeps the view at the end
         self._set_title()
         self.refresh()
+
+    def _forget_from(self, row: int) -> None:
+        """Drop what is cached of rows ``row`` on."""
+        for cache in (self._chunks, self._kinds):
+            for chunk_no in list(cache.keys()):
+                if chunk_no >= row // CHUNK:
+                    cache.discard(chunk_no)
+        for key in list(self._strips.keys()):
+            if key[0] >= row:
+                self._strips.discard(key)
+        for wkey in list(self._wrapped.keys()):
+            if wkey[0] >= row:
+                self._wrapped.discard(wkey)
+        self._layout = None
 
     def _gutter_width(self) -> int:
         return len(str(max(1, self.line_count))) + 1
