@@ -38,10 +38,14 @@ from .conftest import wait_for
 SIZE = (120, 36)
 
 
-def engine_at_prompt(*items: ScriptItem, nprocs: int = 4, **kwargs: object) -> ScriptedSupervisor:
-    """``nprocs`` ranks training, rank 0 at pdb's prompt, the ranks' stdin a pipe."""
-    info = scripted_info(nprocs, stdin=str(kwargs.pop("stdin", "pipe")), **kwargs)  # type: ignore[arg-type]
-    return ScriptedSupervisor(info, [*pdb_script(nprocs), *items])
+def engine_at_prompt(
+    *items: ScriptItem, nprocs: int = 4, run_dir: Path | None = None
+) -> ScriptedSupervisor:
+    """``nprocs`` ranks training, rank 0 at pdb's prompt, the ranks' stdin a pipe; with
+    ``run_dir`` their output is written to log files there too."""
+    where = {} if run_dir is None else {"run_dir": run_dir}
+    info = scripted_info(nprocs, stdin="pipe", **where)  # type: ignore[arg-type]
+    return ScriptedSupervisor(info, [*pdb_script(nprocs), *items], write_files=bool(where))
 
 
 def pane(app, rank: int) -> RankPane:  # type: ignore[no-untyped-def]
@@ -229,8 +233,7 @@ async def test_the_list_of_ranks_at_a_prompt_jumps_to_one_and_opens_its_line() -
 
 
 async def test_a_filter_never_hides_a_rank_at_a_prompt(tmp_path: Path) -> None:
-    info = scripted_info(4, run_dir=tmp_path, stdin="pipe")
-    engine = ScriptedSupervisor(info, pdb_script(4), write_files=True)
+    engine = engine_at_prompt(run_dir=tmp_path)
     app = make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -359,8 +362,7 @@ async def test_the_zoom_shows_what_was_typed_and_takes_the_input_line_too(tmp_pa
     from rankvisor.tui.screens.zoom import ZoomScreen
     from rankvisor.tui.widgets.file_log import FileLog
 
-    info = scripted_info(4, run_dir=tmp_path, stdin="pipe")
-    engine = ScriptedSupervisor(info, pdb_script(4), write_files=True)
+    engine = engine_at_prompt(run_dir=tmp_path)
     app = make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

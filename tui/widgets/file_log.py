@@ -224,14 +224,7 @@ class FileLog(FollowingScrollView, can_focus=True):
         else:
             # The last chunk was partial; it has more lines now (and the partial-line rows
             # drawn after it are lines now).
-            self._chunks.discard(self.line_count // CHUNK)
-            self._kinds.discard(self.line_count // CHUNK)
-            for key in list(self._strips.keys()):
-                if key[0] >= self.line_count:
-                    self._strips.discard(key)
-            for wkey in list(self._wrapped.keys()):
-                if wkey[0] >= self.line_count:
-                    self._wrapped.discard(wkey)
+            self._forget_from(self.line_count)
         self._layout = None
         self.line_count = count
         self._update_virtual_size()  # anchored: the compositor keeps the view at the end
