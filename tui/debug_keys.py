@@ -28,10 +28,6 @@ __all__ = ["ENDS_DEBUGGER", "DebugKeys", "is_debugger_prompt"]
 ENDS_DEBUGGER: Final = frozenset({"q", "quit", "exit"})
 """pdb commands that leave the debugger by raising BdbQuit: the rank's program ends."""
 
-NOT_PIPED_WORDS: Final = (
-    "the ranks' stdin is not held by rankvisor: start the run with --stdin pipe to type to them"
-)
-
 
 def is_debugger_prompt(prompt: str) -> bool:
     """pdb's ``(Pdb)`` (and ipdb's ``ipdb>``): a prompt where ``q`` ends the program."""
@@ -72,8 +68,10 @@ class DebugKeys:
         """Why this viewer may not type to the ranks ("" when it may)."""
         if getattr(self.handle, "read_only", False):
             return READ_ONLY_REFUSAL
-        if self.run_view.stdin != "pipe":
-            return NOT_PIPED_WORDS
+        mode = self.run_view.stdin
+        if mode != "pipe":
+            return (f"the ranks' stdin is not held by rankvisor (stdin: {mode}): a run "
+                    "started by `rankvisor run --stdin pipe` takes typed lines")
         return ""
 
     def on_input_bar_send(self, message: InputBar.Send) -> None:
