@@ -23,11 +23,12 @@ sys.path.insert(0, str(ROOT))
 from rankvisor.engine.events import RankStateChanged  # noqa: E402
 from rankvisor.engine.handle import TerminateRanks  # noqa: E402
 from rankvisor.engine.states import RankState  # noqa: E402
-from rankvisor.engine.testing import BASE_PID, ScriptedSupervisor  # noqa: E402
+from rankvisor.engine.testing import BASE_PID, Prompt, ScriptedSupervisor  # noqa: E402
 from rankvisor.tui.app import RankvisorApp, make_app  # noqa: E402
 
 from tests.scenarios import (  # noqa: E402
     failure_script,
+    pdb_script,
     play_rounds,
     recorded_stacks,
     running_script,
@@ -204,6 +205,27 @@ def stragglers(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]
     return app, drive
 
 
+def debug(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """Rank 0 at a pdb prompt (breakpoint() in train_step), rank 2 asking a question
+    (input()); the input line (i) open on rank 0: "p x" answered 41, "p loss" a tensor, "c"
+    being typed."""
+    script = [*pdb_script(4), Prompt(2, "checkpoint exists, overwrite? [y/N] ")]
+    engine = ScriptedSupervisor(scripted_info(4, stdin="pipe"), script)
+    app = make_app(engine)
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("i")
+        await _settle(pilot)
+        for line in ("p x", "p loss"):
+            await pilot.press(*line, "enter")
+            await _settle(pilot)
+        await pilot.press("c")
+        await _settle(pilot)
+        pilot.app._tick()
+
+    return app, drive
+
+
 SCENES: dict[str, Scene] = {
     "grid": grid,
     "countdown": countdown,
@@ -218,6 +240,7 @@ SCENES: dict[str, Scene] = {
     "timeline": timeline,
     "stacks": stacks,
     "stragglers": stragglers,
+    "debug": debug,
 }
 
 

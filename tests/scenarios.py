@@ -23,7 +23,10 @@ from rankvisor.engine.states import RankState
 from rankvisor.engine.testing import (
     BASE_PID,
     EPOCH,
+    RELEASE,
+    Answer,
     Checkpoint,
+    Prompt,
     ScriptedFailure,
     ScriptItem,
     rank_paths,
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
     from rankvisor.engine.result import RunProcsResult
 
 __all__ = [
+    "PDB_WHERE",
+    "pdb_prompt",
+    "pdb_script",
     "recorded_stacks",
     "TRACEBACK",
     "failure_script",
@@ -56,8 +62,10 @@ def scripted_info(
     term_timeout_s: float = 30.0,
     stdout_filters: tuple[str, ...] = ("epoch",),
     stderr_filters: tuple[str, ...] = ("WARNING",),
+    stdin: str = "null",
 ) -> RunInfo:
-    """A run of ``nprocs`` ranks, all STARTING, with their files under ``run_dir``."""
+    """A run of ``nprocs`` ranks, all STARTING, with their files under ``run_dir`` (their
+    stdin: ``RunInfo.stdin``; "pipe" lets ``SendInput`` reach them)."""
     run_dir = str(run_dir)
     ranks = tuple(
         RankInfo(r, RankState.STARTING, BASE_PID + r, 0, 0, *rank_paths(run_dir, 0, r, None))
@@ -77,6 +85,7 @@ def scripted_info(
         stderr_filters=stderr_filters,
         log_line_prefixes={r: f"[{name}{r}]:" for r in range(nprocs)},
         ranks=ranks,
+        stdin=stdin,
     )
 
 
@@ -370,3 +379,39 @@ def recorded_stacks(nprocs: int = 4, stalled: int = 3) -> StackDump:
         ranks.append(RankStack(r, pid, (ThreadStack(pid, "MainThread", frames, main=True),),
                                dumped_pid=pid))
     return StackDump(EPOCH + 75.25, tuple(ranks), merge(ranks), reason="asked")
+
+
+PDB_WHERE = "train.py:52 in train_step"
+"""Where ``pdb_script``'s rank stopped, as the engine words it."""
+
+
+def pdb_prompt(rank: int = 0, *, since: float = EPOCH + 30) -> Prompt:
+    """``rank`` at pdb's prompt in ``train_step``: ``p x`` prints 41, ``p loss`` a tensor,
+    ``n`` steps a line, ``c`` goes on (the rank is released); anything else is an error."""
+    return Prompt(
+        rank,
+        "(Pdb) ",
+        PDB_WHERE,
+        since=since,
+        answers={
+            "p x": Answer(("41",)),
+            "p loss": Answer(("tensor(2.0312, grad_fn=<AddBackward0>)",)),
+            "n": Answer(("> /job/train.py(53)train_step()", "-> loss.backward()")),
+            "c": RELEASE,
+        },
+        otherwise=Answer(("*** NameError: name is not defined",)),
+    )
+
+
+def pdb_script(nprocs: int = 4, *, rank: int = 0, steps: int = 24) -> list[ScriptItem]:
+    """Every rank trains (``running_script``); ``rank`` has hit ``breakpoint()`` in
+    ``train_step``: pdb's ``> file(line)function()`` and ``-> source`` lines, then its
+    ``(Pdb)`` prompt, waiting for a person (the run's stdin must be "pipe" to answer)."""
+    items = running_script(nprocs, steps=steps)
+    # rank 0's progress bar is not drawn at a breakpoint
+    items = [x for x in items if not (isinstance(x, RankOutput) and x.partial)]
+    items.append(RankOutput(rank, "stdout", (
+        "> /job/train.py(52)train_step()", "-> loss = model(batch).sum() + x",
+    )))
+    items.append(pdb_prompt(rank))
+    return items

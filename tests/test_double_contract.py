@@ -22,6 +22,7 @@ fails the comparison after the timeout, one that delivers more fails the next st
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from collections import defaultdict
@@ -42,6 +43,7 @@ from rankvisor.engine.events import (
     SupervisorNotice,
 )
 from rankvisor.engine.handle import (
+    CloseInput,
     Command,
     CommandResult,
     DumpStacks,
@@ -49,6 +51,7 @@ from rankvisor.engine.handle import (
     RestartAll,
     RestartRank,
     RunInfo,
+    SendInput,
     SignalRanks,
     TerminateRanks,
 )
@@ -161,10 +164,12 @@ class Contract:
         max_restarts: int = 0,
         teardown_on_failure: bool = True,
         obey_term: bool = True,
+        stdin: str | None = None,
     ) -> None:
         self.pid_dir = tmp_path / "pids"
         self.pid_dir.mkdir()
-        config = SupervisorConfig(
+        extra = {} if stdin is None else {"stdin": stdin}
+        config = SupervisorConfig(  # type: ignore[call-arg]
             entrypoint=PYTHON,
             args=("-u", str(BIN / "sv_rank.py"), "--pid-dir", str(self.pid_dir),
                   "--exit-on-file", *rank_args),
@@ -177,6 +182,7 @@ class Contract:
             # The double runs no py-spy: a dump before a SIGKILL would be a notice it lacks
             # (tests/engine/test_stacks.py holds the real one to those dumps).
             stack_on_kill=False,
+            **extra,
         )
         self.real = Supervisor(config)
         self.seen = Recorder()
@@ -186,7 +192,7 @@ class Contract:
         run_dir = self.real.snapshot().log_dir
         info = scripted_info(
             nprocs, run_dir=run_dir, term_timeout_s=term_timeout, stdout_filters=(),
-            stderr_filters=(),
+            stderr_filters=(), stdin=self.real.snapshot().stdin,
         )
         started = [
             *(RankStateChanged(r, RankState.STARTING, RankState.RUNNING, BASE_PID + r, t=EPOCH)
@@ -420,3 +426,33 @@ def test_commands_before_start_are_refused(tmp_path: Path) -> None:
         assert not double.execute(KillRanks()).ok
     finally:
         real.shutdown()
+
+
+def _holds_stdin() -> bool:
+    return "stdin" in {f.name for f in dataclasses.fields(SupervisorConfig)}
+
+
+@pytest.mark.skipif(not _holds_stdin(), reason="this Supervisor holds no stdin of its ranks yet "
+                    "(SupervisorConfig has no stdin): SendInput has nothing to be held to")
+def test_input_to_ranks_and_its_refusals(contract: Any) -> None:
+    run = contract(3, stdin="pipe")
+    run.play(
+        SendInput((0,), "hello"),
+        SendInput(None, "every running rank"),
+        SendInput((0, 7), "x"),  # no rank 7
+        SendInput((0,), "two\nlines"),  # one line only
+        Exit(2, 0),
+        SendInput((2,), "x"),  # not running
+        SendInput((1, 2), "x"),  # one of them not running: skipped, as for every command
+        CloseInput((1,)),
+        SendInput((1,), "x"),  # its stdin is closed
+        CloseInput((0, 1)),  # rank 1's is closed already
+        Shutdown(),
+        SendInput((0,), "x"),  # the run is shutting down
+    )
+
+
+@pytest.mark.skipif(not _holds_stdin(), reason="this Supervisor holds no stdin of its ranks yet")
+def test_input_is_refused_where_rankvisor_does_not_hold_the_ranks_stdin(contract: Any) -> None:
+    run = contract(2, stdin="null")
+    run.play(SendInput((0,), "x"), CloseInput(), Shutdown())

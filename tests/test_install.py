@@ -149,8 +149,8 @@ def test_the_check_finds_each_way_of_naming_them() -> None:
     good = (
         "from ..engine.events import RankOutput\n"
         "from . import tui_helpers\n"
-        "argv = [sys.executable, '-P', '-m', 'rankvisor.tui.serve']\n"
-        "code = 'from rankvisor.engine.control.daemon import _entry; _entry()'\n"
+        "argv = [sys.executable, '-P', '-m', 'rankvisor.tui.cli.serve']\n"
+        "code = 'from rankvisor.engine.entry.daemon import _entry; _entry()'\n"
         "text = 'the engine and the tui'\n"
     )
     assert generic_names_used(good) == []

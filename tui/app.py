@@ -32,10 +32,11 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer
+from textual.widgets import Footer, Input
 
 from ..engine.events import (
     AttemptStarted,
+    RankInput,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
@@ -55,6 +56,7 @@ from ..engine.names.signals import default_action, signal_name
 from ..engine.states import RankState
 from .bridge import EngineBridge
 from .clip import file_log_lines, plural, traceback_text
+from .debug_keys import DebugKeys
 from .messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
 from .model import RunView
 from .screens.confirm import ConfirmScreen, QuitScreen, RestartRankScreen
@@ -75,6 +77,13 @@ KEY_PRIORITY_S = 0.12
 """After a key press, panes other than the selected one wait this long to be redrawn."""
 
 
+_RANK_KEYS = frozenset({
+    "terminate", "kill", "signal", "restart", "errors", "filtered", "timeline", "stacks",
+    "terminate_all", "restart_all", "copy", "notices", "detach", "input", "prompts",
+})
+"""The app's one-letter keys: not offered while a person types into a text box."""
+
+
 class _ShutdownDone(Message):
     """``handle.shutdown()`` returned on the worker thread."""
 
@@ -93,7 +102,7 @@ def _settle_heap() -> None:
     gc.collect()
     gc.freeze()
 
-class RankvisorApp(App[int]):
+class RankvisorApp(DebugKeys, App[int]):
     """Live panes of every rank, and keys that act on them through the handle.
 
     Args:
@@ -130,6 +139,10 @@ class RankvisorApp(App[int]):
         Binding("question_mark", "help", "Help"),
         Binding("d", "detach", "Detach", show=False),
         Binding("q", "request_quit", "Quit"),
+        # After quit: at 80 columns the footer keeps ? and q; the header names i and p
+        # whenever a rank is at a prompt.
+        Binding("i", "input", "Input"),
+        Binding("p", "prompts", "Prompts"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
         Binding("ctrl+c", "request_quit", "Quit", show=False),
     ]
@@ -258,6 +271,9 @@ class RankvisorApp(App[int]):
                 changed.add(rank)
         now = self.clock()
         for output in drained.outputs:
+            if isinstance(output, RankInput):
+                changed |= run.apply(output)  # a typed line, in order with the output
+                continue
             if run.add_output(output):
                 changed.add(output.rank)
                 run.ranks[output.rank].saw_output(now)
@@ -501,6 +517,10 @@ class RankvisorApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # A dialog is up: its own keys only (a stray 't' must not terminate anything).
         if isinstance(self.screen, ModalScreen) and action not in ("request_quit",):
+            return False
+        if isinstance(self.focused, Input) and action in _RANK_KEYS:
+            # Typing (the input line, a search): a key is a character, and the footer
+            # must not offer a rank's key (shift+k would read as "Kill").
             return False
         if action in ("terminate", "kill", "signal", "restart", "terminate_all", "restart_all"):
             if self.shutting_down:
@@ -772,6 +792,7 @@ class RankvisorApp(App[int]):
                 "Panes for every rank, or tiles beside one pane",
                 lambda: self.main_screen.action_toggle_layout(),
             ),
+            *self.debug_commands(),
             ("Help: keys", "Every key of rankvisor", self.action_help),
             ("Quit rankvisor", "Asks first while ranks run", self.action_request_quit),
         ]

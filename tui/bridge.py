@@ -9,6 +9,9 @@ costs one deque append per engine batch and one widget update per tick.
 Lifecycle events (state changes, escalations, restarts, run finished, notices) are posted at
 once as ``EngineEvent`` messages carrying a sequence number; the handler drains the log
 batches with smaller numbers first, so a restart marker lands after the lines that preceded it.
+A line a person typed (``RankInput``) travels with the rank's output batches instead, in their
+queue: a drain tick may come before a message is handled, and the typed line must land
+between the prompt it answered and the answer.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
-from ..engine.events import Event, RankOutput, RankStats
+from ..engine.events import Event, RankInput, RankOutput, RankStats
 from .messages import EngineEvent
 
 __all__ = ["Drained", "EngineBridge"]
@@ -38,8 +41,8 @@ class _Target(Protocol):
 class Drained:
     """Everything the engine sent since the last drain."""
 
-    outputs: list[RankOutput] = field(default_factory=list)
-    """stdout/stderr batches in arrival order."""
+    outputs: list[RankOutput | RankInput] = field(default_factory=list)
+    """stdout/stderr batches and typed lines, in arrival order."""
     skipped: dict[int, int] = field(default_factory=dict)
     """rank -> lines dropped from the buffer because the UI fell behind."""
     stats: list[RankStats] = field(default_factory=list)
@@ -57,7 +60,7 @@ class EngineBridge:
         self._lock = threading.Lock()
         self._seq = 0
         self._max_pending = max_pending_lines
-        self._pending: dict[int, deque[tuple[int, RankOutput]]] = {}
+        self._pending: dict[int, deque[tuple[int, RankOutput | RankInput]]] = {}
         self._pending_lines: dict[int, int] = {}
         self._skipped: dict[int, int] = {}
         self._stats: list[tuple[int, RankStats]] = []
@@ -93,7 +96,7 @@ class EngineBridge:
             self._seq += 1
             seq = self._seq
             self.events_seen += 1
-            if isinstance(event, RankOutput):
+            if isinstance(event, (RankOutput, RankInput)):
                 self._add_output(seq, event)
                 return
             if isinstance(event, RankStats):
@@ -106,23 +109,32 @@ class EngineBridge:
                 return
         target.post_message(message)
 
-    def _add_output(self, seq: int, event: RankOutput) -> None:
+    def _add_output(self, seq: int, event: RankOutput | RankInput) -> None:
+        queue = self._pending.setdefault(event.rank, deque())
+        if isinstance(event, RankInput):
+            queue.append((seq, event))  # never dropped: one per line a person typed
+            return
         if event.stream not in ("stdout", "stderr"):
             self._filtered.add(event.stream)
             return
         self.lines_seen += len(event.lines)
-        queue = self._pending.setdefault(event.rank, deque())
-        if not event.lines and queue and queue[-1][1].stream == event.stream:
+        last = queue[-1][1] if queue else None
+        if not event.lines and isinstance(last, RankOutput) and last.stream == event.stream:
             # A progress bar redrawn with no new line: only its latest frame matters.
-            last_seq, last = queue[-1]
-            queue[-1] = (last_seq, replace(last, partial=event.partial))
+            queue[-1] = (queue[-1][0], replace(last, partial=event.partial))
             return
         queue.append((seq, event))
         count = self._pending_lines.get(event.rank, 0) + len(event.lines)
         # Backpressure: the UI fell behind; drop the oldest batches but keep the newest
         # (the pane shows the tail, and the file on disk has everything).
         while (count > self._max_pending or len(queue) > _MAX_BATCHES) and len(queue) > 1:
-            _, dropped = queue.popleft()
+            # The oldest batch goes; a typed line never does (one per line a person typed).
+            index = next(i for i, item in enumerate(queue) if isinstance(item[1], RankOutput))
+            if index == len(queue) - 1:
+                break  # only the newest batch is left
+            dropped = queue[index][1]
+            del queue[index]
+            assert isinstance(dropped, RankOutput)
             count -= len(dropped.lines)
             self._skipped[event.rank] = self._skipped.get(event.rank, 0) + len(dropped.lines)
         self._pending_lines[event.rank] = count
@@ -132,12 +144,13 @@ class EngineBridge:
         out = Drained()
         with self._lock:
             limit = self._seq + 1 if upto is None else upto
-            batches: list[tuple[int, RankOutput]] = []
+            batches: list[tuple[int, RankOutput | RankInput]] = []
             for rank, queue in self._pending.items():
                 taken = 0
                 while queue and queue[0][0] < limit:
                     item = queue.popleft()
-                    taken += len(item[1].lines)
+                    if isinstance(item[1], RankOutput):
+                        taken += len(item[1].lines)
                     batches.append(item)
                 if taken:
                     self._pending_lines[rank] -= taken

@@ -6,7 +6,7 @@ without a terminal; the app sends the result with ``App.copy_to_clipboard`` (OSC
 
 from __future__ import annotations
 
-from .model import RunView
+from .model import TYPED_MARK, RunView, typed_parts
 from .widgets.ansi import plain_text
 from .widgets.failure_report import failure_details
 from .widgets.file_log import FileLog
@@ -29,7 +29,10 @@ def rank_log_lines(log: RankLog) -> list[str]:
     for index in range(top, top + height):
         if index < len(buffer):
             kind, line = buffer[index]
-            if kind != "marker":
+            if kind == "typed":
+                prompt, typed = typed_parts(line)
+                out.append(f"{plain_text(prompt)}{TYPED_MARK}{typed}")
+            elif kind != "marker":
                 out.append(plain_text(line))
         elif index == len(buffer) and buffer.partial:
             out.append(plain_text(buffer.partial))

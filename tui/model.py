@@ -21,6 +21,8 @@ from ..engine.events import (
     EscalationFinished,
     EscalationScheduled,
     Event,
+    InputWait,
+    RankInput,
     RankInputWait,
     RankOutput,
     RankRestarted,
@@ -43,13 +45,37 @@ from ..engine.forensics.progress import (
 )
 from ..engine.handle import RankInfo, RunInfo
 from ..engine.names.signals import exit_signal_name
-from ..engine.output.sanitize import sanitize
+from ..engine.output.sanitize import sanitize, strip_sgr
 from ..engine.states import RankState
 
-__all__ = ["Incarnation", "LineBuffer", "LineKind", "RankView", "RunView", "format_bytes"]
+__all__ = [
+    "TYPED_MARK",
+    "Incarnation",
+    "LineBuffer",
+    "LineKind",
+    "RankView",
+    "RunView",
+    "format_bytes",
+    "typed_parts",
+]
 
-LineKind = Literal["stdout", "stderr", "marker"]
-"""A buffered line is program output on one stream, or a marker the UI inserted."""
+LineKind = Literal["stdout", "stderr", "marker", "typed"]
+"""A buffered line is program output on one stream, a marker the UI inserted, or a line a
+person typed to the rank's stdin (after the prompt it answered: see ``typed_parts``)."""
+
+TYPED_MARK: Final = "⌨ "
+"""What marks a typed line (and a rank at a prompt) wherever it is shown."""
+_TYPED_SEP: Final = "\x1f"
+"""Between the prompt and the typed text of a "typed" line: output never holds a bare
+control character (the sanitiser shows them as symbols), so the split is unambiguous."""
+HISTORY: Final = 200
+"""Lines typed to a rank kept for the input line's history."""
+
+
+def typed_parts(line: str) -> tuple[str, str]:
+    """(prompt, text) of a buffered "typed" line."""
+    prompt, _, text = line.partition(_TYPED_SEP)
+    return prompt, text
 
 QUIET_S: Final = 10
 """A running rank silent this long is shown as quiet (a stall, or just a long step), when
@@ -91,6 +117,7 @@ class LineBuffer:
 
     __slots__ = (
         "_lines", "evicted", "partial", "partial_stream", "width", "total", "version", "begun",
+        "answered",
     )
 
     def __init__(self, max_lines: int = 5_000) -> None:
@@ -109,6 +136,10 @@ class LineBuffer:
         self.begun = 0
         """Line id (``evicted + index``) of the current incarnation's first line: the lines
         before it were written by an earlier attempt or restart of the rank."""
+        self.answered: tuple[LineKind, str] | None = None
+        """(stream, prompt) a typed line answered: shown with it, so it is taken off the
+        front of the stream's next line (a pipe does not echo, so the rank's file has the
+        answer on the prompt's line: "(Pdb) 41")."""
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -122,6 +153,12 @@ class LineBuffer:
 
     def extend(self, kind: LineKind, lines: Sequence[str]) -> None:
         """Append complete lines of one stream (one call per batch: no per-line Python)."""
+        if self.answered is not None and lines and self.answered[0] == kind:
+            prompt = self.answered[1]
+            self.answered = None
+            if lines[0].startswith(prompt):
+                rest = lines[0][len(prompt):]
+                lines = [rest, *lines[1:]] if rest else lines[1:]
         added = len(lines)
         if not added:
             return
@@ -141,6 +178,16 @@ class LineBuffer:
             self.partial_stream = kind
             self.width = max(self.width, len(partial))
             self.version += 1
+
+    def add_typed(self, text: str, *, at_prompt: bool = True) -> None:
+        """A person's line went to the rank's stdin: shown marked as typed, in order with the
+        rank's output; ``at_prompt``: after the prompt it answers (the unfinished line), else
+        on a line of its own (the unfinished line may be a progress bar, not a question)."""
+        prompt, stream = (self.partial, self.partial_stream) if at_prompt else ("", "stdout")
+        if prompt:
+            self.partial = ""
+        self.answered = (stream, prompt) if prompt else None
+        self.extend("typed", (prompt + _TYPED_SEP + text,))
 
     def mark(self, text: str) -> None:
         """Insert a UI marker line (restart separator, skipped-lines note)."""
@@ -163,6 +210,9 @@ class LineBuffer:
         oldest = max(0, self.begun - self.evicted) if this_incarnation else 0
         for line_kind, text in islice(reversed(self._lines), len(self._lines) - oldest):
             if kind is None or line_kind == kind:
+                if line_kind == "typed":
+                    prompt, typed = typed_parts(text)
+                    text = f"{prompt}{TYPED_MARK}{typed}"
                 out.append(text)
                 if len(out) >= count:
                     break
@@ -253,6 +303,15 @@ class RankView:
     paused: str = ""
     """How a person paused it ("at a prompt", "stopped by SIGSTOP"); "" if not: its silence
     is then neither a straggler's nor quiet."""
+    input_wait: InputWait | None = None
+    """Set while the rank waits for a line on the stdin its supervisor holds (a prompt)."""
+    typed: deque[str] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    """Lines typed to it (by any viewer), oldest first: the input line's history."""
+    sent: deque[tuple[int, int, float, str]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY)
+    )
+    """(attempt, restart count, time sent, text as shown) of each line typed to it or EOF,
+    oldest first: the zoomed view puts them among the incarnation's own lines."""
 
     @property
     def exit_label(self) -> str:
@@ -360,6 +419,8 @@ class RunView:
         self.stderr_filters = info.stderr_filters
         self.prefixes = {r: sanitize(p) for r, p in info.log_line_prefixes.items()}
         self.finished = info.finished
+        self.stdin = info.stdin
+        """The ranks' stdin: "pipe" (a person may type to them), "inherit" or "null"."""
         self.progress_reader = ProgressReader(info.progress_regex or None)
         """Reads each rank's progress from its lines, the run's ``--progress-regex`` first."""
         self.progress_kind: str | None = None
@@ -430,6 +491,7 @@ class RunView:
         view.exitcode = info.exitcode
         view.signal_name = info.signal_name
         view.exit_cause = info.exit_cause
+        view.input_wait = info.input_wait
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -443,6 +505,11 @@ class RunView:
     @property
     def alive(self) -> list[RankView]:
         return [view for view in self.ranks if view.state.is_alive]
+
+    def waiting(self) -> list[RankView]:
+        """Ranks at a prompt (waiting for a line on their stdin), longest waiting first."""
+        found = [view for view in self.ranks if view.input_wait is not None]
+        return sorted(found, key=lambda v: (v.input_wait.since, v.rank))  # type: ignore[union-attr]
 
     def failures(self) -> list[RankView]:
         """Ranks that failed on their own, the root cause first, then by time, then by rank.
@@ -618,10 +685,12 @@ class RunView:
                 if 0 <= rank < len(self.ranks):
                     self.ranks[rank].escalation_deadline = None
             return set(event.ranks) | {-1}
-        if isinstance(event, (RankInputWait, RanksSignalled)):
+        if isinstance(event, RankInputWait):
             self.pauses.observe(event)
-            ranks = {event.rank} if isinstance(event, RankInputWait) else set(event.ranks)
-            return ranks | {-1}
+            return self._apply_input_wait(event) | {event.rank, -1}
+        if isinstance(event, RanksSignalled):
+            self.pauses.observe(event)
+            return set(event.ranks) | {-1}
         if isinstance(event, RankRestarted):
             self.pauses.observe(event)
             return self._apply_restart(event)
@@ -647,7 +716,31 @@ class RunView:
         if isinstance(event, SupervisorNotice):
             self.notices.append(event)
             return {-1}
+        if isinstance(event, RankInput):
+            return self._apply_input(event)
         return set()
+
+    def _apply_input_wait(self, event: RankInputWait) -> set[int]:
+        if not 0 <= event.rank < len(self.ranks):
+            return set()
+        view = self.ranks[event.rank]
+        if event.attempt < view.attempt or not view.state.is_alive:
+            return set()  # an earlier incarnation's wait, or one that ended with its process
+        view.input_wait = event.wait
+        return {event.rank, -1}
+
+    def _apply_input(self, event: RankInput) -> set[int]:
+        if not 0 <= event.rank < len(self.ranks):
+            return set()
+        view = self.ranks[event.rank]
+        # A person's text, shown on a terminal like the rank's own: the same sanitiser.
+        text = "^D (stdin closed)" if event.eof else strip_sgr(sanitize(event.text))
+        view.buffer.add_typed(text, at_prompt=view.input_wait is not None)
+        if not event.eof:
+            view.typed.append(text)
+        view.sent.append((event.attempt, view.restart_count, event.t, text))
+        view.last_line = TYPED_MARK + text
+        return {event.rank}
 
     def _apply_stats(self, event: RankStats) -> set[int]:
         if not 0 <= event.rank < len(self.ranks):
@@ -688,6 +781,7 @@ class RunView:
             view.gpu_memory_bytes = None
             view.gpu_util_percent = None
             view.gpus = ()
+            view.input_wait = None
             if event.new is not RankState.SUCCEEDED:
                 view.failure = event.failure
                 view.failed_at = _failure_time(event.failure, event.t)
@@ -701,6 +795,7 @@ class RunView:
             view.exit_cause = None
             view.timer_scope = None
             view.escalation_deadline = None
+            view.input_wait = None
         return {event.rank, -1}
 
     def _apply_restart(self, event: RankRestarted) -> set[int]:

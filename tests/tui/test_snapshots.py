@@ -13,6 +13,7 @@ from rankvisor.tui.app import make_app
 
 from tests.scenarios import (
     failure_script,
+    pdb_script,
     play_rounds,
     recorded_stacks,
     running_script,
@@ -151,3 +152,24 @@ def test_stacks_view(snap_compare, size) -> None:  # type: ignore[no-untyped-def
         await _settle(pilot)
 
     assert snap_compare(make_app(engine), run_before=open_stacks, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_rank_at_a_prompt_with_the_input_line_open(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """Rank 0 stopped at pdb in train_step: its border says "⌨ (Pdb) train.py:52" in the
+    accent colour, the header "⌨ 1 at a prompt"; the input line (i) is open on it, "INPUT
+    rank 0" on its label, "p lo" being typed; the pane shows the line sent before, dim and
+    marked after its prompt ("(Pdb) ⌨ p x"), the rank's answer 41 and the prompt again; the
+    footer lists the line's keys (ctrl+d EOF, esc leave, ctrl+t all at a prompt)."""
+    engine = ScriptedSupervisor(scripted_info(4, stdin="pipe"), pdb_script(4))
+
+    async def answer(pilot) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("i")
+        await _settle(pilot)
+        await pilot.press(*"p x", "enter")
+        await _settle(pilot)
+        await pilot.press(*"p lo")
+        await _settle(pilot)
+        pilot.app._tick()
+
+    assert snap_compare(make_app(engine), run_before=answer, terminal_size=size)

@@ -49,6 +49,15 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
         ),
     ),
     (
+        "A rank at a prompt (breakpoint(), pdb, input(): ⌨ on its border)",
+        (
+            ("i", "type to the selected rank's stdin: enter sends (the line stays open),"
+             " ↑ ↓ its history, ctrl+t every rank at a prompt, ctrl+d EOF, escape leaves;"
+             " q / quit / exit to pdb and EOF ask first (they end the rank)"),
+            ("p", "the ranks at a prompt: where, prompt, since; enter answers one"),
+        ),
+    ),
+    (
         "Views",
         (
             ("e", "errors: the suspect, then tracebacks, root cause first"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Final, Literal
+from typing import Callable, Final, Literal, Sequence
 
 from rich.text import Text
 from textual import work
@@ -87,6 +87,10 @@ class LogFilesScreen(Screen[None]):
     def title_text(self) -> Text:
         raise NotImplementedError
 
+    def typed_lines(self) -> Callable[[], Sequence[tuple[float, str]]] | None:
+        """The lines typed to the rank shown merged (time sent, text), or None."""
+        return None
+
     def merged_paths(self) -> tuple[str, str, str] | None:
         """(stdout path, stderr path, label) to show merged in arrival order in "both" mode,
         or None: show the two logs stacked."""
@@ -123,7 +127,8 @@ class LogFilesScreen(Screen[None]):
         merged = self.merged_paths()
         if merged is not None:
             out, err, label = merged
-            logs.append(FileLog("", label=label, merged=(out, err), wrap=True, id="both-log"))
+            logs.append(FileLog("", label=label, merged=(out, err), wrap=True,
+                                typed=self.typed_lines(), id="both-log"))
         for log in logs:
             # Before mounting: a hidden log reads nothing (a GB file is indexed once, by the
             # log that shows it, when it is first shown).

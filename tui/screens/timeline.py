@@ -5,7 +5,8 @@ on their arrival index's times), so what happened first reads top to bottom. It 
 suspect's last line (marked) when the run has a suspect, else at the first failure; a
 ``first failure`` rule sits where it happened. ``/`` searches (``n``/``N`` step through the
 matches), ``&`` keeps only the lines that contain a text (empty: all lines again), ``r``
-reads the files again.
+reads the files again. A rank at a prompt is never filtered out: a row at the end says
+where it waits and what it asks, whatever the filter (it is waiting for a person).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, Static
 
 from ...engine.forensics.timeline import TimelineLine, merge_ranks
-from ..model import RunView
-from ..widgets.ansi import display_text
+from ..model import TYPED_MARK, RunView
+from ..widgets.ansi import display_text, plain_text
 
 __all__ = ["RANK_STYLES", "TimelineScreen", "rank_style"]
 
@@ -71,6 +72,8 @@ class TimelineScreen(Screen[None]):
         """The row of the current match, or the row opened at."""
         self.opened_at: int | None = None
         self._asking = ""
+        self._waiting_shown: list[object] = []
+        """The ranks at a prompt when last drawn (their rows are redrawn when it changes)."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="timeline-title")
@@ -160,12 +163,37 @@ class TimelineScreen(Screen[None]):
         log.clear()
         for i, row in enumerate(rows):
             log.write(self._row(row, i == self.current), scroll_end=False)
+        self._waiting_shown = [(v.rank, v.input_wait) for v in self.run.waiting()]
+        for text in self._waiting_rows():
+            log.write(text, scroll_end=False)
         if open_at_start:
             self.opened_at = self._opening_row()
             self.current = self.opened_at
         self._title()
         if self.current is not None:
             self.call_after_refresh(self._show_row, self.current)
+
+    def _waiting_rows(self) -> list[Text]:
+        """One row per rank at a prompt, after the lines (never filtered out)."""
+        out = []
+        for view in self.run.waiting():
+            wait = view.input_wait
+            assert wait is not None
+            text = Text(no_wrap=True)
+            text.append(_clock(int(wait.since * 1e9), self.tz) + " ", "dim")
+            text.append(f"r{view.rank:<2} ", f"bold {rank_style(view.rank)}")
+            text.append(f"  {TYPED_MARK}at a prompt: ", "bold magenta")
+            text.append(plain_text(wait.prompt).strip() or "waiting for input", "bold")
+            if wait.where:
+                text.append(f"  {plain_text(wait.where)}", "cyan")
+            out.append(text)
+        return out
+
+    def on_run_changed(self, changed: set[int] | None) -> None:
+        if changed is None or -1 in changed:
+            waiting: list[object] = [(v.rank, v.input_wait) for v in self.run.waiting()]
+            if waiting != self._waiting_shown and self.lines:
+                self._draw()
 
     def _opening_row(self) -> int | None:
         for i, line in enumerate(self.shown):

@@ -13,6 +13,7 @@ Keys that act on a rank (t, K, s, r) act on the zoomed rank here.
 from __future__ import annotations
 
 import os
+from typing import Callable, Sequence
 
 from rich.text import Text
 from textual.binding import Binding
@@ -67,6 +68,18 @@ class ZoomScreen(LogFilesScreen):
                 f"stderr · {relative_path(inc.stderr_path, run_dir) or 'not redirected'}",
             ),
         )
+
+    def typed_lines(self) -> Callable[[], Sequence[tuple[float, str]]]:
+        """What was typed to the incarnation shown, for the merged view (the files keep the
+        rank's own bytes only)."""
+        inc = self._incarnation()
+        view = self.run.ranks[self.rank]
+
+        def lines() -> list[tuple[float, str]]:
+            return [(t, text) for attempt, restarts, t, text in list(view.sent)
+                    if (attempt, restarts) == (inc.attempt, inc.restart_count)]
+
+        return lines
 
     def merged_paths(self) -> tuple[str, str, str]:
         inc = self._incarnation()

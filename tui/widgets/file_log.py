@@ -6,7 +6,8 @@ stays bounded for a multi-GB log. It follows the end of a live file like ``RankL
 highlights search matches (all of them on screen, the current one brighter).
 
 Its source is one file (``LogStore``) or a rank's two logs merged in arrival order
-(``engine.logfile.merged.MergedSource``: stderr rows get a red gutter). The unfinished last
+(``engine.logfile.merged.MergedSource``: stderr rows get a red gutter; rows a source says are
+"stdin", lines a person typed, are marked ⌨ and dimmed). The unfinished last
 line of a file (a progress bar) is shown after the complete ones, dimmed. ``wrap`` folds long
 lines to the width: then the view scrolls a line (not a row) at a time, and near the end it
 fills the screen up to the last line, so following still shows the newest rows; without it,
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Final, Protocol
+from typing import Any, Callable, Final, Protocol, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
@@ -33,6 +34,7 @@ from textual.geometry import Size
 from textual.strip import Strip
 
 from ...engine.logfile.search import Searchable
+from ..model import TYPED_MARK
 from .ansi import display_text
 from .follow import FollowingScrollView
 
@@ -78,6 +80,7 @@ class FileLog(FollowingScrollView, can_focus=True):
     COMPONENT_CLASSES = {
         "filelog--gutter",
         "filelog--stderr",
+        "filelog--typed",
         "filelog--partial",
         "filelog--match",
         "filelog--current",
@@ -95,6 +98,7 @@ class FileLog(FollowingScrollView, can_focus=True):
     FileLog:focus { border: round $accent; }
     FileLog > .filelog--gutter { color: $text-muted; }
     FileLog > .filelog--stderr { color: $error; }
+    FileLog > .filelog--typed { color: $text-accent; text-style: dim bold; }
     FileLog > .filelog--partial { text-style: dim italic; }
     FileLog > .filelog--match { background: $warning 45%; }
     FileLog > .filelog--current { background: $warning; color: $background; text-style: bold; }
@@ -115,10 +119,14 @@ class FileLog(FollowingScrollView, can_focus=True):
         merged: tuple[str, str] | None = None,
         stream: str = "stdout",
         wrap: bool = False,
+        typed: Callable[[], Sequence[tuple[float, str]]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.path = path
+        self.typed = typed
+        """With ``merged``: the lines typed to the rank (time sent, text), shown among its own
+        (``TypedRows``)."""
         self.label = label
         self.merged = merged
         """(stdout path, stderr path) to show merged in arrival order, or None: ``path``."""
@@ -157,6 +165,13 @@ class FileLog(FollowingScrollView, can_focus=True):
         if self.source is None:
             if self.merged is not None:
                 self.source = open_merged(*self.merged)
+                if self.typed is not None:
+                    from ...engine.rundir.arrival import arrival_path
+                    from .typed_source import TypedRows
+
+                    self.source = TypedRows(
+                        self.source, arrival_path(*self.merged), self.typed  # type: ignore[arg-type]
+                    )
             else:
                 self.source = open_source(self.path)
             if self.source is None:
@@ -180,6 +195,11 @@ class FileLog(FollowingScrollView, can_focus=True):
         self.app.call_from_thread(self._take_count, count, partials)
 
     def _take_count(self, count: int, partials: list[tuple[str, str]] | None = None) -> None:
+        moved = getattr(self.source, "changed_from", None)
+        if moved is not None:
+            # A typed line went in before rows already read: they moved down one.
+            self._forget_from(moved)
+            self.refresh()
         if partials is not None and partials != self.partials:
             self.partials = partials
             low = min(count, self.line_count)
@@ -204,19 +224,26 @@ class FileLog(FollowingScrollView, can_focus=True):
         else:
             # The last chunk was partial; it has more lines now (and the partial-line rows
             # drawn after it are lines now).
-            self._chunks.discard(self.line_count // CHUNK)
-            self._kinds.discard(self.line_count // CHUNK)
-            for key in list(self._strips.keys()):
-                if key[0] >= self.line_count:
-                    self._strips.discard(key)
-            for wkey in list(self._wrapped.keys()):
-                if wkey[0] >= self.line_count:
-                    self._wrapped.discard(wkey)
+            self._forget_from(self.line_count)
         self._layout = None
         self.line_count = count
         self._update_virtual_size()  # anchored: the compositor keeps the view at the end
         self._set_title()
         self.refresh()
+
+    def _forget_from(self, row: int) -> None:
+        """Drop what is cached of rows ``row`` on."""
+        for cache in (self._chunks, self._kinds):
+            for chunk_no in list(cache.keys()):
+                if chunk_no >= row // CHUNK:
+                    cache.discard(chunk_no)
+        for key in list(self._strips.keys()):
+            if key[0] >= row:
+                self._strips.discard(key)
+        for wkey in list(self._wrapped.keys()):
+            if wkey[0] >= row:
+                self._wrapped.discard(wkey)
+        self._layout = None
 
     def _gutter_width(self) -> int:
         return len(str(max(1, self.line_count))) + 1
@@ -463,6 +490,11 @@ class FileLog(FollowingScrollView, can_focus=True):
 
     def _styled_text(self, index: int) -> Text:
         text = display_text(self.get_line(index))
+        if index < self.line_count and self.stream_of(index) == "stdin":
+            # A line a person typed (a merged source that reads stdin.log says "stdin").
+            style = self.get_component_rich_style("filelog--typed", partial=True)
+            text = Text.assemble((TYPED_MARK, style), text.copy(), no_wrap=True)
+            text.stylize(style)
         if index >= self.line_count:
             text = text.copy()
             text.stylize(self.get_component_rich_style("filelog--partial", partial=True))

@@ -28,7 +28,7 @@ from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.strip import Strip
 
-from ..model import LineBuffer
+from ..model import TYPED_MARK, LineBuffer, typed_parts
 from .ansi import display_text, safe_line
 from .follow import FollowingScrollView
 
@@ -41,7 +41,9 @@ MIN_CACHED_STRIPS = 16
 class RankLog(FollowingScrollView, can_focus=False):
     """The tail of one rank's stdout and stderr, following until scrolled."""
 
-    COMPONENT_CLASSES = {"ranklog--stderr", "ranklog--marker", "ranklog--partial"}
+    COMPONENT_CLASSES = {
+        "ranklog--stderr", "ranklog--marker", "ranklog--partial", "ranklog--typed",
+    }
 
     DEFAULT_CSS = """
     RankLog {
@@ -52,6 +54,7 @@ class RankLog(FollowingScrollView, can_focus=False):
     RankLog > .ranklog--stderr { color: $text-warning; }
     RankLog > .ranklog--marker { color: $text-muted; text-style: italic; }
     RankLog > .ranklog--partial { color: $text-accent; }
+    RankLog > .ranklog--typed { color: $text-accent; text-style: dim bold; }
     """
 
     def __init__(self, buffer: LineBuffer | None = None, **kwargs: Any) -> None:
@@ -129,6 +132,13 @@ class RankLog(FollowingScrollView, can_focus=False):
         return Strip.blank(width, base)
 
     def _make_strip(self, line: str, kind: str, base: Style) -> Strip:
+        if kind == "typed":
+            # The prompt as the rank wrote it, then what a person typed, marked.
+            prompt, text = typed_parts(line)
+            head = self._make_strip(prompt, "stdout", base) if prompt else Strip([], 0)
+            mark = TYPED_MARK + text
+            style = base + self.get_component_rich_style("ranklog--typed", partial=True)
+            return Strip([*head, Segment(mark, style)], head.cell_length + cell_len(mark))
         if kind == "stdout":
             style = base
         else:

@@ -21,14 +21,17 @@ from textual.widgets import Static
 from ...engine.forensics.progress import Progress
 from ...engine.states import RankState
 from ..messages import RankSelected, ZoomRequested
-from ..model import RankView, format_bytes
+from ..model import TYPED_MARK, RankView, format_bytes
+from .ansi import plain_text
 from .rank_log import RankLog
 
 __all__ = [
     "GLYPHS",
     "RankHeader",
     "RankPane",
+    "input_label",
     "progress_text",
+    "short_where",
     "sparkline",
     "state_label",
     "straggler_mark",
@@ -96,12 +99,34 @@ def straggler_mark(view: RankView, now: float, *, compact: bool = False) -> str:
     return ""
 
 
+def short_where(where: str) -> str:
+    """``"job.py:7 in <module>"`` -> ``"job.py:7"``: the place, for a border or a tile."""
+    return where.split(" in ", 1)[0]
+
+
+def input_label(view: RankView, *, width: int = 40) -> str:
+    """``"⌨ (Pdb) job.py:7"`` for a rank at a prompt (its prompt and, for pdb, where it
+    stopped; both from its output, so shown as plain text), "" for one that is not."""
+    wait = view.input_wait
+    if wait is None:
+        return ""
+    prompt = plain_text(wait.prompt).strip()
+    if len(prompt) > width:
+        prompt = prompt[: width - 1] + "…"
+    words = " ".join(x for x in (prompt or "waiting for input", short_where(wait.where)) if x)
+    return TYPED_MARK + plain_text(words)
+
+
 def state_label(view: RankView, now: float, *, root_cause: bool = False) -> str:
-    """``"running"``, ``"failed · exit 1"``, ``"terminating · SIGKILL in 27s"``, ..."""
+    """``"running"``, ``"failed · exit 1"``, ``"terminating · SIGKILL in 27s"``, ``"⌨ (Pdb)
+    job.py:7"`` (at a prompt), ..."""
     # A rank rankvisor's own signal ended did not fail: it is labelled stopped.
     words = "stopped" if view.stopped else view.state.value
     if view.state is RankState.RUNNING and view.proc_status == "stopped":
         words = "stopped (SIGSTOP)"
+    if view.input_wait is not None and view.state.is_alive:
+        # What a person must do next: answer it (the state is running, as it says).
+        words = input_label(view)
     if view.exit_label:
         words += f" · {view.exit_label}"
     countdown = view.countdown(now)
@@ -281,6 +306,7 @@ class RankPane(Vertical):
             root_cause,
             view.caused_by_us,
             view.global_rank,
+            view.input_wait,
         )
         if key == self._shown:
             return
@@ -290,6 +316,7 @@ class RankPane(Vertical):
             self.set_class(name == state_class, name)
         self.set_class(root_cause, "-root-cause")
         self.set_class(bool(view.straggler), "-straggler")
+        self.set_class(view.input_wait is not None, "-waiting")
         # Text, not str: a str border title is parsed as markup, and the timer scope in the
         # label comes from the rank's own code.
         title = f"{GLYPHS[view.state]} rank {view.rank}"

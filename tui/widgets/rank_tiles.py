@@ -23,10 +23,10 @@ from textual.strip import Strip
 
 from ...engine.states import RankState
 from ..messages import RankSelected, ZoomRequested
-from ..model import RankView, format_bytes
+from ..model import TYPED_MARK, RankView, format_bytes
 from .ansi import plain_text
 from .follow import LineScrollView
-from .rank_pane import GLYPHS, progress_text, straggler_mark
+from .rank_pane import GLYPHS, progress_text, short_where, straggler_mark
 
 __all__ = ["RankTiles"]
 
@@ -54,6 +54,8 @@ def tile_status(view: RankView, now: float) -> str:
     countdown = view.countdown(now)
     if countdown is not None:
         return f"kill {countdown}s"
+    if view.input_wait is not None:
+        return f"{TYPED_MARK}{plain_text(view.input_wait.prompt).strip() or 'input'}"[:8]
     if view.state is RankState.RUNNING and view.proc_status == "stopped":
         return "stopped"
     mark = straggler_mark(view, now, compact=True)
@@ -85,6 +87,7 @@ class RankTiles(LineScrollView, can_focus=False):
         "ranktiles--selected",
         "ranktiles--root-cause",
         "ranktiles--straggler",
+        "ranktiles--waiting",
         *(f"ranktiles--{state.value}" for state in RankState),
     }
 
@@ -99,6 +102,7 @@ class RankTiles(LineScrollView, can_focus=False):
     RankTiles > .ranktiles--selected { background: $accent 35%; text-style: bold; }
     RankTiles > .ranktiles--root-cause { text-style: bold reverse; }
     RankTiles > .ranktiles--straggler { color: $warning; background: $surface; text-style: bold; }
+    RankTiles > .ranktiles--waiting { color: $accent; background: $surface; text-style: bold; }
     RankTiles > .ranktiles--starting { color: $primary; }
     RankTiles > .ranktiles--running { color: $success; }
     RankTiles > .ranktiles--terminating { color: $warning; }
@@ -199,10 +203,11 @@ class RankTiles(LineScrollView, can_focus=False):
         text.append(f"{view.rank:>3} ", rank_style)
         text.append(f"{GLYPHS[view.state]} ", state_style)
         status = f"{tile_status(view, self._now):<8.8}"
-        if view.straggler:
+        if view.straggler or view.input_wait is not None:
             # On a background of its own: it must stand out on the selected row too.
             mark = status.rstrip()
-            text.append(mark, self.get_component_rich_style("ranktiles--straggler", partial=True))
+            which = "ranktiles--waiting" if view.input_wait is not None else "ranktiles--straggler"
+            text.append(mark, self.get_component_rich_style(which, partial=True))
             text.append(status[len(mark):] + " ", state_style)
         else:
             text.append(f"{status} ", state_style)
@@ -215,6 +220,8 @@ class RankTiles(LineScrollView, can_focus=False):
             text.append(" " * (12 if width >= NARROW_TILE else 6))
         # else: an ended rank in a narrow tile gives its blank CPU column to its last line
         last = _without_own_rank(plain_text(view.last_line).strip(), view.rank)
+        if view.input_wait is not None and view.input_wait.where:
+            last = f"{short_where(plain_text(view.input_wait.where))} {last}"
         text.append(last, "dim" if not view.state.is_alive else "")
         text.truncate(width - 1, overflow="ellipsis", pad=True)
         text.append(" ")

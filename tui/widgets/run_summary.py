@@ -96,6 +96,11 @@ def summary_text(
         counts.append(f" {glyph} {count} {words}", style)
     counts.append(" │", "dim")
     parts.append((7, counts))
+    waiting = sum(1 for v in run.ranks if v.input_wait is not None)
+    if waiting:
+        parts.append((8, Text.assemble(
+            (f" ⌨ {waiting} at a prompt (p: list, i: answer) ", "bold magenta"), ("│", "dim")
+        )))
     if run.finished:
         parts.append((6, Text.assemble((" finished ", "bold"), ("│", "dim"))))
     if paused:

@@ -31,23 +31,27 @@ import itertools
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast
 
-from .events import (
+from ..control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
+from ..events import (
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
     Event,
     EventSink,
+    RankInput,
+    RankInputWait,
     RankOutput,
     RankRestarted,
     RankStateChanged,
     RunFinished,
     SupervisorNotice,
 )
-from .forensics.stacks import (
+from ..forensics.stacks import (
     Frame,
     RankStack,
     StackDump,
@@ -56,7 +60,8 @@ from .forensics.stacks import (
     merge,
     save_dump,
 )
-from .handle import (
+from ..handle import (
+    CloseInput,
     Command,
     CommandResult,
     DumpStacks,
@@ -65,28 +70,35 @@ from .handle import (
     RestartAll,
     RestartRank,
     RunInfo,
+    SendInput,
     SignalRanks,
     TerminateRanks,
     command_problem,
     term_timeout,
 )
-from .names import refusals as words
-from .rundir.arrival import ArrivalWriter, arrival_path
-from .states import RankState
+from ..names import refusals as words
+from ..rundir.arrival import ArrivalWriter, arrival_path
+from ..states import RankState
+from .prompts import RELEASE, Answer, Prompt, PromptReleased, ScriptedStdin
 
 if TYPE_CHECKING:
     # ScriptedFailure / ScriptedResult stand in for these in the events (duck-typed).
-    from .errors import ProcessFailure
-    from .result import RunProcsResult
+    from ..errors import ProcessFailure
+    from ..result import RunProcsResult
 
 __all__ = [
     "BASE_PID",
     "EPOCH",
+    "RELEASE",
+    "Answer",
     "Checkpoint",
+    "Prompt",
+    "PromptReleased",
     "ScriptItem",
     "ScriptedFailure",
     "ScriptedResult",
     "ScriptedSupervisor",
+    "not_piped",
     "rank_paths",
 ]
 
@@ -110,7 +122,16 @@ class Checkpoint:
     label: str = ""
 
 
-ScriptItem = Union[Event, Checkpoint]
+ScriptItem = Union[Event, Checkpoint, Prompt, PromptReleased]
+
+
+
+def not_piped(mode: str) -> str:
+    """The refusal of ``SendInput`` / ``CloseInput`` in a run whose ``RunInfo.stdin`` is
+    ``mode``, not "pipe" (the Supervisor's words)."""
+    what = "/dev/null" if mode == "null" else "the terminal rankvisor was started from"
+    return (f"not sent: the ranks' stdin is {what} (--stdin {mode}); start the run with "
+            "--stdin pipe to type to its ranks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +198,8 @@ class _Life:
     after_exit: str | None = None
     failure: ScriptedFailure | None = None
     exit_seq: int = 0
+    stdin_closed: bool = False
+    """EOF was sent (``CloseInput``): its stdin takes no more lines."""
 
 
 @dataclass(slots=True)
@@ -213,6 +236,12 @@ class ScriptedSupervisor:
         stacks: A recorded dump ``DumpStacks`` answers with (the running ranks' part of
             it, merged again); without one each running rank is "in" ``main (train.py:1)``.
             Saved under the run directory with ``write_files``; its path is given either way.
+        read_only: Stand for a read-only viewer's handle: every command is refused with the
+            control server's words (a nonblocking stack dump excepted), as over the socket.
+
+    Input: ``SendInput`` / ``CloseInput`` reach running ranks of a run whose ``info.stdin``
+    is "pipe", each publishing ``RankInput``; a rank waiting at a scripted ``Prompt`` answers
+    the line (``engine.scripted_input``). ``RankInfo.input_wait`` follows the waits.
     """
 
     def __init__(
@@ -228,8 +257,12 @@ class ScriptedSupervisor:
         teardown_on_failure: bool = True,
         detachable: bool = False,
         stacks: StackDump | None = None,
+        read_only: bool = False,
     ) -> None:
         self._detachable = detachable
+        self.read_only = read_only
+        """As a ``RemoteHandle`` of a read-only viewer says it (the app reads it)."""
+        self._stdin = ScriptedStdin()
         self._stacks = stacks
         self._info = info
         self._steps = _split(script)
@@ -317,11 +350,18 @@ class ScriptedSupervisor:
             RestartRank: self._cmd_restart_rank,
             RestartAll: self._cmd_restart_all,
             DumpStacks: self._cmd_dump_stacks,
+            SendInput: self._cmd_input,
+            CloseInput: self._cmd_input,
         }
         with self._lock:
             self.calls.append(command)
             if not self._react:
                 return CommandResult(True)
+            if self.read_only and not (isinstance(command, DumpStacks) and command.nonblocking):
+                # As the control server answers a read-only viewer, before anything else.
+                refusal = READ_ONLY_DUMP_REFUSAL if isinstance(command, DumpStacks) else (
+                    READ_ONLY_REFUSAL)
+                return CommandResult(False, refusal)
             handler = handlers.get(type(command))
             try:
                 problem = command_problem(command)
@@ -367,12 +407,20 @@ class ScriptedSupervisor:
 
     # -- test helpers ----------------------------------------------------------------------
 
-    def emit(self, *events: Event) -> None:
-        """Deliver ``events`` now, in order, updating what ``snapshot()`` reports."""
+    def emit(self, *events: Event | Prompt | PromptReleased) -> None:
+        """Deliver ``events`` now, in order, updating what ``snapshot()`` reports (a
+        ``Prompt`` or ``PromptReleased`` becomes the events a real rank's wait makes)."""
         with self._lock:
-            for event in events:
-                self._track(event)
-                self._queue.append(event)
+            for item in events:
+                if isinstance(item, Prompt):
+                    made = self._stdin.begin(item, EPOCH + 60)
+                elif isinstance(item, PromptReleased):
+                    made = self._stdin.release(item.rank, item.attempt)
+                else:
+                    made = [item]
+                for event in made:
+                    self._track(event)
+                    self._queue.append(event)
         self._flush()
 
     def rank_exits(self, rank: int, exitcode: int) -> None:
@@ -429,6 +477,10 @@ class ScriptedSupervisor:
                 signal_name=event.signal_name if event.new.is_final else None,
             )
             life = self._life[event.rank]
+            if event.new.is_final or event.new is RankState.STARTING:
+                # Its wait ends with the process (a script lists no release for that).
+                self._stdin.release(event.rank)
+                self._ranks[event.rank] = replace(self._ranks[event.rank], input_wait=None)
             if event.new is RankState.STARTING:
                 self._life[event.rank] = _Life()
             elif event.new.is_final:
@@ -458,6 +510,8 @@ class ScriptedSupervisor:
             self._finished = False
         elif isinstance(event, RunFinished):
             self._finished = True
+        elif isinstance(event, RankInputWait) and event.rank in self._ranks:
+            self._ranks[event.rank] = replace(self._ranks[event.rank], input_wait=event.wait)
         elif isinstance(event, RankOutput) and self._write_files:
             self._write(event)
 
@@ -545,6 +599,49 @@ class ScriptedSupervisor:
             dump = replace(dump, path=os.path.join(run_dir, "stacks",
                                                    dump_file_name(when, timezone.utc)))
         return CommandResult(True, note, dump.to_dict())
+
+    def _cmd_input(self, cmd: SendInput | CloseInput) -> CommandResult:
+        """A line (or EOF) to each running rank named, rank by rank, as the Supervisor does:
+        every rank reached is a ``RankInput``; the answer's data says who was and who not."""
+        mode = self._info.stdin
+        if mode != "pipe":
+            raise _Refused(not_piped(mode))
+        send = isinstance(cmd, SendInput)
+        live, note = self._running(
+            self._resolve(cmd.ranks), "send input to" if send else "close the stdin of"
+        )
+        sent: list[int] = []
+        refused: dict[str, str] = {}
+        # When the line went: fixed, but the wall clock where files are written (their
+        # arrival index has real times, and the zoom places typed lines among them by time).
+        when = time.time() if self._write_files else EPOCH + 60
+        if cmd.ranks is not None:  # a rank named but not running was not reached either
+            refused = {str(r): "not running" for r in sorted(set(cmd.ranks)) if r not in live}
+        for rank in live:
+            life, attempt = self._life[rank], self._ranks[rank].attempt
+            if life.stdin_closed:
+                refused[str(rank)] = (
+                    "its stdin was closed (EOF was sent)" if send else "its stdin is closed already"
+                )
+                continue
+            if send:
+                made: list[Event] = [RankInput(rank, cmd.text, when, attempt)]
+                made += self._stdin.answer(rank, cmd.text, EPOCH + 60)
+            else:
+                life.stdin_closed = True
+                made = [RankInput(rank, "", when, attempt, eof=True)]
+                # It reads EOF: what it does then (pdb quits, input() raises) is the script's.
+                made += self._stdin.release(rank, attempt)
+            for event in made:
+                self._track(event)
+                self._send(event)
+            sent.append(rank)
+        problems = [f"rank {r}: not sent: {why}" for r, why in refused.items()
+                    if why != "not running"]
+        data: dict[str, Any] = {"sent": sent, "refused": refused}
+        if not sent:
+            return CommandResult(False, "; ".join(problems) or note, data)
+        return CommandResult(True, "; ".join([*problems, *([note] if note else [])]), data)
 
     def _cmd_kill(self, cmd: KillRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "kill")
@@ -814,6 +911,12 @@ class ScriptedSupervisor:
         t: float = EPOCH + 60,
     ) -> None:
         info = self._ranks[rank]
+        if new.is_final or new is RankState.STARTING:
+            # A process that ended reads nothing: its wait is over.
+            for event in self._stdin.release(rank, info.attempt):
+                self._track(event)
+                self._send(event)
+            info = self._ranks[rank]
         self._ranks[rank] = replace(info, state=new, exitcode=exitcode, signal_name=signal_name)
         self._send(
             RankStateChanged(
