@@ -28,7 +28,7 @@ __all__ = ["main"]
 _SUBCOMMANDS = ("run", "demo", "serve", "attach")
 _CTL_COMMANDS = (
     "ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm", "bundle",
-    "stack",
+    "stack", "input", "debug",
 )
 """The commands that reach a run from outside (``tui.ctl``; kept equal to its ``COMMANDS``)."""
 

@@ -1,5 +1,5 @@
 """The commands that reach a run from outside: ``ls status stop terminate signal restart wait
-logs rm bundle stack``.
+logs rm bundle stack input debug`` (the last two in ``tui.debug_cli``).
 
 Each parses its own flags, resolves RUN (``engine.control.registry.resolve``: a path, a run
 id, or the newest run) and then reads the run's status.json and log files, or talks to its
@@ -50,7 +50,7 @@ __all__ = [
 
 COMMANDS: Final = (
     "ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm", "bundle",
-    "stack",
+    "stack", "input", "debug",
 )
 
 EXIT_OK: Final = 0
@@ -71,6 +71,8 @@ HELP: Final = {
     "rm": "remove a finished run from the list (--logs: its run directory too)",
     "bundle": "one .tar.gz of a run for a bug report: logs, errors, stacks, status, env",
     "stack": "dump every rank's Python stack (py-spy), merged: the odd ranks first",
+    "input": "send a line to some ranks' stdin (--eof: close it): answer pdb or a prompt",
+    "debug": "a console on one rank: its output live, each line typed sent to its stdin",
 }
 
 _ALIVE: Final = frozenset(s.value for s in RankState if s.is_alive)
@@ -802,7 +804,15 @@ _RUNNERS: Final[dict[str, Callable[[list[str]], int]]] = {
     "signal": _signal, "restart": _restart, "wait": _wait, "logs": _logs, "rm": _rm,
     "bundle": _bundle,
     "stack": _stack,
+    "input": lambda argv: _debug_cli().input_main(argv),
+    "debug": lambda argv: _debug_cli().debug_main(argv),
 }
+
+
+def _debug_cli() -> Any:
+    from . import debug_cli  # typing to ranks (it imports this module's helpers)
+
+    return debug_cli
 
 
 def main(command: str, argv: list[str]) -> int:

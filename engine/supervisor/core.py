@@ -22,6 +22,8 @@ and its own parts, each a typed object that sees only what it needs:
 * ``Launcher`` (launcher.py): spawns an attempt or one rank again;
 * ``CommandHandler`` (commands.py): checks and carries out commands;
 * ``StackCapture`` (stack_capture.py): py-spy dumps, asked for or before a SIGKILL;
+* ``InputWatch`` (input_watch.py): lines sent to the ranks' stdin pipes, and which ranks
+  are blocked reading theirs (``RankInputWait``);
 * ``Monitor`` (monitor.py): the monitor thread, the restart policy and the end of the run.
 
 Threads:
@@ -30,7 +32,8 @@ Threads:
   pipe and the nearest escalation deadline. It handles exits (within a millisecond), sends
   SIGKILL at deadlines, restarts ranks and attempts, applies the restart policy and
   publishes ``RunFinished``;
-* *pump*, *sampler*, torch's *watchdog*: publish their own events;
+* *pump*, *sampler*, *input* (``--stdin pipe``), torch's *watchdog*: publish their own
+  events;
 * callers: ``execute`` runs on the caller's thread, checks the command, sends signals at
   once, records escalations and returns; it never waits for a rank.
 
@@ -74,6 +77,7 @@ from ..process.guard import Guard
 from ..std import Std
 from .agent_env import EnvOptions, free_port, log_line_prefixes
 from .commands import CommandHandler
+from .input_watch import InputWatch
 from .launcher import Launcher
 from .monitor import Monitor
 from .publisher import Publisher
@@ -98,14 +102,12 @@ class Supervisor:
     """One supervised run (implements ``engine.handle.SupervisorHandle``).
 
     Args:
-        config: What to run and how (see ``SupervisorConfig``).
-        stdin: The ranks' stdin: None inherits ours (torchrun's behaviour, for headless
-            runs); ``subprocess.DEVNULL`` under a TUI, which owns the terminal.
+        config: What to run and how (see ``SupervisorConfig``; its ``stdin`` says what the
+            ranks read: a pipe held here, ours, or /dev/null).
+        driven: Rounds are started by an agent (multi-node: ``engine.cluster``).
     """
 
-    def __init__(
-        self, config: SupervisorConfig, *, stdin: int | None = None, driven: bool = False
-    ) -> None:
+    def __init__(self, config: SupervisorConfig, *, driven: bool = False) -> None:
         self.config = config
         self.node_label = ""
         """Where this run sits in a multi-node job ("node 1 of 2 (host)"), for display."""
@@ -149,6 +151,7 @@ class Supervisor:
             self._watchdog.last_progress_time if self._watchdog else _now_s
         )
 
+        self._input = InputWatch(self._state, self._events)
         self._launcher = Launcher(
             config, self._state, self._events, self._stopper, self._pump,
             env_opts=EnvOptions(
@@ -166,10 +169,11 @@ class Supervisor:
             sampler=self._sampler,
             watchdog=self._watchdog,
             wakeup=self._wakeup,
-            stdin=stdin,
+            input_watch=self._input,
         )
         self._commands = CommandHandler(
-            config, self._state, self._events, self._stopper, self._wakeup, self._stacks
+            config, self._state, self._events, self._stopper, self._wakeup, self._stacks,
+            self._input,
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,
@@ -238,6 +242,8 @@ class Supervisor:
         self._monitor.start()  # a first pass at once: ranks may have exited (or failed) already
         if self.config.sample_interval:
             self._sampler.start()
+        if self.config.stdin == "pipe":
+            self._input.start()
 
     def wait(self, timeout: float | None = None) -> RunFinished | None:
         """Block until the run finishes (or ``timeout``); its RunFinished, else None."""
@@ -282,6 +288,7 @@ class Supervisor:
         self._stacks.join(timeout_s=2.0)  # each ended before its SIGKILL deadline anyway
         self._pump.run_ops()
         self._sampler.stop()
+        self._input.stop()
         self._pump.stop()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -464,6 +471,7 @@ class Supervisor:
                 started_at=state.started_at,
                 node=self.node_label,
                 progress_regex=self.config.progress_regex or "",
+                stdin=self.config.stdin,
                 rank_base=state.rank_base,
             )
 
