@@ -28,9 +28,11 @@ __all__ = ["main"]
 _SUBCOMMANDS = ("run", "demo", "serve", "attach")
 _CTL_COMMANDS = (
     "ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm", "bundle",
-    "stack", "input", "debug",
+    "stack",
 )
 """The commands that reach a run from outside (``tui.ctl``; kept equal to its ``COMMANDS``)."""
+_INPUT_COMMANDS = ("input", "debug")
+"""Typing to a run's ranks (``tui.debug_cli``)."""
 
 
 def _fail(message: str) -> int:
@@ -140,13 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         from .ctl import HELP
 
-        names = ",".join(_SUBCOMMANDS + _CTL_COMMANDS)
+        names = ",".join(_SUBCOMMANDS + _CTL_COMMANDS + _INPUT_COMMANDS)
         lines = [f"usage: {PROG} {{{names}}} ...\n",
                  "  run        run a script's ranks (torchrun's flags; the default)",
                  "  demo       run the 4-rank demo job",
                  "  serve      serve the TUI in a browser (a viewer of a run)",
                  "  attach     the TUI on a running run (or a finished one, from its files)"]
+        from .debug_cli import HELP as INPUT_HELP
+
         lines += [f"  {name:<10} {HELP[name]}" for name in _CTL_COMMANDS]
+        lines += [f"  {name:<10} {INPUT_HELP[name]}" for name in _INPUT_COMMANDS]
         lines.append(f"\n{PROG} COMMAND -h says more; a script named like a command runs as "
                      f"`{PROG} run NAME`.")
         print("\n".join(lines))
@@ -154,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-V", "--version"):
         print(f"{PROG} {_version()}")
         return 0
+    if argv and argv[0] in _INPUT_COMMANDS:
+        from .debug_cli import main as input_main
+
+        return input_main(argv[0], argv[1:])
     if argv and argv[0] in _CTL_COMMANDS:
         from .ctl import main as ctl_main
 

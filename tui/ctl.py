@@ -1,5 +1,5 @@
 """The commands that reach a run from outside: ``ls status stop terminate signal restart wait
-logs rm bundle stack input debug`` (the last two in ``tui.debug_cli``).
+logs rm bundle stack``.
 
 Each parses its own flags, resolves RUN (``engine.control.registry.resolve``: a path, a run
 id, or the newest run) and then reads the run's status.json and log files, or talks to its
@@ -46,11 +46,12 @@ __all__ = [
     "local_ranks",
     "main",
     "parse_ranks",
+    "run_command",
 ]
 
 COMMANDS: Final = (
     "ls", "status", "stop", "terminate", "signal", "restart", "wait", "logs", "rm", "bundle",
-    "stack", "input", "debug",
+    "stack",
 )
 
 EXIT_OK: Final = 0
@@ -71,8 +72,6 @@ HELP: Final = {
     "rm": "remove a finished run from the list (--logs: its run directory too)",
     "bundle": "one .tar.gz of a run for a bug report: logs, errors, stacks, status, env",
     "stack": "dump every rank's Python stack (py-spy), merged: the odd ranks first",
-    "input": "send a line to some ranks' stdin (--eof: close it): answer pdb or a prompt",
-    "debug": "a console on one rank: its output live, each line typed sent to its stdin",
 }
 
 _ALIVE: Final = frozenset(s.value for s in RankState if s.is_alive)
@@ -804,21 +803,19 @@ _RUNNERS: Final[dict[str, Callable[[list[str]], int]]] = {
     "signal": _signal, "restart": _restart, "wait": _wait, "logs": _logs, "rm": _rm,
     "bundle": _bundle,
     "stack": _stack,
-    "input": lambda argv: _debug_cli().input_main(argv),
-    "debug": lambda argv: _debug_cli().debug_main(argv),
 }
-
-
-def _debug_cli() -> Any:
-    from . import debug_cli  # typing to ranks (it imports this module's helpers)
-
-    return debug_cli
 
 
 def main(command: str, argv: list[str]) -> int:
     """Run ``command`` (one of ``COMMANDS``) with its arguments; returns the exit status."""
+    return run_command(command, _RUNNERS[command], argv)
+
+
+def run_command(command: str, runner: Callable[[list[str]], int], argv: list[str]) -> int:
+    """Run one command's ``runner``, saying its refusals and usage errors as every command
+    does (``tui.debug_cli``'s commands come through here too)."""
     try:
-        return _RUNNERS[command](list(argv))
+        return runner(list(argv))
     except SystemExit as e:  # argparse: -h (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     except _Usage as e:

@@ -44,9 +44,21 @@ from .ctl import (
     _state,
     _targets,
     local_ranks,
+    run_command,
 )
 
-__all__ = ["DebugConsole", "debug_main", "input_main"]
+__all__ = ["HELP", "DebugConsole", "debug_main", "input_main", "main"]
+
+HELP: Final = {
+    "input": "send a line to some ranks' stdin (--eof: close it): answer pdb or a prompt",
+    "debug": "a console on one rank: its output live, each line typed sent to its stdin",
+}
+
+
+def main(command: str, argv: list[str]) -> int:
+    """Run ``input`` or ``debug`` with its arguments; returns the exit status."""
+    runner = input_main if command == "input" else debug_main
+    return run_command(command, runner, argv)
 
 TYPED_MARK: Final = "\u2328 "
 """Marks a line a person typed (here, or in another viewer) among the rank's output."""
@@ -156,6 +168,9 @@ class DebugConsole:
         self._consumed = ""
         """A prompt shown and answered: the rank's next line starts with it (not again)."""
         self._reading = False
+        """The input line is drawn (readline's pre-input hook ran): output goes above it."""
+        self._in_input = False
+        """The main thread is inside ``input()``: only then may the signal interrupt it."""
         self._ended = ""
         self._own: deque[str] = deque()
         """Lines sent from here whose RankInput has not come back yet (not shown twice)."""
@@ -241,7 +256,7 @@ class DebugConsole:
 
     def run(self) -> int:
         self._setup_readline()
-        old = signal.signal(signal.SIGUSR2, _raise_reprompt)
+        old = signal.signal(signal.SIGUSR2, self._on_signal)
         try:
             self._say_header()
             self._show_history()
@@ -249,6 +264,10 @@ class DebugConsole:
             return self._loop()
         finally:
             signal.signal(signal.SIGUSR2, old)
+
+    def _on_signal(self, _sig: int, _frame: object) -> None:
+        if self._in_input:
+            raise _Reprompt
 
     def _setup_readline(self) -> None:
         try:
@@ -311,10 +330,17 @@ class DebugConsole:
                     self._out.flush()
                     return EXIT_OK
                 self._prompt = self._partial
+            before = self._history_length()
             try:
                 line = self._read(self._prompt, keep)
                 keep = ""
             except _Reprompt:
+                if self._history_length() > before:
+                    # The line was taken just before the signal landed: it is the newest
+                    # history entry (readline adds it before input() returns). Send it.
+                    keep = ""
+                    self._send(self._readline.get_history_item(before + 1))
+                    continue
                 keep = self._readline.get_line_buffer() if self._readline is not None else ""
                 self._out.write("\r\x1b[K")
                 continue
@@ -327,13 +353,18 @@ class DebugConsole:
                 continue
             self._send(line)
 
+    def _history_length(self) -> int:
+        return self._readline.get_current_history_length() if self._readline is not None else 0
+
     def _read(self, prompt: str, keep: str) -> str:
         rl = self._readline
         if rl is not None:
             rl.set_startup_hook((lambda: rl.insert_text(keep)) if keep else None)
+        self._in_input = True
         try:
             return input(prompt)
         finally:
+            self._in_input = False
             with self._lock:
                 self._reading = False
 
@@ -373,6 +404,4 @@ class DebugConsole:
         return answer.strip().lower() in ("y", "yes")
 
 
-def _raise_reprompt(_sig: int, _frame: object) -> None:
-    raise _Reprompt
 

@@ -4,7 +4,8 @@ Read from the ends of the rank's own log files when the wait is found (the files
 record and are up to date: the rank wrote its prompt before it blocked in ``read``), so the
 answer never depends on how far the output pump has got. The prompt is the text after the
 last newline of stdout (else of stderr), sanitised for display; ``where`` comes from pdb's
-last ``> /path/job.py(7)<module>()`` line, shown as ``job.py:7 in <module>``.
+last ``> /path/job.py(7)<module>()`` line (after the prompt it answered, in the file),
+shown as ``job.py:7 in <module>``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ _TAIL = 16384
 """Bytes read from the end of each file: a prompt, and the pdb lines before it."""
 _PROMPT_CHARS = 200
 
-_PDB_WHERE = re.compile(r"^> (?P<path>.+?)\((?P<line>\d+)\)(?P<func>[^()\s]*)\(\)", re.M)
+_TORCH_BREAKPOINT = os.path.join("torch", "distributed", "__init__.py")
+"""torch's distributed pdb stops in its own frame first: say so rather than name that file."""
+_PDB_WHERE = re.compile(
+    r"^(?:\(Pdb\+*\) |ipdb> )*> (?P<path>.+?)\((?P<line>\d+)\)(?P<func>[^()\s]*)\(\)", re.M
+)
 
 
 def _tail(path: str) -> str:
@@ -48,7 +53,10 @@ def pdb_where(text: str) -> str:
     if not matches:
         return ""
     last = matches[-1]
-    path = os.path.basename(last["path"].strip()) or last["path"]
+    full = last["path"].strip()
+    if full.endswith(_TORCH_BREAKPOINT) and last["func"] == "breakpoint":
+        return "torch.distributed.breakpoint() ('up' goes to its caller)"
+    path = os.path.basename(full) or full
     func = last["func"]
     return f"{path}:{last['line']} in {func}" if func else f"{path}:{last['line']}"
 

@@ -134,3 +134,7 @@ def test_the_prompt_is_the_unfinished_line_and_where_comes_from_pdb(tmp_path: Pa
     assert read_prompt(str(out), str(err)) == ("Password: ", "")
     assert pdb_where("> /a/b/train.py(12)step()\n") == "train.py:12 in step"
     assert pdb_where("no pdb here") == ""
+    # After an answer the location follows the prompt on its line (a pipe does not echo).
+    assert pdb_where("(Pdb) > /a/job.py(10)<module>()\n-> f()\n(Pdb) ") == "job.py:10 in <module>"
+    torch_frame = "> /site-packages/torch/distributed/__init__.py(134)breakpoint()\n"
+    assert pdb_where(torch_frame).startswith("torch.distributed.breakpoint()")
