@@ -38,7 +38,6 @@ from .ctl import (
     EXIT_OK,
     EXIT_REFUSED,
     _connect_and_run,
-    _parser,
     _ranks_arg,
     _say,
     _state,
@@ -46,6 +45,7 @@ from .ctl import (
     local_ranks,
     run_command,
 )
+from .run_args import PROG, _Parser
 
 __all__ = ["HELP", "DebugConsole", "debug_main", "input_main", "main"]
 
@@ -53,6 +53,10 @@ HELP: Final = {
     "input": "send a line to some ranks' stdin (--eof: close it): answer pdb or a prompt",
     "debug": "a console on one rank: its output live, each line typed sent to its stdin",
 }
+
+
+def _parser(command: str) -> _Parser:
+    return _Parser(prog=f"{PROG} {command}", description=HELP[command])
 
 
 def main(command: str, argv: list[str]) -> int:

@@ -30,6 +30,8 @@ READ_SYSCALLS: dict[str, frozenset[int]] = {
 """The numbers of ``read`` and ``readv`` on each architecture."""
 
 _READS = READ_SYSCALLS.get(platform.machine(), frozenset({0, 19}))
+_READ_PREFIXES = tuple(f"{n} ".encode() for n in sorted(_READS))
+"""How a syscall line of a read starts: most lines are rejected on this alone."""
 _PIPE_WCHANS = ("pipe_read", "pipe_wait")
 
 
@@ -110,9 +112,9 @@ class StdinProbe:
 
 
 def _reads_pipe(line: bytes, pid: int, inode: int) -> bool:
-    parts = line.split(None, 2)
-    if len(parts) < 2 or not parts[0].isdigit() or int(parts[0]) not in _READS:
+    if not line.startswith(_READ_PREFIXES):
         return False
+    parts = line.split(None, 2)
     try:
         fd = int(parts[1], 16)
         return os.readlink(f"/proc/{pid}/fd/{fd}") == f"pipe:[{inode}]"

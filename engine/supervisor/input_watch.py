@@ -6,21 +6,24 @@ refused with the reason, and a line that went is a ``RankInput`` event and an en
 incarnation's ``stdin.log``. A line that went also ends the rank's wait: it is answered, and
 the rank is busy with it until it reads again.
 
-The watch thread looks every ``interval`` seconds at every live rank with an open pipe
-(``engine.process.input_probe``: its main thread at each pass, every thread and its children
-at every ``deep_every``-th pass, staggered across ranks, and at each pass while it waits),
-and publishes ``RankInputWait`` when a rank starts or stops waiting, or when what it asks
-changes. What it asks is read from the ends of its log files (``engine.output.prompt``).
+The watch thread passes every ``interval`` seconds over every live rank with an open pipe
+(``engine.process.input_probe``) and publishes ``RankInputWait`` when a rank starts or stops
+waiting, or when what it asks changes; what it asks is read from the ends of its log files
+(``engine.output.prompt``). To stay cheap with many ranks, a pass looks at a rank's main
+thread only if the rank may have begun to read: it wrote lately or ends in an unfinished
+line (a prompt), else at every ``quiet_every``-th pass; every thread and its children at
+every ``deep_every``-th pass (staggered across ranks), and at each pass while it waits.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
 import time
 
-from ..events import InputWait, RankInput, RankInputWait
+from ..events import Event, InputWait, RankInput, RankInputWait, RankOutput
 from ..logfile.stdin_log import StdinEntry, append_entry, stdin_log_path
 from ..output.prompt import read_prompt
 from ..process.input_probe import StdinProbe
@@ -31,12 +34,37 @@ from .state import RunState
 
 __all__ = ["InputWatch"]
 
+
+class _Target:
+    """One watched incarnation: what the thread needs, without taking the state lock."""
+
+    __slots__ = ("attempt", "err", "inode", "moved", "out", "partial", "pid", "rank", "sizes",
+                 "wait")
+
+    def __init__(self, rank: int, pid: int, inode: int, attempt: int, out: str,
+                 err: str) -> None:
+        self.rank, self.pid, self.inode, self.attempt = rank, pid, inode, attempt
+        self.out, self.err = out, err
+        self.moved = time.monotonic()  # just started: looked at closely at first
+        self.partial = False
+        self.wait: InputWait | None = None
+        self.sizes: tuple[int, int] | None = None
+        """The sizes of its two log files when its current wait was last read."""
+
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 0.2
+DEFAULT_INTERVAL_S = 0.25
 """A wait is seen within this (plus the look itself): the goal is half a second."""
-DEFAULT_DEEP_EVERY = 5
-"""Every thread and child of a rank is looked at once in this many passes (one second)."""
+DEFAULT_DEEP_EVERY = 40
+"""Every thread and child of a rank is looked at once in this many passes (10 s): reading a
+torch rank's dozens of threads at every pass would cost more than the whole watch may."""
+DEFAULT_QUIET_EVERY = 8
+"""A rank whose output has not moved lately and ends in a complete line (no prompt) is
+looked at once in this many passes (2 s). A rank about to ask something nearly always
+writes first (pdb's location and "(Pdb) ", input()'s prompt): that one is looked at every
+pass."""
+RECENT_OUTPUT_S = 2.0
+"""Output this recent (a prompt, pdb's location) makes a rank looked at every pass."""
 
 
 class InputWatch:
@@ -44,16 +72,24 @@ class InputWatch:
 
     def __init__(
         self, state: RunState, events: Publisher, *, interval: float = DEFAULT_INTERVAL_S,
-        deep_every: int = DEFAULT_DEEP_EVERY,
+        deep_every: int = DEFAULT_DEEP_EVERY, quiet_every: int = DEFAULT_QUIET_EVERY,
     ) -> None:
         self._state = state
         self._events = events
         self._interval = interval
         self._deep_every = max(1, deep_every)
+        self._quiet_every = max(1, quiet_every)
         self._probe = StdinProbe()
-        self._sizes: dict[int, tuple[int, int]] = {}
-        """rank -> the sizes of its two log files when its current wait was last read."""
-        self._stop = threading.Event()
+        self._targets: dict[int, _Target] = {}
+        """The ranks to watch, by rank: changed under the state lock, read by the thread."""
+        self._busy: dict[int, None] = {}
+        """Ranks whose output moved lately or ends unfinished: looked at every pass."""
+        self._waiting: dict[int, None] = {}
+        """Ranks waiting now: looked at (closely) every pass."""
+        events.subscribe(self._output)
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
+        """Written once by ``stop``: the thread sleeps in ``select`` on it (an Event's wait
+        costs several times more CPU per wake-up, and this one wakes four times a second)."""
         self._thread: threading.Thread | None = None
         self.passes = 0
         """How many passes the watch has made (for tests and the benchmark)."""
@@ -89,14 +125,35 @@ class InputWatch:
                 self._events.notice(f"rank {self._state.shown(slot.rank)}: could not write "
                                     f"{path}: {e.strerror or e}", "warning")
         self._events.emit(RankInput(slot.rank, entry.text, entry.t, slot.attempt, entry.eof))
-        self.ended(slot)
+        if entry.eof:
+            self.ended(slot)
+        else:
+            self.answered(slot)
 
-    def ended(self, slot: RankSlot) -> None:
-        """The rank stopped waiting (it was answered, or its process is gone): say so."""
+    def started(self, slot: RankSlot) -> None:
+        """A process of the rank started with a pipe: watch it (state lock held)."""
+        if slot.proc is not None and slot.stdin is not None:
+            self._targets[slot.rank] = _Target(
+                slot.rank, slot.proc.pid, slot.stdin.inode, slot.attempt, slot.stdout_path,
+                slot.stderr_path,
+            )
+            self._busy[slot.rank] = None  # just started: looked at closely at first
+
+    def answered(self, slot: RankSlot) -> None:
+        """The rank stopped waiting (a line went to it): say so (state lock held)."""
+        target = self._targets.get(slot.rank)
+        if target is not None:
+            target.wait = None
+            target.sizes = None
+        self._waiting.pop(slot.rank, None)
         if slot.input_wait is not None:
             slot.input_wait = None
-            self._sizes.pop(slot.rank, None)
             self._events.emit(RankInputWait(slot.rank, None, slot.attempt))
+
+    def ended(self, slot: RankSlot) -> None:
+        """The rank's process is gone, or its stdin closed: watch it no more."""
+        self._targets.pop(slot.rank, None)
+        self.answered(slot)
 
     # -- the watch thread -------------------------------------------------------------------
 
@@ -107,49 +164,73 @@ class InputWatch:
             self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        if self._stop_w >= 0:
+            os.write(self._stop_w, b"x")
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
+        for fd in (self._stop_r, self._stop_w):
+            if fd >= 0:
+                os.close(fd)
+        self._stop_r = self._stop_w = -1
         self._probe.close()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        stop = self._stop_r
+        while not select.select([stop], [], [], self._interval)[0]:
             try:
                 self.look()
             except Exception:  # noqa: BLE001 - a view of the ranks must not end the run
                 log.exception("input watch pass failed")
 
     def look(self) -> None:
-        """One pass over every live rank with an open pipe (the thread calls it)."""
+        """One pass over the live ranks with an open pipe that may have begun to read."""
         self.passes += 1
-        with self._state.lock:
-            targets = [
-                (s.rank, s.proc.pid, s.stdin, s.stdout_path, s.stderr_path, s.input_wait)
-                for s in self._state.slots.values()
-                if s.alive and s.proc is not None and s.stdin is not None and not s.stdin.closed
-            ]
+        n = self.passes
+        now = time.monotonic()
+        count = len(self._state.slots)
+        quiet, deep_every = self._quiet_every, self._deep_every
+        deep_ranks = range(n % deep_every, count, deep_every)
+        ranks = {*self._busy, *self._waiting, *range(n % quiet, count, quiet), *deep_ranks}
         changes: list[tuple[int, int, InputWait | None]] = []
-        pids = set()
-        for i, (rank, pid, pipe, out, err, wait) in enumerate(targets):
-            pids.add(pid)
-            deep = wait is not None or (self.passes + i) % self._deep_every == 0
-            if not self._probe.waiting(pid, pipe.inode, deep=deep):
-                if wait is not None:
-                    changes.append((rank, pid, None))
+        for rank in sorted(ranks):
+            t = self._targets.get(rank)
+            if t is None:
                 continue
-            sizes = (_size(out), _size(err))
-            if wait is not None and self._sizes.get(rank) == sizes:
+            if rank in self._busy and not t.partial and now - t.moved >= RECENT_OUTPUT_S:
+                self._busy.pop(rank, None)
+                if t.moved > now:  # it wrote again just now: busy still
+                    self._busy[rank] = None
+            wait = t.wait
+            deep = wait is not None or rank in deep_ranks
+            if not self._probe.waiting(t.pid, t.inode, deep=deep):
+                if wait is not None:
+                    changes.append((t.rank, t.pid, None))
+                continue
+            sizes = (_size(t.out), _size(t.err))
+            if wait is not None and t.sizes == sizes:
                 continue  # waiting still, and it wrote nothing since we read its prompt
-            prompt, where = read_prompt(out, err)
-            self._sizes[rank] = sizes
+            prompt, where = read_prompt(t.out, t.err)
+            t.sizes = sizes
             if wait is None:
-                changes.append((rank, pid, InputWait(time.time(), prompt, where)))
+                changes.append((t.rank, t.pid, InputWait(time.time(), prompt, where)))
             elif (prompt, where) != (wait.prompt, wait.where):
-                changes.append((rank, pid, InputWait(wait.since, prompt, where)))
-        for pid in self._probe.pids() - pids:
-            self._probe.forget(pid)
+                changes.append((t.rank, t.pid, InputWait(wait.since, prompt, where)))
+        if n % deep_every == 0:
+            live = {t.pid for t in list(self._targets.values())}
+            for pid in self._probe.pids() - live:
+                self._probe.forget(pid)
         if changes:
             self._apply(changes)
+
+    def _output(self, event: Event) -> None:
+        """A sink: when each rank's output last moved, and whether it ends unfinished."""
+        if type(event) is RankOutput and event.stream in ("stdout", "stderr"):
+            t = self._targets.get(event.rank)
+            if t is not None and t.attempt == event.attempt:
+                t.moved = time.monotonic()
+                if event.stream == "stdout" or event.partial:
+                    t.partial = bool(event.partial)
+                self._busy[event.rank] = None
 
     def _apply(self, changes: list[tuple[int, int, InputWait | None]]) -> None:
         with self._state.lock:
@@ -158,9 +239,13 @@ class InputWatch:
                 if slot is None or slot.pid != pid or not slot.alive or slot.stdin is None:
                     continue  # it exited (or was restarted) meanwhile
                 if wait is None:
-                    self.ended(slot)
+                    self.answered(slot)
                     continue
                 slot.input_wait = wait
+                target = self._targets.get(rank)
+                if target is not None:
+                    target.wait = wait
+                    self._waiting[rank] = None
                 self._events.emit(RankInputWait(rank, wait, slot.attempt))
         self._events.flush()
 

@@ -235,6 +235,7 @@ class Launcher:
                 self._teardown_after_failed_spawn()
             return
         slot.proc = proc
+        self._input.started(slot)
         if slot.error_file:
             # Beside its error.json, written off this lock once the batch has started.
             self._env_records.append((os.path.dirname(slot.error_file), dict(slot.env)))
