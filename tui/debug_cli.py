@@ -34,6 +34,7 @@ from ..engine.events import (
     RunFinished,
     SupervisorNotice,
 )
+from ..engine.logfile.stdin_log import TYPED_MARK
 from .ctl import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -64,8 +65,6 @@ def main(command: str, argv: list[str]) -> int:
     runner = input_main if command == "input" else debug_main
     return run_command(command, runner, argv)
 
-TYPED_MARK: Final = "\u2328 "
-"""Marks a line a person typed (here, or in another viewer) among the rank's output."""
 HISTORY_LINES: Final = 20
 """Lines of the rank's output shown when the console opens."""
 QUIT_WORDS: Final = frozenset({"q", "quit", "exit"})

@@ -19,7 +19,10 @@ import os
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["STDIN_FILE", "StdinEntry", "append_entry", "read_entries", "stdin_log_path"]
+__all__ = [
+    "STDIN_FILE", "TYPED_MARK", "StdinEntry", "append_entry", "read_entries", "stdin_log_path",
+    "typed_view",
+]
 
 STDIN_FILE: Final = "stdin.log"
 
@@ -66,4 +69,39 @@ def read_entries(path: str) -> list[StdinEntry]:
                                   bool(record.get("eof", False))))
         except (ValueError, KeyError, TypeError):
             continue
+    return out
+
+
+TYPED_MARK: Final = "\u2328 "
+"""How a typed line is marked among a rank's output (``typed_view``, the consoles)."""
+
+
+def typed_view(log_path: str, stream: int) -> list[str]:
+    """The lines of one of an incarnation's logs (``stream`` 0: stdout, 1: stderr) with the
+    lines typed to it placed where they arrived, marked with ``TYPED_MARK``.
+
+    A typed line goes after the output lines the pump had read when it was sent (the
+    arrival index beside the logs says when each was read); without an index, at the end.
+    """
+    from .arrival import ARRIVAL_FILE, read_records
+
+    directory = os.path.dirname(log_path)
+    try:
+        with open(log_path, "rb") as f:
+            lines = f.read().decode("utf-8", "replace").split("\n")
+    except OSError:
+        lines = [""]
+    records, _ = read_records(os.path.join(directory, ARRIVAL_FILE))
+    ends = [(t_ns / 1e9, end) for s, end, t_ns in records if s == stream]
+    out: list[str] = []
+    done = 0
+    for entry in read_entries(os.path.join(directory, STDIN_FILE)):
+        upto = max((end for t, end in ends if t <= entry.t), default=done)
+        upto = min(max(upto, done), len(lines) - 1)
+        out += lines[done:upto]
+        done = upto
+        out.append(TYPED_MARK + ("(end of input)" if entry.eof else entry.text))
+    out += lines[done:]
+    if out and out[-1] == "":
+        out.pop()  # the file's last newline
     return out

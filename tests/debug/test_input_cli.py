@@ -93,6 +93,11 @@ def test_breakpoint_answered_with_rankvisor_input(runs: Runs) -> None:
     wait_until(lambda: "41" in stdout_of(run_dir, 0), START_S)
     assert cli("input", run_dir, "0", "c").returncode == 0
     assert cli("wait", run_dir).returncode == 0
+    # The typed lines, marked, where they arrived among the rank's own lines.
+    view = cli("logs", run_dir, "--rank", "0", "--typed").stdout.splitlines()
+    assert view.index("\u2328 p x") < view.index("(Pdb) 41") < view.index("\u2328 c")
+    assert view.index("\u2328 c") < view.index("(Pdb) done 0")
+    assert "\u2328" not in stdout_of(run_dir, 0)  # the log itself: the rank's bytes only
 
 
 def test_torch_distributed_breakpoint_on_gloo(runs: Runs) -> None:

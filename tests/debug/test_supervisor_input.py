@@ -76,6 +76,22 @@ def test_breakpoint_is_waiting_answered_and_kept_in_stdin_log(start) -> None:
     assert info.input_wait is None  # its last wait ended with it
 
 
+def test_a_bundle_packs_stdin_log(start, tmp_path: Path) -> None:
+    import tarfile
+
+    from rankvisor.engine.forensics.bundle import make_bundle
+
+    sup, _rec = start("ask_job.py", nprocs=1)
+    _wait_of(sup, 0)
+    assert sup.execute(SendInput((0,), "yes")).ok
+    assert sup.wait(30) is not None
+    bundle = make_bundle(sup.snapshot().log_dir, str(tmp_path / "b.tar.gz"))
+    with tarfile.open(bundle.path) as tar:
+        (name,) = [n for n in tar.getnames() if n.endswith("attempt_0/0/stdin.log")]
+        data = tar.extractfile(name).read()
+    assert b'"text": "yes"' in data
+
+
 def test_input_on_every_rank_is_answered_with_one_command(start) -> None:
     sup, rec = start("ask_job.py", nprocs=3)
     for rank in range(3):
