@@ -230,3 +230,48 @@ def test_ctrl_d_leaves_the_console_and_the_rank_waits_on(runs: Runs) -> None:
     assert status["ranks"][0]["input_wait"] is not None  # untouched: still at its prompt
     assert cli("input", run_dir, "0", "c").returncode == 0
     assert cli("wait", run_dir).returncode == 0
+
+
+def test_a_read_only_viewer_may_not_type(runs: Runs) -> None:
+    run_dir = runs.start("ask_job.py", 1)
+    status = waiting(run_dir, (0,))
+    viewer = RemoteHandle.connect(status["socket"], read_only=True)
+    try:
+        result = viewer.execute(SendInput((0,), "yes"))
+        assert not result.ok and "read-only" in result.message
+    finally:
+        viewer.detach()
+    assert cli("input", run_dir, "0", "yes").returncode == 0
+    assert cli("wait", run_dir).returncode == 0
+
+
+def test_headless_inherits_stdin_as_torchrun(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [PYTHON, "-m", "rankvisor.tui", "run", "--headless", "--nproc-per-node", "1",
+         "--log-dir", str(tmp_path / "logs"), str(JOBS / "ask_job.py")],
+        input="yes\n", capture_output=True, text=True, timeout=START_S, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "rank 0 got 'yes'" in done.stdout
+
+
+def test_headless_with_a_pipe_shows_the_prompt_and_takes_input_from_another_shell(
+        runs: Runs, tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "rankvisor.tui", "run", "--headless", "--stdin", "pipe",
+         "--nproc-per-node", "1", "--log-dir", str(tmp_path / "logs"), str(JOBS / "ask_job.py")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        # The prompt has no newline: the console shows the unfinished line all the same.
+        line = proc.stdout.readline()
+        while b"continue rank 0? " not in line and line:
+            line = proc.stdout.readline()
+        assert b"continue rank 0? " in line
+        wait_until(lambda: cli("input", "0", "yes").returncode == 0, START_S, interval=0.5)
+        out, _err = proc.communicate(timeout=START_S)
+        assert proc.returncode == 0
+        assert b"rank 0 got 'yes'" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
