@@ -163,3 +163,19 @@ def test_a_restarted_rank_gets_a_fresh_pipe(start) -> None:
     assert finished is not None and not finished.result.failures
     assert "got 'yes'" in Path(again.stdout_path).read_text()
     assert os.path.dirname(stdin_log_path(again.stdout_path)).endswith("restart_1")
+
+
+def test_the_timeline_has_the_typed_lines_in_order(start) -> None:
+    from rankvisor.engine.forensics.timeline import rank_lines
+
+    sup, _rec = start("bp_job.py", nprocs=1)
+    _wait_of(sup, 0)
+    assert sup.execute(SendInput((0,), "p x")).ok
+    wait_until(lambda: "41" in _stdout(sup, 0), 15)
+    _wait_of(sup, 0)
+    assert sup.execute(SendInput((0,), "c")).ok
+    assert sup.wait(30) is not None
+    info = sup.snapshot().ranks[0]
+    texts = [(x.stream, x.text) for x in rank_lines(0, info.stdout_path, info.stderr_path)]
+    assert texts.index(("stdin", "\u2328 p x")) < texts.index(("stdout", "(Pdb) 41"))
+    assert texts.index(("stdout", "(Pdb) 41")) < texts.index(("stdin", "\u2328 c"))
