@@ -179,6 +179,8 @@ class DebugConsole:
         """Lines sent from here whose RankInput has not come back yet (not shown twice)."""
         self._counts = [0, 0]
         """Lines of (stdout, stderr) already shown, by their number in the files."""
+        self._keep = ""
+        """Text typed when the prompt changed under it: offered again with the new one."""
         self._main = threading.main_thread().ident
         self._readline: Any = None
 
@@ -325,36 +327,44 @@ class DebugConsole:
             source.close()
 
     def _loop(self) -> int:
-        keep = ""
         while True:
-            with self._lock:
-                if self._ended:
-                    self._out.write(f"\r\x1b[K[rankvisor] {self._ended}: leaving the console\n")
-                    self._out.flush()
-                    return EXIT_OK
-                self._prompt = self._partial
-            before = self._history_length()
             try:
-                line = self._read(self._prompt, keep)
-                keep = ""
-            except _Reprompt:
-                if self._history_length() > before:
-                    # The line was taken just before the signal landed: it is the newest
-                    # history entry (readline adds it before input() returns). Send it.
-                    keep = ""
-                    self._send(self._readline.get_history_item(before + 1))
-                    continue
-                keep = self._readline.get_line_buffer() if self._readline is not None else ""
-                self._out.write("\r\x1b[K")
-                continue
-            except EOFError:
-                self._out.write(f"\n[rankvisor] left the console; rank {self._shown} goes on\n")
-                return EXIT_OK
-            except KeyboardInterrupt:
+                done = self._step()
+            except KeyboardInterrupt:  # Ctrl-C, at the prompt or while a line was sent
                 self._out.write("\n")
                 self._ask_sigint()
                 continue
-            self._send(line)
+            if done:
+                return EXIT_OK
+
+    def _step(self) -> bool:
+        """One input line, sent; True when the console is over."""
+        with self._lock:
+            if self._ended:
+                self._out.write(f"\r\x1b[K[rankvisor] {self._ended}: leaving the console\n")
+                self._out.flush()
+                return True
+            self._prompt = self._partial
+        before = self._history_length()
+        try:
+            line = self._read(self._prompt, self._keep)
+            self._keep = ""
+        except _Reprompt:
+            self._keep = ""
+            if self._history_length() > before:
+                # The line was taken just before the signal landed: it is the newest
+                # history entry (readline adds it before input() returns). Send it.
+                line = self._readline.get_history_item(before + 1)
+            else:
+                if self._readline is not None:
+                    self._keep = self._readline.get_line_buffer()
+                self._out.write("\r\x1b[K")
+                return False
+        except EOFError:
+            self._out.write(f"\n[rankvisor] left the console; rank {self._shown} goes on\n")
+            return True
+        self._send(line)
+        return False
 
     def _history_length(self) -> int:
         return self._readline.get_current_history_length() if self._readline is not None else 0
@@ -396,11 +406,17 @@ class DebugConsole:
             self._print(f"[rankvisor] {'SIGINT sent' if result.ok else result.message}")
 
     def _confirm(self, question: str) -> bool:
+        with self._lock:
+            shown, self._prompt = self._prompt, question  # output goes above the question
         try:
             answer = input(question)
         except (EOFError, KeyboardInterrupt, _Reprompt):
             self._out.write("\n")
             return False
+        finally:
+            with self._lock:
+                self._reading = False
+                self._prompt = shown
         rl = self._readline
         if answer and rl is not None and rl.get_current_history_length():
             rl.remove_history_item(rl.get_current_history_length() - 1)  # not a line for it

@@ -202,7 +202,7 @@ def test_rankvisor_debug_in_a_terminal(runs: Runs) -> None:
     assert "done 0" in stdout_of(run_dir, 0)
 
 
-def test_ctrl_d_leaves_the_console_and_the_rank_waits_on(runs: Runs) -> None:
+def test_ctrl_c_asks_ctrl_d_leaves_and_the_rank_waits_on(runs: Runs) -> None:
     run_dir = runs.start("bp_job.py", 1)
     waiting(run_dir, (0,))
     pid, fd = pty.fork()
@@ -214,6 +214,11 @@ def test_ctrl_d_leaves_the_console_and_the_rank_waits_on(runs: Runs) -> None:
         os.write(fd, b"q\r")  # a pdb quit asks first; no is the default
         assert _read_until(fd, buf, b"[y/N]"), bytes(buf)
         os.write(fd, b"\r")
+        assert _read_until(fd, buf, b"[y/N] \r\n(Pdb) "), bytes(buf)  # not sent: asked again
+        os.write(fd, b"\x03")  # Ctrl-C asks before it sends SIGINT to the rank
+        assert _read_until(fd, buf, b"send SIGINT to rank 0? [y/N]"), bytes(buf)
+        os.write(fd, b"y\r")
+        assert _read_until(fd, buf, b"--KeyboardInterrupt--"), bytes(buf)  # pdb's own answer
         os.write(fd, b"\x04")  # Ctrl-D
         assert _read_until(fd, buf, b"left the console"), bytes(buf)
         _, code = os.waitpid(pid, 0)
