@@ -38,8 +38,8 @@ __all__ = ["InputWatch"]
 class _Target:
     """One watched incarnation: what the thread needs, without taking the state lock."""
 
-    __slots__ = ("attempt", "err", "inode", "moved", "out", "partial", "pid", "rank", "sizes",
-                 "wait")
+    __slots__ = ("answers", "attempt", "err", "inode", "moved", "out", "partial", "pid", "rank",
+                 "sizes", "wait")
 
     def __init__(self, rank: int, pid: int, inode: int, attempt: int, out: str,
                  err: str) -> None:
@@ -50,6 +50,8 @@ class _Target:
         self.wait: InputWait | None = None
         self.sizes: tuple[int, int] | None = None
         """The sizes of its two log files when its current wait was last read."""
+        self.answers = 0
+        """Lines sent to it so far: a change found before the latest one is not applied."""
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +89,9 @@ class InputWatch:
         self._waiting: dict[int, None] = {}
         """Ranks waiting now: looked at (closely) every pass."""
         events.subscribe(self._output)
-        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
-        """Written once by ``stop``: the thread sleeps in ``select`` on it (an Event's wait
-        costs several times more CPU per wake-up, and this one wakes four times a second)."""
+        self._stop_r = self._stop_w = -1
+        """A pipe written once by ``stop``: the thread sleeps in ``select`` on it (an Event's
+        wait costs several times more CPU per wake-up, and this one wakes 4 times a second)."""
         self._thread: threading.Thread | None = None
         self.passes = 0
         """How many passes the watch has made (for tests and the benchmark)."""
@@ -145,6 +147,7 @@ class InputWatch:
         if target is not None:
             target.wait = None
             target.sizes = None
+            target.answers += 1  # a look begun before this answer is out of date
         self._waiting.pop(slot.rank, None)
         if slot.input_wait is not None:
             slot.input_wait = None
@@ -159,6 +162,7 @@ class InputWatch:
 
     def start(self) -> None:
         if self._thread is None:
+            self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
             self._thread = threading.Thread(target=self._run, name="rankvisor-input",
                                             daemon=True)
             self._thread.start()
@@ -191,7 +195,7 @@ class InputWatch:
         quiet, deep_every = self._quiet_every, self._deep_every
         deep_ranks = range(n % deep_every, count, deep_every)
         ranks = {*self._busy, *self._waiting, *range(n % quiet, count, quiet), *deep_ranks}
-        changes: list[tuple[int, int, InputWait | None]] = []
+        changes: list[tuple[_Target, int, InputWait | None]] = []
         for rank in sorted(ranks):
             t = self._targets.get(rank)
             if t is None:
@@ -200,11 +204,11 @@ class InputWatch:
                 self._busy.pop(rank, None)
                 if t.moved > now:  # it wrote again just now: busy still
                     self._busy[rank] = None
-            wait = t.wait
+            wait, answers = t.wait, t.answers
             deep = wait is not None or rank in deep_ranks
             if not self._probe.waiting(t.pid, t.inode, deep=deep):
                 if wait is not None:
-                    changes.append((t.rank, t.pid, None))
+                    changes.append((t, answers, None))
                 continue
             sizes = (_size(t.out), _size(t.err))
             if wait is not None and t.sizes == sizes:
@@ -212,9 +216,9 @@ class InputWatch:
             prompt, where = read_prompt(t.out, t.err)
             t.sizes = sizes
             if wait is None:
-                changes.append((t.rank, t.pid, InputWait(time.time(), prompt, where)))
+                changes.append((t, answers, InputWait(time.time(), prompt, where)))
             elif (prompt, where) != (wait.prompt, wait.where):
-                changes.append((t.rank, t.pid, InputWait(wait.since, prompt, where)))
+                changes.append((t, answers, InputWait(wait.since, prompt, where)))
         if n % deep_every == 0:
             live = {t.pid for t in list(self._targets.values())}
             for pid in self._probe.pids() - live:
@@ -232,21 +236,18 @@ class InputWatch:
                     t.partial = bool(event.partial)
                 self._busy[event.rank] = None
 
-    def _apply(self, changes: list[tuple[int, int, InputWait | None]]) -> None:
+    def _apply(self, changes: list[tuple[_Target, int, InputWait | None]]) -> None:
         with self._state.lock:
-            for rank, pid, wait in changes:
-                slot = self._state.slots.get(rank)
-                if slot is None or slot.pid != pid or not slot.alive or slot.stdin is None:
-                    continue  # it exited (or was restarted) meanwhile
+            for t, answers, wait in changes:
+                slot = self._state.slots.get(t.rank)
+                if self._targets.get(t.rank) is not t or t.answers != answers or slot is None:
+                    continue  # it exited, was restarted or was answered meanwhile
                 if wait is None:
                     self.answered(slot)
                     continue
-                slot.input_wait = wait
-                target = self._targets.get(rank)
-                if target is not None:
-                    target.wait = wait
-                    self._waiting[rank] = None
-                self._events.emit(RankInputWait(rank, wait, slot.attempt))
+                slot.input_wait = t.wait = wait
+                self._waiting[t.rank] = None
+                self._events.emit(RankInputWait(t.rank, wait, slot.attempt))
         self._events.flush()
 
 
