@@ -88,6 +88,8 @@ def test_breakpoint_answered_with_rankvisor_input(runs: Runs) -> None:
     # status --json says the same as the file.
     shown = cli("status", run_dir, "--json")
     assert '"prompt": "(Pdb) "' in shown.stdout, shown.stdout
+    text = cli("status", run_dir).stdout
+    assert "rank 0: waiting for input at bp_job.py:8 in <module>, prompt '(Pdb) '" in text, text
 
     assert cli("input", run_dir, "0", "p x").returncode == 0
     wait_until(lambda: "41" in stdout_of(run_dir, 0), START_S)
