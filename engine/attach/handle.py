@@ -49,6 +49,7 @@ from ..events import (
 )
 from ..handle import (
     DEFAULT_TERM_TIMEOUT_S,
+    CloseInput,
     Command,
     CommandResult,
     DumpStacks,
@@ -57,6 +58,7 @@ from ..handle import (
     RestartAll,
     RestartRank,
     RunInfo,
+    SendInput,
     SignalRanks,
     TerminateRanks,
     command_problem,
@@ -76,9 +78,15 @@ from ..supervisor.stack_capture import CaptureSchedule, StackCapture
 from ..supervisor.stats import StatsSampler
 from .discovery import TorchrunJob, Worker, discover, workers_of
 
-__all__ = ["RESTART_REFUSED", "UNKNOWN_EXIT", "TorchrunHandle"]
+__all__ = ["INPUT_REFUSED", "RESTART_REFUSED", "UNKNOWN_EXIT", "TorchrunHandle"]
 
 logger = logging.getLogger(__name__)
+
+INPUT_REFUSED = (
+    "not sent: torchrun started these workers and holds their stdin (they read its "
+    "terminal); only a run rankvisor started with --stdin pipe can be typed to"
+)
+"""Why a torchrun job's workers cannot be sent a line."""
 
 RESTART_REFUSED = (
     "torchrun owns these processes: restart them through torchrun (--max-restarts), "
@@ -276,13 +284,15 @@ class TorchrunHandle:
         self._thread.start()
 
     def execute(self, command: Command) -> CommandResult:
-        """Signal, terminate (with escalation) or kill workers; restarts are refused."""
+        """Signal, terminate (with escalation) or kill workers; restarts and input are refused."""
         problem = command_problem(command)
         if problem is not None:
             return CommandResult(False, problem)
         if isinstance(command, (RestartRank, RestartAll)):
             self._notice(f"restart refused: {RESTART_REFUSED}", "warning")
             return CommandResult(False, RESTART_REFUSED)
+        if isinstance(command, (SendInput, CloseInput)):
+            return CommandResult(False, INPUT_REFUSED)
         if isinstance(command, DumpStacks):
             return self._dump(command)
         with self._lock:

@@ -169,6 +169,7 @@ def build_status(
             "signal": signal,
             "restart_count": r.restart_count,
             "exit_cause": r.exit_cause.to_json() if r.exit_cause is not None else None,
+            "input_wait": r.input_wait.to_json() if r.input_wait is not None else None,
         })
     return {
         "schema": SCHEMA,

@@ -6,8 +6,8 @@ What goes in, under one top folder named after the run:
   ``on_failure.log``, the filtered logs, and anything else at the top of the run directory;
 - ``stacks/``: the stack dumps taken during the run, when there are any;
 - the current attempt's directory (``attempt_<n>/``): every rank's ``stdout.log``,
-  ``stderr.log``, ``error.json`` and recorded ``env.json``, earlier incarnations
-  (``restart_<k>/``) included;
+  ``stderr.log``, ``stdin.log`` (the lines typed to it), ``error.json`` and recorded
+  ``env.json``, earlier incarnations (``restart_<k>/``) included;
 - ``env/rank<r>.json``: each rank's environment, read from ``/proc/<pid>/environ`` while the
   rank runs, else the ``env.json`` recorded at its spawn; secrets redacted either way;
 - ``manifest.json``: the command line, the rankvisor, torch and Python versions, the

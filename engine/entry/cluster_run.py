@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from types import FrameType
@@ -84,8 +83,9 @@ def run_cluster(
     assert opts is not None, "run_cluster needs config.cluster"
     out = out or sys.stdout
     err = err or sys.stderr
-    sup = Supervisor(config, stdin=None if mode == "headless" else subprocess.DEVNULL,
-                     driven=True)
+    if mode != "headless" and config.stdin == "inherit":
+        config.stdin = "null"  # a supervisor process has no terminal to hand on
+    sup = Supervisor(config, driven=True)
     host: RunHost | None = None
     board = StatusBoard(
         on_change=lambda: host.refresh() if host is not None else None,

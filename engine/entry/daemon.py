@@ -27,7 +27,6 @@ import logging
 import os
 import pickle
 import pkgutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -130,7 +129,9 @@ def main(request_fd: int, ready_fd: int) -> int:
         request = _read_request(request_fd)
         if request.config.cluster is not None:
             return _main_cluster(request, ready_fd)
-        sup = Supervisor(request.config, stdin=subprocess.DEVNULL)
+        if request.config.stdin == "inherit":
+            request.config.stdin = "null"  # ours is /dev/null: no terminal to hand on
+        sup = Supervisor(request.config)
     except Exception as e:  # noqa: BLE001 - told to the launcher, which prints it
         _say(ready_fd, {"ok": False, "error": f"{type(e).__name__}: {e}"})
         return 2

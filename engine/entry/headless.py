@@ -21,7 +21,6 @@ from __future__ import annotations
 import _thread
 import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -333,7 +332,9 @@ def run_interactive(
     After a SIGHUP the report goes to ``summary.txt`` in the run's directory either way: the
     terminal it would have been printed on is gone.
     """
-    sup = Supervisor(config, stdin=subprocess.DEVNULL)
+    if config.stdin == "inherit":
+        config.stdin = "pipe"  # the TUI reads the terminal: the ranks cannot share it
+    sup = Supervisor(config)
     restore = sup.install_signal_handlers(
         tuple(s for s in config.signals_to_handle if s != signal.SIGINT)
     )

@@ -3,7 +3,9 @@
 Each rank's arrival index (``engine.rundir.arrival``) says when the pump read each stretch of
 its stdout and stderr lines (``time_ns`` per record); merging every rank's lines on those
 times gives what happened first, across ranks, as it was seen. Lines on disk that no record
-covers yet (written, not read by the pump yet) come last, timed by their file's mtime.
+covers yet (written, not read by the pump yet) come last, timed by their file's mtime. The
+lines a person typed to a rank (its ``stdin.log``) come in at the times they were sent, as
+stream ``"stdin"``, marked (``engine.logfile.stdin_log.TYPED_MARK``).
 
 Bounded: at most ``max_lines`` lines per stream are read (the last ones), so a rank that
 wrote gigabytes costs a bounded read.
@@ -17,12 +19,14 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ..logfile.stdin_log import TYPED_MARK, read_entries, stdin_log_path
 from ..output.sanitize import sanitize
 from ..rundir.arrival import arrival_path, read_records
 
 __all__ = ["TimelineLine", "merge_ranks", "rank_lines"]
 
 _STREAMS = ("stdout", "stderr")
+_ORDER = {"stdout": 0, "stdin": 1, "stderr": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,10 @@ def rank_lines(
                 i += 1
             t = ends[i][1] if i < len(ends) else late
             out.append(TimelineLine(t, rank, _STREAMS[s], no, sanitize(text)))
-    out.sort(key=lambda x: (x.t_ns, x.stream != "stdout", x.line_no))
+    for k, entry in enumerate(read_entries(stdin_log_path(stdout_path))):
+        text = "(end of input)" if entry.eof else sanitize(entry.text)
+        out.append(TimelineLine(int(entry.t * 1e9), rank, "stdin", k, TYPED_MARK + text))
+    out.sort(key=lambda x: (x.t_ns, _ORDER.get(x.stream, 1), x.line_no))
     return out
 
 

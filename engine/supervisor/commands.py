@@ -1,4 +1,5 @@
-"""The Supervisor's commands: signal, terminate, kill, restart one rank, restart all, dump stacks.
+"""The Supervisor's commands: signal, terminate, kill, restart one rank, restart all, dump
+stacks, send a line to ranks' stdin or close it.
 
 Every command runs on the caller's thread. It is checked first, before the state lock is
 taken and before anything is sent or recorded: a command that carries a signal must carry a
@@ -15,19 +16,23 @@ from __future__ import annotations
 import signal
 
 from ..handle import (
+    CloseInput,
     Command,
     CommandResult,
     DumpStacks,
     KillRanks,
     RestartAll,
     RestartRank,
+    SendInput,
     SignalRanks,
     TerminateRanks,
     command_problem,
     term_timeout,
 )
 from ..names import refusals as words
+from ..process.stdin_pipe import StdinRefused
 from ..states import RankState
+from .input_watch import InputWatch
 from .publisher import Publisher
 from .rank_slot import RankSlot
 from .run_config import SupervisorConfig
@@ -70,6 +75,7 @@ class CommandHandler:
         stopper: Stopper,
         wakeup: Wakeup,
         stacks: StackCapture | None = None,
+        input_watch: InputWatch | None = None,
     ) -> None:
         self._config = config
         self._state = state
@@ -77,6 +83,7 @@ class CommandHandler:
         self._stopper = stopper
         self._wakeup = wakeup
         self._stacks = stacks
+        self._input = input_watch
 
     def execute(self, command: Command) -> CommandResult:
         """Carry out ``command`` without blocking for its escalation; safe from any thread.
@@ -110,6 +117,8 @@ class CommandHandler:
             return self._restart_rank(command)
         if isinstance(command, RestartAll):
             return self._restart_all()
+        if isinstance(command, (SendInput, CloseInput)):
+            return self._input_command(command)
         # Unreachable: check_command refused anything else (assert_never is 3.11+).
         raise TypeError(f"unknown command {command!r}")
 
@@ -233,3 +242,38 @@ class CommandHandler:
             self._state.live(), "attempt", signal.SIGTERM, self._config.term_timeout
         )
         return CommandResult(True)
+
+    def _input_command(self, cmd: SendInput | CloseInput) -> CommandResult:
+        """A line to each rank's stdin pipe (or EOF): whole or refused, rank by rank."""
+        mode = self._config.stdin
+        if mode != "pipe" or self._input is None:
+            what = "/dev/null" if mode == "null" else "the terminal rankvisor was started from"
+            raise Refused(
+                f"not sent: the ranks' stdin is {what} (--stdin {mode}); start the run with "
+                "--stdin pipe to type to its ranks"
+            )
+        verb = "send input to" if isinstance(cmd, SendInput) else "close the stdin of"
+        live, note = self._running(self._resolve(cmd.ranks), verb)
+        shown = self._state.shown
+        sent: list[int] = []
+        refused: dict[str, str] = {}
+        if cmd.ranks is not None:  # a rank named but not running was not reached either
+            live_ranks = {s.rank for s in live}
+            refused = {str(shown(r)): "not running" for r in sorted(set(cmd.ranks))
+                       if r not in live_ranks}
+        for slot in live:
+            try:
+                if isinstance(cmd, SendInput):
+                    self._input.send(slot, cmd.text)
+                else:
+                    self._input.close(slot)
+                sent.append(shown(slot.rank))
+            except (StdinRefused, OSError) as e:
+                refused[str(shown(slot.rank))] = str(e) if isinstance(e, StdinRefused) else (
+                    e.strerror or str(e))
+        problems = [f"rank {r}: not sent: {why}" for r, why in refused.items()
+                    if why != "not running"]
+        data = {"sent": sent, "refused": refused}
+        if not sent:
+            return CommandResult(False, "; ".join(problems) or note, data)
+        return CommandResult(True, "; ".join([*problems, *([note] if note else [])]), data)

@@ -3,9 +3,9 @@
 It composes the rooms below (rank processes, the output pump, the stats sampler, the guard
 process, a cgroup per rank, torch's file-timer watchdog) with its own parts, each a typed
 object that sees only what it needs: ``RunState`` and ``Wakeup`` (state.py), ``Publisher``,
-``Stopper`` (escalations), ``PumpLink``, ``Launcher``, ``CommandHandler``, ``StackCapture``
-and ``Monitor``. Everything is per Supervisor, nothing module-global, so tests and a
-multi-node agent can hold several.
+``Stopper`` (escalations), ``PumpLink``, ``Launcher``, ``CommandHandler``, ``StackCapture``,
+``InputWatch`` (the ranks' stdin pipes, and who waits on one) and ``Monitor``. Everything
+is per Supervisor, nothing module-global, so tests and a multi-node agent can hold several.
 
 Why one monitor thread blocked in ``poll()`` on every pidfd, the wake-up pipe and the
 nearest escalation deadline: an exit is seen within a millisecond, and a SIGKILL is sent at
@@ -37,6 +37,7 @@ from ..std import Std
 from .agent_env import EnvOptions, free_port, log_line_prefixes
 from .commands import CommandHandler
 from .debug_options import debugpy_banner, write_launch
+from .input_watch import InputWatch
 from .launcher import Launcher
 from .monitor import Monitor, held_ranks
 from .publisher import Publisher
@@ -61,14 +62,12 @@ class Supervisor:
     """One supervised run (implements ``engine.handle.SupervisorHandle``).
 
     Args:
-        config: What to run and how (see ``SupervisorConfig``).
-        stdin: The ranks' stdin: None inherits ours (torchrun's behaviour, for headless
-            runs); ``subprocess.DEVNULL`` under a TUI, which owns the terminal.
+        config: What to run and how (see ``SupervisorConfig``; its ``stdin`` says what the
+            ranks read: a pipe held here, ours, or /dev/null).
+        driven: Rounds are started by an agent (multi-node: ``engine.cluster``).
     """
 
-    def __init__(
-        self, config: SupervisorConfig, *, stdin: int | None = None, driven: bool = False
-    ) -> None:
+    def __init__(self, config: SupervisorConfig, *, driven: bool = False) -> None:
         self.config = config
         self.node_label = ""
         """Where this run sits in a multi-node job ("node 1 of 2 (host)"), for display."""
@@ -115,6 +114,7 @@ class Supervisor:
             self._watchdog.last_progress_time if self._watchdog else _now_s
         )
 
+        self._input = InputWatch(self._state, self._events)
         self._launcher = Launcher(
             config, self._state, self._events, self._stopper, self._pump,
             env_opts=EnvOptions(
@@ -132,10 +132,11 @@ class Supervisor:
             sampler=self._sampler,
             watchdog=self._watchdog,
             wakeup=self._wakeup,
-            stdin=stdin,
+            input_watch=self._input,
         )
         self._commands = CommandHandler(
-            config, self._state, self._events, self._stopper, self._wakeup, self._stacks
+            config, self._state, self._events, self._stopper, self._wakeup, self._stacks,
+            self._input,
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,
@@ -205,6 +206,8 @@ class Supervisor:
         self._monitor.start()  # a first pass at once: ranks may have exited (or failed) already
         if self.config.sample_interval:
             self._sampler.start()
+        if self.config.stdin == "pipe":
+            self._input.start()
 
     def _say_debugpy(self) -> None:
         """``--debugpy``: write the VS Code attach configuration into the run dir and say
@@ -263,6 +266,7 @@ class Supervisor:
         self._stacks.join(timeout_s=2.0)  # each ended before its SIGKILL deadline anyway
         self._pump.run_ops()
         self._sampler.stop()
+        self._input.stop()
         self._pump.stop()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -445,6 +449,7 @@ class Supervisor:
                 started_at=state.started_at,
                 node=self.node_label,
                 progress_regex=self.config.progress_regex or "",
+                stdin=self.config.stdin,
                 rank_base=state.rank_base,
                 debug_hold=tuple(held_ranks(state)) if self.config.debug is not None else (),
             )

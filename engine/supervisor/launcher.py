@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 from ..errors import ProcessFailure
@@ -24,8 +25,10 @@ from ..logs_specs import DefaultLogsSpecs
 from ..process.cgroups import RunCgroups
 from ..process.guard import Guard
 from ..process.rank_process import RankProcess, on_spawner_thread
+from ..process.stdin_pipe import RankStdin
 from ..states import RankState
 from .agent_env import RESTART_COUNT_ENV, EnvOptions, build_rank_env
+from .input_watch import InputWatch
 from .publisher import Publisher
 from .pump_link import PumpLink
 from .rank_slot import RankSlot, incarnation_dir
@@ -55,7 +58,7 @@ class Launcher:
         sampler: StatsSampler,
         watchdog: Watchdog | None,
         wakeup: Wakeup,
-        stdin: int | None,
+        input_watch: InputWatch,
     ) -> None:
         self._config = config
         self._state = state
@@ -68,7 +71,7 @@ class Launcher:
         self._sampler = sampler
         self._watchdog = watchdog
         self._wakeup = wakeup
-        self._stdin = stdin
+        self._input = input_watch
         self._cpu_sets = config.cpu_sets()  # NUMA placement, the same for every incarnation
         self._cgroups: RunCgroups | None = None
         self._env_records: list[tuple[str, dict[str, str]]] = []
@@ -185,6 +188,9 @@ class Launcher:
         Closing it kills what it left in its cgroup, if it has one.
         """
         self._sampler.untrack(slot.rank)
+        if slot.stdin is not None:
+            slot.stdin.close()  # nobody reads it now; a restart gets a fresh one
+        self._input.ended(slot)
         self._guard.forget(proc.pid)
         self._pump.remove(slot)
         try:
@@ -194,18 +200,31 @@ class Launcher:
 
     def _spawn_or_error(self, slot: RankSlot) -> RankProcess | Exception:
         cgroup = None
+        pipe = None
         try:
             if self._cgroups is not None:
                 cgroup = self._cgroups.new_rank(slot.rank)
-            return RankProcess.spawn(
+            stdin: int | None = None  # "inherit": ours, as torchrun
+            if self._config.stdin == "pipe":
+                pipe = RankStdin()  # per incarnation: a restarted rank never reads old lines
+                stdin = pipe.read_fd
+            elif self._config.stdin == "null":
+                stdin = subprocess.DEVNULL
+            proc = RankProcess.spawn(
                 slot.argv, slot.env, slot.stdout_path, slot.stderr_path,
-                cwd=self._config.cwd, stdin=self._stdin,
+                cwd=self._config.cwd, stdin=stdin,
                 cpu_affinity=self._cpu_sets.get(slot.rank), cgroup=cgroup,
             )
         except (OSError, ValueError) as e:
             if cgroup is not None:
                 cgroup.release()  # nothing started in it: removed at once
+            if pipe is not None:
+                pipe.close()
             return e
+        if pipe is not None:
+            pipe.spawned()  # the rank holds the read end; we keep the write end
+        slot.stdin = pipe
+        return proc
 
     def _started(
         self, slot: RankSlot, proc: RankProcess | Exception, *, restart: bool,
@@ -218,6 +237,7 @@ class Launcher:
                 self._teardown_after_failed_spawn()
             return
         slot.proc = proc
+        self._input.started(slot)
         if slot.error_file:
             # Beside its error.json, written off this lock once the batch has started.
             self._env_records.append((os.path.dirname(slot.error_file), dict(slot.env)))

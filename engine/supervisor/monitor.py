@@ -32,6 +32,7 @@ import time
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
+from ..forensics.stdin_hint import note_null_stdin
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..logfile.tail import last_lines
 from ..names.signals import signal_name
@@ -211,6 +212,8 @@ class Monitor:
                 exit_time_ns=slot.exit_time_ns, caused_by_us=caused,
             )
             slot.exit_cause = _exit_cause(slot, proc, code)
+            if self._config.stdin == "null" and not caused:
+                slot.exit_cause = note_null_stdin(slot.exit_cause, slot.stderr_path)
         # STARTING/RUNNING/TERMINATING/RESTARTING -> SUCCEEDED/FAILED/SIGNALLED: it exited
         self._events.emit(slot.move(final_state_for(code)))
         self._stopper.rank_gone(slot.rank)

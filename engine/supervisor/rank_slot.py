@@ -23,8 +23,10 @@ from ..states import RankState, can_move
 
 if TYPE_CHECKING:
     from ..errors import ProcessFailure
+    from ..events import InputWait
     from ..forensics.exit_cause import ExitCause
     from ..process.rank_process import RankProcess
+    from ..process.stdin_pipe import RankStdin
 
 __all__ = ["AfterExit", "InvalidTransition", "RankSlot", "StopReason", "incarnation_dir"]
 
@@ -97,6 +99,10 @@ class RankSlot:
     started_monotonic: float | None = None
     timer_scope: str | None = None
     history: list[tuple[RankState, RankState, float]] = field(default_factory=list)
+    stdin: RankStdin | None = None
+    """The current process's stdin pipe (``--stdin pipe``), None otherwise."""
+    input_wait: InputWait | None = None
+    """Set while the current process is blocked reading ``stdin`` (the input watch)."""
 
     @property
     def pid(self) -> int | None:
@@ -169,6 +175,8 @@ class RankSlot:
         self.stdout_path, self.stderr_path, self.error_file = paths
         self.env["TORCHELASTIC_ERROR_FILE"] = self.error_file
         self.proc = None
+        self.stdin = None
+        self.input_wait = None
         self.exitcode = None
         self.exit_time_ns = None
         self.failure = None
@@ -204,6 +212,7 @@ class RankSlot:
                 and signal.SIGKILL not in self.signals_ns
             ),
             exit_cause=self.exit_cause if final else None,
+            input_wait=self.input_wait,
         )
 
 

@@ -23,13 +23,14 @@ from ..handle import DEFAULT_TERM_TIMEOUT_S
 from ..names.signals import check_stop_signal
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use
-from .debug_options import DebugOptions
 from .cluster_options import ClusterOptions
+from .debug_options import DebugOptions
 
 __all__ = [
     "MAX_RANKS_PER_NODE",
     "MAX_RUN_ID_LEN",
     "MAX_TERM_TIMEOUT_S",
+    "STDIN_MODES",
     "ConfigError",
     "SupervisorConfig",
     "check_rank_count",
@@ -53,6 +54,9 @@ milliseconds as a C int (about 24 days)."""
 _RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 """What run ids are in practice (uuids, scheduler job ids, names): one safe path component,
 never "." or "..", never hidden."""
+
+STDIN_MODES = ("pipe", "inherit", "null")
+"""What a rank's stdin can be (``SupervisorConfig.stdin``)."""
 
 _PATH_TAIL = 64
 """Room for what a run adds below its directory: ``/attempt_<n>/<rank>/restart_<k>/...``."""
@@ -163,6 +167,10 @@ class SupervisorConfig:
     """Multi-node (``--nnodes`` not 1): how this node finds the others (engine.cluster)."""
     progress_regex: str | None = None
     debug: DebugOptions | None = None
+    stdin: str = "pipe"
+    """The ranks' stdin (``--stdin``): "pipe" (one per incarnation, held by the supervisor:
+    ``SendInput`` answers a prompt), "inherit" (ours: a terminal under ``--headless``, as
+    torchrun) or "null" (/dev/null: a rank that reads gets EOF)."""
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -216,6 +224,10 @@ class SupervisorConfig:
         if not isinstance(self.nprocs, int) or self.nprocs < 1:
             raise ConfigError(f"--nproc-per-node must be a positive number, got {self.nprocs!r}")
         check_rank_count(self.nprocs, allow_many=self.allow_many_ranks)
+        if self.stdin not in STDIN_MODES:
+            raise ConfigError(
+                f"--stdin {self.stdin}: give one of {', '.join(STDIN_MODES)}"
+            )
         for flag, value, least in (
             ("--suspect-silence-factor", self.suspect_silence_factor, 1.0),
             ("--suspect-silence-min", self.suspect_silence_min_s, 0.0),

@@ -23,7 +23,7 @@ from rankvisor.engine.attach import (
     find_by_pid,
 )
 from rankvisor.engine.attach.discovery import workers_of
-from rankvisor.engine.attach.handle import RESTART_REFUSED, UNKNOWN_EXIT
+from rankvisor.engine.attach.handle import INPUT_REFUSED, RESTART_REFUSED, UNKNOWN_EXIT
 from rankvisor.engine.events import (
     AttemptStarted,
     EscalationFinished,
@@ -34,7 +34,14 @@ from rankvisor.engine.events import (
     RunFinished,
     SupervisorNotice,
 )
-from rankvisor.engine.handle import DumpStacks, RestartAll, RestartRank, TerminateRanks
+from rankvisor.engine.handle import (
+    CloseInput,
+    DumpStacks,
+    RestartAll,
+    RestartRank,
+    SendInput,
+    TerminateRanks,
+)
 from rankvisor.engine.process.proc_table import find_descendants, read_entry
 from rankvisor.engine.states import RankState
 from rankvisor.tui.cli.torchrun_view import run_torchrun_view
@@ -196,6 +203,9 @@ def test_discovery_lines_and_refused_restart(torchrun: Any) -> None:
         assert info.nprocs == 2 and info.log_dir == run_dir
         assert [r.state for r in info.ranks] == [RankState.RUNNING] * 2
         assert handle.execute(RestartRank(1)).message == RESTART_REFUSED
+        # torchrun holds its workers' stdin: nothing can be typed to them from here.
+        assert handle.execute(SendInput((0,), "c")).message == INPUT_REFUSED
+        assert not handle.execute(CloseInput(None)).ok
         assert not handle.execute(RestartAll()).ok
         done = wait_until(lambda: handle.finished, timeout=SLOW)
         assert isinstance(done, RunFinished) and not done.result.failures

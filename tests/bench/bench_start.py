@@ -50,7 +50,6 @@ def _child(n: int, profile: bool) -> dict[str, float]:
     from rankvisor.engine.events import Event, RankStateChanged
     from rankvisor.engine.states import RankState
     from rankvisor.engine.supervisor.core import Supervisor
-    from rankvisor.engine.entry.headless import _HeadlessPrinter
     from rankvisor.tui.cli.run_args import parse_job
 
     log_dir = tempfile.mkdtemp(prefix="bench_start_")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ from rankvisor.engine.control.status import (
     write_status,
 )
 from rankvisor.engine.errors import ProcessFailure
-from rankvisor.engine.events import RunFinished
+from rankvisor.engine.events import InputWait, RunFinished
 from rankvisor.engine.result import RunProcsResult
 from rankvisor.engine.states import RankState
 
@@ -29,6 +30,7 @@ FIELDS = {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "supervisor
           "updated", "tracking"}
 RANK_FIELDS = {
     "rank", "local_rank", "pid", "state", "exitcode", "signal", "restart_count", "exit_cause",
+    "input_wait",
 }
 
 
@@ -167,3 +169,15 @@ def test_effective_state(supervisors: Supervisors) -> None:
                             "supervisor_start": dead_start}) == "stale"
     assert effective_state({**running, "supervisor_pid": pid, "state": "finished",
                             "finished": True}) == "finished"
+
+
+def test_a_rank_at_a_prompt_has_its_input_wait(tmp_path: Path) -> None:
+    info = run_info("job", str(tmp_path), [RankState.RUNNING, RankState.RUNNING])
+    wait = InputWait(since=123.5, prompt="(Pdb) ", where="job.py:7 in <module>")
+    info = dataclasses.replace(
+        info, ranks=(dataclasses.replace(info.ranks[0], input_wait=wait), info.ranks[1]))
+    s = build_status(info, None, socket="/s/x.sock", supervisor_pid=12, supervisor_start=34,
+                     exitcode=None, started=100.5)
+    assert s["ranks"][0]["input_wait"] == {
+        "since": 123.5, "prompt": "(Pdb) ", "where": "job.py:7 in <module>"}
+    assert s["ranks"][1]["input_wait"] is None

@@ -325,8 +325,8 @@ def test_the_zoomed_log_puts_typed_lines_back_among_the_ranks_own(tmp_path: Path
     between the prompt's line and the answer, by the arrival index's times."""
     import struct
 
-    from rankvisor.engine.rundir.arrival import MAGIC, arrival_path
     from rankvisor.engine.logfile.merged import MergedSource
+    from rankvisor.engine.rundir.arrival import MAGIC, arrival_path
     from rankvisor.tui.widgets.typed_source import TypedRows
 
     out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"

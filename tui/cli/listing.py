@@ -132,6 +132,12 @@ def _status_text(s: dict[str, Any]) -> str:
             cause = r.get("exit_cause")
             if isinstance(cause, dict) and cause.get("code") not in (None, "stopped"):
                 lines.append(f"  rank {r.get('rank')}: {' '.join(str(cause.get('text')).split())}")
+    for r in ranks:
+        wait = r.get("input_wait")
+        if isinstance(wait, dict):  # a person is asked something (`rankvisor input`/`debug`)
+            where = f" at {wait.get('where')}" if wait.get("where") else ""
+            lines.append(f"  rank {r.get('rank')}: waiting for input{where}, prompt "
+                         f"{str(wait.get('prompt') or '')!r}")
     cause = s.get("root_cause")
     if isinstance(cause, dict):
         how = (f"signal {cause.get('signal')}" if cause.get("signal")

@@ -85,7 +85,12 @@ def logs(sub: Subcommand, argv: list[str]) -> int:
     p.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing as the rank writes, until the run finishes")
+    p.add_argument("--typed", action="store_true",
+                   help="with the lines typed to the rank (its stdin.log), marked, where they "
+                        "arrived (not with -f)")
     args = p.parse_args(argv)
+    if args.typed and args.follow:
+        raise Usage("--typed shows a log as it is: leave out -f")
     entry = registry.resolve(args.run, running_only=False)
     state, status = registry.entry_state(entry)
     if args.rank < 0:
@@ -98,6 +103,13 @@ def logs(sub: Subcommand, argv: list[str]) -> int:
         say(sub.name, f"rank {args.rank} has no {stream} file at {path} "
                       "(its output may have gone to the console only)")
         return EXIT_REFUSED
+    if args.typed:
+        from ...engine.logfile.stdin_log import typed_view
+        from ...engine.output.sanitize import sanitize
+
+        text = "\n".join(typed_view(path, 1 if args.stderr else 0)) + "\n"
+        print(sanitize(text) if sys.stdout.isatty() else text, end="")
+        return EXIT_OK
     copier = _Copier(path)
     copier.pump()
     if not args.follow:

@@ -24,6 +24,7 @@ from ...engine.names.signals import check_stop_signal, parse_signal
 from ...engine.std import Std
 from ...engine.supervisor.cluster_options import ClusterOptions, parse_nnodes, parse_rdzv_conf
 from ...engine.supervisor.run_config import (
+    STDIN_MODES,
     ConfigError,
     SupervisorConfig,
     check_rank_count,
@@ -96,6 +97,11 @@ def _add_logging_flags(p: argparse.ArgumentParser, *,
                         "terminal) ends the run, as before detachable runs")
     p.add_argument("-D", "--detach", action="store_true",
                    help="start the run's supervisor and return at once; attach later")
+    p.add_argument("--stdin", choices=STDIN_MODES, default=None,
+                   help="the ranks' stdin: pipe (held by the supervisor: answer prompts and "
+                        "pdb with `rankvisor input`/`debug` or the TUI; the default), inherit "
+                        "(this terminal, as torchrun; the default of --headless) or null "
+                        "(/dev/null)")
     p.add_argument("--on-failure", metavar="CMD", default=None,
                    help="shell command run once if the run fails (RANKVISOR_RUN_DIR and "
                         "the root cause in its environment)")
@@ -494,6 +500,20 @@ def demo_config(args: argparse.Namespace) -> SupervisorConfig:
     return config
 
 
+def _stdin_mode(args: argparse.Namespace) -> str:
+    """``--stdin``, or its default: the terminal's for a headless run (torchrun's way, and a
+    pipeline feeds the ranks), a pipe the supervisor holds otherwise."""
+    headless = args.headless or (not args.detach and not sys.stdout.isatty())
+    if args.stdin is None:
+        return "inherit" if headless else "pipe"
+    if args.stdin == "inherit" and not headless:
+        raise ConfigError(
+            "--stdin inherit: the TUI reads this terminal and a detached supervisor has "
+            "none; use --headless, or --stdin pipe and `rankvisor input`/`rankvisor debug`"
+        )
+    return str(args.stdin)
+
+
 def parse_job(command: str, argv: list[str]) -> Job:
     """The run that ``rankvisor <command> <argv>`` asks for, and how to run it.
 
@@ -516,5 +536,6 @@ def parse_job(command: str, argv: list[str]) -> Job:
                                    ("--detach", args.detach)) if on]
     if len(modes) > 1:
         raise ConfigError(f"{' and '.join(modes)} cannot be used together: pick one")
+    config.stdin = _stdin_mode(args)
     return Job(config, headless=bool(args.headless), foreground=bool(args.foreground),
                detach=bool(args.detach), on_failure=args.on_failure or None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import attach, forensics, launch, lifecycle, listing, logs, serve
+from . import attach, debug_cli, forensics, launch, lifecycle, listing, logs, serve
 from .command import Subcommand
 
 __all__ = ["BY_NAME", "DEFAULT", "SUBCOMMANDS"]
@@ -37,6 +37,10 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
                "env", forensics.bundle),
     Subcommand("stack", "dump every rank's Python stack (py-spy), merged: the odd ranks first",
                forensics.stack),
+    Subcommand("input", "send a line to some ranks' stdin (--eof: close it): answer pdb or a "
+               "prompt", debug_cli.input_main),
+    Subcommand("debug", "a console on one rank: its output live, each line typed sent to its "
+               "stdin", debug_cli.debug_main),
 )
 
 BY_NAME: Final = {sub.name: sub for sub in SUBCOMMANDS}

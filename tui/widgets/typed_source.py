@@ -20,8 +20,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from typing import Callable, Iterator, Sequence
 
-from ...engine.rundir.arrival import read_records
 from ...engine.logfile.merged import MergedSource
+from ...engine.rundir.arrival import read_records
 
 __all__ = ["TypedRows"]
 
