@@ -83,7 +83,7 @@ def typed_view(log_path: str, stream: int) -> list[str]:
     A typed line goes after the output lines the pump had read when it was sent (the
     arrival index beside the logs says when each was read); without an index, at the end.
     """
-    from .arrival import ARRIVAL_FILE, read_records
+    from ..rundir.arrival import ARRIVAL_FILE, read_records
 
     directory = os.path.dirname(log_path)
     try:

@@ -2,7 +2,8 @@
 it writes its error.json, waits at a pdb prompt in ``divide``, ``p y`` prints 7, ``c`` ends
 it, and the run ends exactly as the same run without the flag (exit codes, failures, root
 cause). While it is at the prompt, a teardown after another rank's failure waits (the debug
-hold). The ranks' stdin is a pipe of the test's own (every rank shares it)."""
+hold). The ranks' stdin is the pipe the supervisor holds for each (``--stdin pipe``): the
+test answers through ``SendInput``, as a person does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 from pathlib import Path
 
 from rankvisor.engine.events import RunFinished, SupervisorNotice
-from rankvisor.engine.handle import TerminateRanks
+from rankvisor.engine.handle import SendInput, TerminateRanks
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.debug_options import DebugOptions
@@ -26,7 +27,7 @@ JOB = str(BIN / "post_mortem_job.py")
 def _config(tmp_path: Path, *args: str, post_mortem: bool) -> SupervisorConfig:
     return SupervisorConfig(
         entrypoint=PYTHON, args=("-u", JOB, *args), nprocs=2, log_dir=str(tmp_path),
-        term_timeout=5.0, sample_interval=0,
+        term_timeout=5.0, sample_interval=0, stdin="pipe",
         debug=DebugOptions(post_mortem=frozenset({1})) if post_mortem else None,
     )
 
@@ -53,27 +54,22 @@ def test_a_raise_stops_at_a_prompt_and_the_run_ends_as_without_the_flag(tmp_path
         plain = sup.wait(timeout=60)
     assert isinstance(plain, RunFinished)
 
-    read_end, write_end = os.pipe()
-    try:
-        config = _config(tmp_path / "pm", post_mortem=True)
-        with Supervisor(config, stdin=read_end) as sup:
-            rank1 = sup.snapshot().ranks[1]
-            wait_until(lambda: "(Pdb) " in _text(rank1.stdout_path), timeout=60)
-            # error.json is written first, as torch's @record writes it.
-            error = json.loads(Path(rank1.error_file).read_text())
-            assert error["message"]["message"] == "ZeroDivisionError: division by zero"
-            assert "in divide" in error["message"]["extraInfo"]["py_callstack"]
-            assert "> " in _text(rank1.stdout_path) and "divide()" in _text(rank1.stdout_path)
-            info = sup.snapshot()
-            assert info.debug_hold == (1,)
-            assert info.ranks[1].state is RankState.RUNNING
-            os.write(write_end, b"p y\n")
-            wait_until(lambda: "(Pdb) 7\n" in _text(rank1.stdout_path), timeout=30)
-            os.write(write_end, b"c\n")
-            held = sup.wait(timeout=60)
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+    config = _config(tmp_path / "pm", post_mortem=True)
+    with Supervisor(config) as sup:
+        rank1 = sup.snapshot().ranks[1]
+        wait_until(lambda: "(Pdb) " in _text(rank1.stdout_path), timeout=60)
+        # error.json is written first, as torch's @record writes it.
+        error = json.loads(Path(rank1.error_file).read_text())
+        assert error["message"]["message"] == "ZeroDivisionError: division by zero"
+        assert "in divide" in error["message"]["extraInfo"]["py_callstack"]
+        assert "> " in _text(rank1.stdout_path) and "divide()" in _text(rank1.stdout_path)
+        info = sup.snapshot()
+        assert info.debug_hold == (1,)
+        assert info.ranks[1].state is RankState.RUNNING
+        assert sup.execute(SendInput((1,), "p y")).ok
+        wait_until(lambda: "(Pdb) 7\n" in _text(rank1.stdout_path), timeout=30)
+        assert sup.execute(SendInput((1,), "c")).ok
+        held = sup.wait(timeout=60)
     assert isinstance(held, RunFinished)
     assert _outcome(held) == _outcome(plain)
     assert held.root_cause_rank == 1 and held.result.failures[1].exitcode == 1
@@ -85,24 +81,19 @@ def test_a_raise_stops_at_a_prompt_and_the_run_ends_as_without_the_flag(tmp_path
 
 def test_the_teardown_waits_while_a_person_is_at_the_prompt(tmp_path: Path) -> None:
     rec = Recorder()
-    read_end, write_end = os.pipe()
-    try:
-        config = _config(tmp_path, "fail-after-hold", post_mortem=True)
-        with Supervisor(config, stdin=read_end) as sup:
-            sup.subscribe(rec)
-            wait_until(lambda: sup.snapshot().ranks[0].state is RankState.FAILED, timeout=60)
-            # Rank 0 failed while rank 1 sits at its prompt: the teardown waits, and says so.
-            wait_until(lambda: any("debug hold" in n.message for n in rec.of(SupervisorNotice)))
-            hold = next(n.message for n in rec.of(SupervisorNotice) if "debug hold" in n.message)
-            assert "rank(s) 1 at a post-mortem prompt" in hold and "terminated" in hold
-            info = sup.snapshot()
-            assert info.ranks[1].state is RankState.RUNNING and info.debug_hold == (1,)
-            # A terminate of the held rank releases the hold as well as its prompt's end.
-            assert sup.execute(TerminateRanks((1,), timeout_s=5)).ok
-            finished = sup.wait(timeout=60)
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+    config = _config(tmp_path, "fail-after-hold", post_mortem=True)
+    with Supervisor(config) as sup:
+        sup.subscribe(rec)
+        wait_until(lambda: sup.snapshot().ranks[0].state is RankState.FAILED, timeout=60)
+        # Rank 0 failed while rank 1 sits at its prompt: the teardown waits, and says so.
+        wait_until(lambda: any("debug hold" in n.message for n in rec.of(SupervisorNotice)))
+        hold = next(n.message for n in rec.of(SupervisorNotice) if "debug hold" in n.message)
+        assert "rank(s) 1 at a post-mortem prompt" in hold and "terminated" in hold
+        info = sup.snapshot()
+        assert info.ranks[1].state is RankState.RUNNING and info.debug_hold == (1,)
+        # A terminate of the held rank releases the hold as well as its prompt's end.
+        assert sup.execute(TerminateRanks((1,), timeout_s=5)).ok
+        finished = sup.wait(timeout=60)
     assert isinstance(finished, RunFinished)
     assert finished.root_cause_rank == 0 and 0 in finished.result.failures
     assert 1 in finished.result.stopped
