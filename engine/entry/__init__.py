@@ -4,7 +4,8 @@
 a multi-node run); ``spawn``: how ``rankvisor run`` starts it and waits for it to answer;
 ``headless``: the console front end (``--headless``, ``--foreground``: prefixed lines, the
 report at the end); ``cluster_run``: a whole multi-node run on this node, torch's agent loop
-over a driven Supervisor; ``bundle``: one archive of a run's directory for a bug report.
+over a driven Supervisor; ``bundle``: one archive of a run's directory for a bug report;
+``debug_console``: ``rankvisor debug``'s line-mode console on one rank.
 The top room of the engine: it may import every other, and only the UI imports it.
 """
 
