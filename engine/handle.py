@@ -239,6 +239,9 @@ class RunInfo:
     """In a multi-node run: the global rank of this node's local rank 0 in the current round
     (a local rank's global rank is ``rank_base + rank``); 0 on one node. Commands and events
     keep local ranks; viewers add this to show the ranks as the job knows them."""
+    rank_places: dict[int, str] = field(default_factory=dict)
+    """A viewer of every node's ranks (``engine.cluster.viewer``): each rank's node and host
+    ("node 1 (node02)"), for its pane's title; empty otherwise."""
 
 
 class SupervisorHandle(Protocol):

@@ -402,6 +402,16 @@ class StatusBoard:
         return {str(n): r["door"] for n, r in sorted(every.items())
                 if isinstance(r.get("door"), str)}
 
+    def layout(self) -> dict[str, dict[str, Any]]:
+        """Every node as a viewer of the whole job needs it: host, door, and its ranks as
+        ``[local, global, state]``, by node rank (a string); this node's included."""
+        every = {**self.remote_records(), self.node_rank: self.local_record()}
+        gone = self.unreachable()
+        return {str(n): {"host": r.get("host"), "door": r.get("door"),
+                         "unreachable": n in gone,
+                         "ranks": [list(x[:3]) for x in r.get("ranks", [])]}
+                for n, r in sorted(every.items())}
+
     def agree(self, key: str, offer: str) -> str | None:
         """The value every node of this round takes for ``key``: the first node's offer
         (the store's compare-and-set); None without a store."""

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ..handle import SupervisorHandle
+from ..logfile.arrival import arrival_path
+from .board import StatusBoard
 
 __all__ = ["MAX_READ", "cluster_request", "read_request"]
 
@@ -23,22 +25,26 @@ MAX_READ: Final = 1 << 20
 """The most bytes one ``read?`` answers with (the client asks again from the new offset)."""
 
 
-def cluster_request(doors: Callable[[], dict[str, str]],
+def cluster_request(board: StatusBoard,
                     secret: Callable[[], str | None]) -> Callable[[dict[str, Any], bool],
                                                                   dict[str, Any]]:
-    """The ``cluster?`` handler over the board's doors and the door's secret."""
+    """The ``cluster?`` handler over the board (doors, every node's ranks) and the door's
+    secret: ``node`` (this one's rank), ``doors``, ``nodes`` (``StatusBoard.layout``),
+    ``secret``."""
 
     def answer(_message: dict[str, Any], read_only: bool) -> dict[str, Any]:
         if read_only:
             return {"t": "error", "message": "read-only viewer: the cluster's secret is not "
                     "given (attach without --read-only)"}
-        return {"t": "cluster", "doors": doors(), "secret": secret()}
+        return {"t": "cluster", "node": board.node_rank, "doors": board.doors(),
+                "nodes": board.layout(), "secret": secret()}
 
     return answer
 
 
 def read_request(handle: SupervisorHandle) -> Callable[[dict[str, Any], bool], dict[str, Any]]:
-    """The ``read?`` handler: ``rank`` (local), ``stream`` ("stdout"/"stderr"), ``offset``,
+    """The ``read?`` handler: ``rank`` (local), ``stream`` ("stdout", "stderr", or
+    "arrival": the index of their order beside them), ``offset``,
     ``max`` -> ``read`` with ``path``, ``offset``, ``size`` (the file's now) and ``data``
     (base64 of the bytes: a rank writes anything)."""
 
@@ -54,10 +60,12 @@ def read_request(handle: SupervisorHandle) -> Callable[[dict[str, Any], bool], d
         if rank not in ranks:
             return {"t": "error", "message": f"read?: this node has no local rank {rank}"}
         stream = message.get("stream")
-        if stream not in ("stdout", "stderr"):
-            return {"t": "error", "message": "read?: stream is stdout or stderr"}
         info = ranks[rank]
-        path = info.stdout_path if stream == "stdout" else info.stderr_path
+        paths = {"stdout": info.stdout_path, "stderr": info.stderr_path,
+                 "arrival": arrival_path(info.stdout_path, info.stderr_path)}
+        if stream not in paths:
+            return {"t": "error", "message": "read?: stream is stdout, stderr or arrival"}
+        path = paths[stream]
         data = b""
         total = 0
         try:

@@ -35,6 +35,7 @@ from ..supervisor.run_config import SupervisorConfig
 from .agent import RankvisorAgent, make_spec
 from .board import StatusBoard
 from .door import ClusterDoor, new_secret, reach_address
+from .renumber import finished_globally as _global
 from .requests import cluster_request, read_request
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ def _open_door(host: RunHost, sup: Supervisor, board: StatusBoard, config: Super
         err.write(f"[rankvisor] warning: the other nodes' viewers cannot reach this node's "
                   f"ranks (no TCP door: {e}); the run goes on\n")
         return None
-    host.server.add_request("cluster?", cluster_request(board.doors, lambda: door.secret))
+    host.server.add_request("cluster?", cluster_request(board, lambda: door.secret))
     host.server.add_request("read?", read_request(sup))
     return door
 
@@ -265,18 +266,3 @@ def _interrupt_rendezvous(agent: RankvisorAgent, signals: tuple[int, ...]) -> Ca
             signal.signal(sig, old)
 
     return restore
-
-
-def _global(finished: RunFinished, base: int) -> RunFinished:
-    """``finished`` keyed by global rank (the report names ranks as the job knows them)."""
-    r = finished.result
-
-    def shift(d: dict[int, Any]) -> dict[int, Any]:
-        return {base + k: v for k, v in d.items()}
-
-    result = RunProcsResult(
-        return_values=shift(r.return_values), failures=shift(r.failures),
-        stdouts=shift(r.stdouts), stderrs=shift(r.stderrs), stopped=shift(r.stopped),
-    )
-    root = None if finished.root_cause_rank is None else base + finished.root_cause_rank
-    return RunFinished(result, finished.attempt, root)

@@ -96,6 +96,8 @@ class RemoteHandle:
                  answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         self._sock = sock
         self._buf = rest
+        self.bytes_read = 0
+        """Bytes received from the supervisor since the welcome (a viewer's cost)."""
         self.read_only = read_only
         self.supervisor_pid: int = int(welcome.get("supervisor_pid", 0))
         self.recent_lines = recent_lines
@@ -347,6 +349,7 @@ class RemoteHandle:
                         data = sock.recv(1 << 20)
                         if not data:
                             break
+                        self.bytes_read += len(data)
                         buf += data
                     continue
                 line = bytes(buf[: end + 1])

@@ -6,6 +6,7 @@ no rendezvous flag given."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from tests.cluster.hosts import HOSTNAMES, TwoHosts
 from tests.cluster.test_two_hosts import ROOT, Job
-from tests.conftest import wait_until
+from tests.conftest import BIN, wait_until
 
 _PROBLEM = TwoHosts.problem()
 pytestmark = [
@@ -180,3 +181,88 @@ def test_slurm_fills_the_rendezvous(hosts: TwoHosts, tmp_path: Path) -> None:
     seen = "".join(out for _, out, _ in results)
     assert seen.count(f"master {HOSTNAMES[0]}:") == 4, seen
     assert {job.status(i)["run_id"] for i in range(2)} == {"4242"}
+
+
+TICKER = str(BIN / "mn_ticker_job.py")
+PROBE = [sys.executable, "-m", "tests.cluster.viewer_probe"]
+
+
+def _probe(hosts: TwoHosts, run_dir: str, seconds: float, *extra: str,
+           during: Any = None) -> list[dict[str, Any]]:
+    proc = hosts.popen(0, [*PROBE, run_dir, str(seconds), *extra], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if during is not None:
+        during()
+    out, err = proc.communicate(timeout=seconds + 60)
+    assert proc.returncode == 0, err[-3000:]
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def _ticking(hosts: TwoHosts, tmp_path: Path) -> tuple[Job, Path, str, int]:
+    hold = tmp_path / "hold"
+    job = Job(hosts, tmp_path, env={"HOLD_FILE": str(hold), "TICK_S": "0.2"}, script=TICKER)
+    status = wait_until(lambda: _all_running(job.logs[0]), timeout=120, interval=0.2)
+    assert isinstance(status, dict)
+    run_dir = str(next(job.logs[0].glob("*/status.json")).parent)
+    return job, hold, run_dir, _remote_rank(status)[0]
+
+
+def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
+        hosts: TwoHosts, tmp_path: Path) -> None:
+    job, hold, run_dir, remote = _ticking(hosts, tmp_path)
+    try:
+        seen = _probe(hosts, run_dir, 4, "--stack", str(remote))
+    finally:
+        hold.touch()
+    info = next(s for s in seen if s["kind"] == "info")
+    assert info["nprocs"] == 4
+    assert info["places"][str(remote)] == f"node 1 ({HOSTNAMES[1]})"
+    lines = [s for s in seen if s["kind"] == "line" and s["rank"] == remote]
+    # Its lines from before the viewer came (read through the door) and live ones.
+    assert any(f"rank {remote} of 4 ready" in s["line"] for s in lines), seen[:20]
+    assert sum(1 for s in lines if s["line"].startswith("tick")) >= 5
+    numbers = [int(s["line"].split()[1]) for s in lines if s["line"].startswith("tick")]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # none twice
+    stack = next(s for s in seen if s["kind"] == "stack")
+    assert stack["ok"], stack
+    assert stack["path"].startswith(str(job.logs[1])), stack  # dumped and saved on node02
+    summary = seen[-1]
+    assert summary["kind"] == "summary" and summary["connections"] == 1
+    for code, _out, err in job.wait():
+        assert code == 0, err[-3000:]
+
+
+def test_the_viewer_says_a_node_is_unreachable_and_resumes_it(
+        hosts: TwoHosts, tmp_path: Path) -> None:
+    job, hold, run_dir, remote = _ticking(hosts, tmp_path)
+    marks: dict[str, float] = {}
+
+    def cut() -> None:
+        import time
+
+        time.sleep(3)
+        marks["down"] = time.time()
+        hosts.link_down()
+        time.sleep(8)
+        hosts.link_up()
+        marks["up"] = time.time()
+
+    try:
+        seen = _probe(hosts, run_dir, 20, during=cut)
+    finally:
+        hosts.link_up()
+        hold.touch()
+    notices = [s for s in seen if s["kind"] == "notice"]
+    gone = [s for s in notices if "is unreachable" in s["message"]]
+    back = [s for s in notices if "answers again" in s["message"]]
+    assert gone and back, notices
+    assert f"node 1 ({HOSTNAMES[1]})" in gone[0]["message"]
+    assert marks["down"] < gone[0]["t"] < marks["up"]
+    assert back[0]["t"] > marks["up"]
+    # Its panes resume: lines of the remote rank come after it answered again.
+    ticks = [s for s in seen if s["kind"] == "line" and s["rank"] == remote
+             and s["line"].startswith("tick")]
+    assert any(s["t"] > back[0]["t"] for s in ticks), ticks[-5:]
+    numbers = [int(s["line"].split()[1]) for s in ticks]
+    assert len(set(numbers)) == len(numbers)  # none twice across the outage
+    job.wait()

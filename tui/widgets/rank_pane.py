@@ -278,6 +278,7 @@ class RankPane(Vertical):
             root_cause,
             view.caused_by_us,
             view.global_rank,
+            view.place,
         )
         if key == self._shown:
             return
@@ -292,6 +293,8 @@ class RankPane(Vertical):
         title = f"{GLYPHS[view.state]} rank {view.rank}"
         if view.global_rank is not None:  # multi-node: the job's rank, this node's index
             title = f"{GLYPHS[view.state]} rank {view.global_rank} (local {view.rank})"
+        elif view.place:  # every node's ranks in one viewer: the job's rank and its node
+            title = f"{GLYPHS[view.state]} rank {view.rank} · {view.place}"
         self.border_title = Text(title)
         self.border_subtitle = Text(state_label(view, now, root_cause=root_cause))
         self._header.show(view)
