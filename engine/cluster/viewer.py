@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
+import math
 import os
 import threading
 import time
@@ -65,6 +66,8 @@ PING_S: Final = 1.0
 DEAD_S: Final = 3.0
 """A node that has not answered its ping for this long is unreachable."""
 LINGER_S: Final = 30.0
+LAYOUT_S: Final = 2.0
+"""How often the viewer asks its own node where every node's ranks are now."""
 EAGER_NODES: Final = 16
 RECENT_LINES: Final = 500
 """Lines of each remote rank's files given to the viewer when its node connects."""
@@ -102,6 +105,8 @@ class _Node:
         self.delivered: dict[tuple[int, str], tuple[int, int]] = {}
         """(local rank, stream) -> (attempt, the next line the viewer has not had), across
         reconnections: no line twice."""
+        self.busy = 0
+        """Commands of ours in flight on this link: its answers wait behind them."""
         self.held: list[Event] | None = None
         """Live events while the node's recent lines are read (then given, trimmed)."""
         self.lock = threading.Lock()
@@ -125,7 +130,9 @@ class _Node:
                 self._connect()
             else:
                 answer = self.handle.request("snapshot?", wait_s=v.dead_s)
-                if answer is None or "run" not in answer:
+                if answer is None and self.busy and self.handle.connected:
+                    pass  # behind a command of ours (a stack dump waits for py-spy)
+                elif answer is None or "run" not in answer:
                     self._down("no answer within "
                                f"{v.dead_s:g} s" if self.handle.connected else "link closed")
                 else:
@@ -333,27 +340,69 @@ class ClusterHandle:
         """Bytes of the other nodes' files mirrored so far."""
         self.owns_mirror = False
         """Remove ``mirror_dir`` at the detach (``whole_job`` made it)."""
-        self._secret = str(answer.get("secret") or "")
+        self._secret = ""
         self.me = int(answer.get("node", 0))
         self._lock = threading.Lock()
         self._sinks: tuple[EventSink, ...] = ()
         self._stop = threading.Event()
         self._unsubscribe: Callable[[], None] | None = None
+        self.nodes: dict[int, _Node] = {}
+        self._where: dict[int, int] = {}
+        self.host = ""
+        self.world = 1
+        self._take_layout(answer)
+        self._pinned = True
+        """The first nodes stay connected until a viewer says what it shows."""
+        self._want(g for n in sorted(self.nodes)[:eager_nodes] for g in self.nodes[n].ranks)
+        threading.Thread(target=self._follow_layout, name="rankvisor-cluster-layout",
+                         daemon=True).start()
+
+    def _take_layout(self, answer: dict[str, Any]) -> None:
+        """Where every node's ranks are now (a new round may renumber them, a new node join)
+        and the round's secret, from this node's ``cluster?``."""
+        self._secret = str(answer.get("secret") or self._secret)
         nodes = {int(n): rec for n, rec in (answer.get("nodes") or {}).items()}
         here = nodes.get(self.me, {})
-        self.host = str(here.get("host") or "")
-        self.nodes: dict[int, _Node] = {
-            n: _Node(self, n, rec) for n, rec in sorted(nodes.items()) if n != self.me}
-        self._where: dict[int, int] = {g: n.number for n in self.nodes.values() for g in n.ranks}
-        self._local_ranks = [int(r[1]) for r in here.get("ranks", [])]
-        self.world = 1 + max([*self._where, *self._local_ranks, 0])
-        self.show(g for n in sorted(self.nodes)[:eager_nodes] for g in self.nodes[n].ranks)
+        self.host = str(here.get("host") or self.host)
+        for number, rec in sorted(nodes.items()):
+            if number == self.me:
+                continue
+            node = self.nodes.get(number)
+            if node is None:
+                self.nodes[number] = _Node(self, number, rec)
+                continue
+            node.door = str(rec.get("door") or node.door)
+            ranks = [int(r[1]) for r in rec.get("ranks", [])]
+            if ranks:
+                node.ranks = ranks
+        where = {g: n.number for n in self.nodes.values() for g in n.ranks}
+        local = [int(r[1]) for r in here.get("ranks", [])]
+        self._where = where
+        self.world = max(self.world, 1 + max([*where, *local, 0]))
+
+    def _follow_layout(self) -> None:
+        while not self._stop.wait(LAYOUT_S):
+            if not self.local.connected:
+                return
+            answer = self.local.request("cluster?", wait_s=self.dead_s)
+            if answer and answer.get("t") == "cluster":
+                self._take_layout(answer)
 
     # -- which nodes are connected ----------------------------------------------------------
 
     def show(self, ranks: Iterable[int]) -> None:
-        """The viewer shows ``ranks`` now: their nodes are connected (or stay so)."""
-        now = time.monotonic()
+        """The viewer shows ``ranks`` now: their nodes are connected (or stay so); a node
+        none of whose ranks it shows again within ``linger_s`` is let go. A viewer calls it
+        at least once every ``linger_s`` (the TUI: every second)."""
+        if self._pinned:
+            self._pinned = False
+            now = time.monotonic()
+            for node in self.nodes.values():
+                node.wanted_at = min(node.wanted_at, now)
+        self._want(ranks)
+
+    def _want(self, ranks: Iterable[int]) -> None:
+        now = math.inf if self._pinned else time.monotonic()
         for rank in ranks:
             node = self.nodes.get(self._where.get(rank, self.me))
             if node is None:
@@ -446,7 +495,15 @@ class ClusterHandle:
                 results.append((node, CommandResult(
                     False, f"node {node} ({n.host}) is not connected now: not carried out")))
                 continue
-            results.append((node, handle.execute(self._with_ranks(command, local))))
+            if node == self.me:
+                results.append((node, handle.execute(self._with_ranks(command, local))))
+                continue
+            remote = self.nodes[node]
+            remote.busy += 1
+            try:
+                results.append((node, handle.execute(self._with_ranks(command, local))))
+            finally:
+                remote.busy -= 1
         if len(results) == 1:
             return results[0][1]
         ok = all(r.ok for _, r in results)
@@ -478,7 +535,7 @@ class ClusterHandle:
 
     def _handle(self, node: int) -> RemoteHandle | None:
         n = self.nodes[node]
-        self.show(n.ranks)
+        self._want(n.ranks)
         handle = n.handle
         return handle if handle is not None and handle.connected else None
 

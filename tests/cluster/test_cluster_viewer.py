@@ -223,11 +223,17 @@ def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
     assert sum(1 for s in lines if s["line"].startswith("tick")) >= 5
     numbers = [int(s["line"].split()[1]) for s in lines if s["line"].startswith("tick")]
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # none twice
-    stack = next(s for s in seen if s["kind"] == "stack")
+    stack = next(s for s in seen if s["kind"] == "answer")
     assert stack["ok"], stack
     assert stack["path"].startswith(str(job.logs[1])), stack  # dumped and saved on node02
     summary = seen[-1]
     assert summary["kind"] == "summary" and summary["connections"] == 1
+    # Its file, mirrored through the door for zoom and search: a copy of node02's so far.
+    theirs = next(job.logs[1].glob(f"*/attempt_0/{remote - 2}/stdout.log")).read_bytes()
+    mine = (Path(summary["mirror"]) / "node1" / "attempt_0" / str(remote - 2) /
+            "stdout.log").read_bytes()
+    assert theirs.startswith(mine)
+    assert f"rank {remote} of 4 ready\ntick 0 ".encode() in mine
     for code, _out, err in job.wait():
         assert code == 0, err[-3000:]
 
@@ -266,3 +272,24 @@ def test_the_viewer_says_a_node_is_unreachable_and_resumes_it(
     numbers = [int(s["line"].split()[1]) for s in ticks]
     assert len(set(numbers)) == len(numbers)  # none twice across the outage
     job.wait()
+
+
+def test_a_command_on_a_remote_rank_is_carried_out_by_its_node(
+        hosts: TwoHosts, tmp_path: Path) -> None:
+    job, hold, run_dir, remote = _ticking(hosts, tmp_path)
+    try:
+        seen = _probe(hosts, run_dir, 6, "--terminate", str(remote))
+    finally:
+        hold.touch()
+    answer = next(s for s in seen if s["kind"] == "answer")
+    assert answer["ok"], answer
+    states = [s["new"] for s in seen if s["kind"] == "state" and s["rank"] == remote]
+    assert "terminating" in states and states[-1] in ("signalled", "failed"), states
+    # node02's own record says who stopped it: a person, through the viewer on node01. (The
+    # other ranks, on their way into a barrier with a dead peer, end with the hosts.)
+
+    def signalled() -> bool:
+        events = "".join(p.read_text() for p in job.logs[1].glob("*/events.ndjson"))
+        return '"RanksSignalled"' in events and '"person"' in events
+
+    wait_until(signalled, timeout=30, interval=0.2)
