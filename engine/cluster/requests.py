@@ -29,14 +29,15 @@ def cluster_request(board: StatusBoard,
                     secret: Callable[[], str | None]) -> Callable[[dict[str, Any], bool],
                                                                   dict[str, Any]]:
     """The ``cluster?`` handler over the board (doors, every node's ranks) and the door's
-    secret: ``node`` (this one's rank), ``doors``, ``nodes`` (``StatusBoard.layout``),
-    ``secret``."""
+    secret: ``node`` (this one's rank), ``nnodes``, ``doors``, ``nodes``
+    (``StatusBoard.layout``), ``secret``."""
 
     def answer(_message: dict[str, Any], read_only: bool) -> dict[str, Any]:
         if read_only:
             return {"t": "error", "message": "read-only viewer: the cluster's secret is not "
                     "given (attach without --read-only)"}
-        return {"t": "cluster", "node": board.node_rank, "doors": board.doors(),
+        return {"t": "cluster", "node": board.node_rank, "nnodes": board.nnodes,
+                "doors": board.doors(),
                 "nodes": board.layout(), "secret": secret()}
 
     return answer

@@ -66,6 +66,8 @@ PING_S: Final = 1.0
 DEAD_S: Final = 3.0
 """A node that has not answered its ping for this long is unreachable."""
 LINGER_S: Final = 30.0
+LAYOUT_WAIT_S: Final = 10.0
+"""How long a new viewer waits for every node's record before it lays out what it has."""
 LAYOUT_S: Final = 2.0
 """How often the viewer asks its own node where every node's ranks are now."""
 EAGER_NODES: Final = 16
@@ -326,11 +328,19 @@ class ClusterHandle:
 
     def __init__(self, local: RemoteHandle, mirror_dir: str, *, ping_s: float = PING_S,
                  dead_s: float = DEAD_S, linger_s: float = LINGER_S,
-                 eager_nodes: int = EAGER_NODES, recent_lines: int = RECENT_LINES) -> None:
+                 eager_nodes: int = EAGER_NODES, recent_lines: int = RECENT_LINES,
+                 layout_wait_s: float = LAYOUT_WAIT_S) -> None:
         answer = local.request("cluster?")
         if not answer or answer.get("t") != "cluster":
             raise NotACluster(str((answer or {}).get("message")
                                   or "this run's supervisor is not part of a multi-node run"))
+        # The run's first seconds: the other nodes' records may not have been read yet, and
+        # a viewer's grid is laid out once, for the ranks it knows of.
+        deadline = time.monotonic() + layout_wait_s
+        while (len(answer.get("nodes") or {}) < int(answer.get("nnodes") or 0)
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+            answer = local.request("cluster?") or answer
         self.local = local
         self.read_only = local.read_only
         self.mirror_dir = mirror_dir
@@ -369,12 +379,23 @@ class ClusterHandle:
                 continue
             node = self.nodes.get(number)
             if node is None:
-                self.nodes[number] = _Node(self, number, rec)
+                self.nodes[number] = node = _Node(self, number, rec)
+                if getattr(self, "_pinned", False):
+                    self._want(node.ranks)
                 continue
             node.door = str(rec.get("door") or node.door)
             ranks = [int(r[1]) for r in rec.get("ranks", [])]
             if ranks:
                 node.ranks = ranks
+            if node.handle is None:
+                # Not connected (not shown, or unreachable): the store's record is all we
+                # know of its ranks.
+                for _local, glob, state in (r[:3] for r in rec.get("ranks", [])):
+                    new = _state(state)
+                    old = node.states.get(int(glob), new)
+                    node.states[int(glob)] = new
+                    if new != old:
+                        self._deliver(RankStateChanged(int(glob), old, new, None))
         where = {g: n.number for n in self.nodes.values() for g in n.ranks}
         local = [int(r[1]) for r in here.get("ranks", [])]
         self._where = where

@@ -350,8 +350,11 @@ def test_one_viewer_shows_the_other_nodes_lines_on_loopback(tmp_path: Path) -> N
         assert isinstance(status, dict)
         other = next(r["rank"] for r in status["ranks"] if r["node_rank"] != status["node_rank"])
         run_dir = str(next(nodes.logs[0].glob("*/status.json")).parent)
+        wait_until(lambda: any("tick " in p.read_text()
+                               for p in nodes.logs[1].glob("*/attempt_0/*/stdout.log")),
+                   timeout=60, interval=0.2)
         probe = subprocess.run(
-            [sys.executable, "-m", "tests.cluster.viewer_probe", run_dir, "3"], cwd=ROOT,
+            [sys.executable, "-m", "tests.cluster.viewer_probe", run_dir, "4"], cwd=ROOT,
             capture_output=True, text=True, timeout=90)
         assert probe.returncode == 0, probe.stderr[-3000:]
         seen = [json.loads(x) for x in probe.stdout.splitlines() if x.startswith("{")]
