@@ -249,6 +249,9 @@ class RunInfo:
     """Ranks at a ``--post-mortem`` pdb prompt (local ranks): while one is, the teardown
     after a failure waits. It ends with the prompt (``c``, ``q``), or with a terminate or
     kill of that rank."""
+    rank_places: dict[int, str] = field(default_factory=dict)
+    """A viewer of every node's ranks (``engine.cluster.viewer``): each rank's node and host
+    ("node 1 (node02)"), for its pane's title; empty otherwise."""
 
 
 class SupervisorHandle(Protocol):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Awaitable, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rankvisor.engine.events import RankStateChanged  # noqa: E402
+from rankvisor.engine.events import RankStateChanged, SupervisorNotice  # noqa: E402
 from rankvisor.engine.handle import TerminateRanks  # noqa: E402
 from rankvisor.engine.states import RankState  # noqa: E402
 from rankvisor.engine.testing import BASE_PID, Prompt, ScriptedSupervisor  # noqa: E402
@@ -224,6 +225,17 @@ def debug(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
         pilot.app._tick()
 
     return app, drive
+def cluster(tmp: Path) -> tuple[RankvisorApp, None]:
+    """One viewer on node01 with every rank of a 2 x 2 job: node02's ranks in the same grid,
+    each pane titled with its node and host (the engine's ``ClusterHandle`` hands the app
+    global ranks and their places; here the scripted engine does)."""
+    places = {r: f"node {r // 2} (node0{r // 2 + 1})" for r in range(4)}
+    info = dataclasses.replace(scripted_info(4), node="node 0 of 2 (node01), every node's ranks",
+                               rank_places=places)
+    script = [*running_script(4),
+              SupervisorNotice("node 1 (node02): connected through its door "
+                               "10.213.7.2:41327", "information")]
+    return make_app(ScriptedSupervisor(info, script)), None
 
 
 SCENES: dict[str, Scene] = {
@@ -241,6 +253,7 @@ SCENES: dict[str, Scene] = {
     "stacks": stacks,
     "stragglers": stragglers,
     "debug": debug,
+    "cluster": cluster,
 }
 
 

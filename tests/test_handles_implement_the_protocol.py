@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 from rankvisor.engine.attach.handle import TorchrunHandle
+from rankvisor.engine.cluster.viewer import ClusterHandle
 from rankvisor.engine.control.client import RemoteHandle
 from rankvisor.engine.control.replay import RecordedRun
 from rankvisor.engine.handle import SupervisorHandle
@@ -24,7 +25,8 @@ def test_the_protocol_has_what_viewers_use() -> None:
 
 
 @pytest.mark.parametrize(
-    "cls", [Supervisor, ScriptedSupervisor, RemoteHandle, RecordedRun, TorchrunHandle],
+    "cls", [Supervisor, ScriptedSupervisor, RemoteHandle, RecordedRun, TorchrunHandle,
+            ClusterHandle],
     ids=lambda c: c.__name__,
 )
 def test_each_handle_has_every_member(cls: type) -> None:

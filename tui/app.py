@@ -72,6 +72,8 @@ __all__ = ["RankvisorApp", "make_app"]
 DRAIN_HZ = 15.0
 THROTTLE_LOAD = 0.5
 """Above this UI-thread load, panes other than the selected one are drawn less often."""
+SHOWN_AROUND = 64
+"""Ranks either side of the selected one that count as shown (a screen of tiles at most)."""
 THROTTLE_EVERY = 3
 KEY_PRIORITY_S = 0.12
 """After a key press, panes other than the selected one wait this long to be redrawn."""
@@ -315,9 +317,19 @@ class RankvisorApp(DebugKeys, App[int]):
         else:
             changed = set(self._dirty)
         if changed or second != self._last_second or self._any_countdown():
+            if second != self._last_second:
+                self._tell_shown()
             self._last_second = second
             self._dirty -= changed
             self._show(changed, now)
+
+    def _tell_shown(self) -> None:
+        """A handle of every node's ranks connects only the nodes whose ranks are shown
+        (``ClusterHandle.show``): once a second, the ranks around the selected one."""
+        show = getattr(self.handle, "show", None)
+        if show is not None:
+            low = max(0, self.selected - SHOWN_AROUND)
+            show(range(low, min(len(self.run_view.ranks), self.selected + SHOWN_AROUND + 1)))
 
     def _any_countdown(self) -> bool:
         return any(view.escalation_deadline is not None for view in self.run_view.ranks)

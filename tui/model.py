@@ -239,6 +239,8 @@ class RankView:
     global_rank: int | None = None
     """In a multi-node run: the rank as the job knows it (``RANK``); None on one node, where
     ``rank`` is both."""
+    place: str = ""
+    """A viewer of every node's ranks: the rank's node and host ("node 1 (node02)")."""
     state: RankState = RankState.STARTING
     pid: int | None = None
     exitcode: int | None = None
@@ -452,7 +454,10 @@ class RunView:
         """Each rank's global rank in a multi-node run (a new round may renumber them)."""
         self.rank_base = info.rank_base
         for view in self.ranks:
-            view.global_rank = info.rank_base + view.rank if self.node else None
+            # Every node's ranks in one view: they are global already, with their place.
+            view.place = sanitize(info.rank_places.get(view.rank, ""))
+            view.global_rank = (info.rank_base + view.rank
+                                if self.node and not info.rank_places else None)
 
     def merge_paths(self, info: RunInfo) -> None:
         """Take the paths of a later snapshot (the run directory exists only once started,

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from ..control.status import failure_message
 from ..events import Event, RankOutput, RankStateChanged
 from ..names.signals import exit_signal_name
+from .liveness import Liveness
 
 __all__ = ["HEARTBEAT_S", "KNOCK_ON", "MESSAGE_CAP", "StatusBoard", "cluster_root_cause"]
 
@@ -68,6 +69,7 @@ class Store(Protocol):
     def add(self, key: str, value: int) -> int: ...
     def check(self, keys: list[str]) -> bool: ...
     def multi_get(self, keys: list[str]) -> list[bytes]: ...
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes: ...
 
 
 def _knock_on(message: str) -> bool:
@@ -136,6 +138,9 @@ class StatusBoard:
         self._thread: threading.Thread | None = None
         self.writes = 0
         self.bytes_written = 0
+        self.liveness = Liveness()
+        self.door: str | None = None
+        """Where this node's supervisor serves viewers of other nodes (``HOST:PORT``)."""
 
     # -- the round -------------------------------------------------------------------------
 
@@ -151,6 +156,7 @@ class StatusBoard:
             self._published_key = None
             self._gen_seen = None
             self._read_at = 0.0
+            self.liveness.reset()
         self.publish_now()
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="rankvisor-board",
@@ -213,6 +219,7 @@ class StatusBoard:
                 return
             try:
                 self.publish_now(force=False)
+                self._beat()
                 if time.monotonic() - self._read_at >= self.read_interval:
                     self.read_now()
             except Exception:  # noqa: BLE001 - the board must never take the run down
@@ -266,6 +273,8 @@ class StatusBoard:
             "ranks": ranks, "rc": self._candidate(status),
             "suspect": (status or {}).get("suspect"),
         }
+        if self.door:
+            record["door"] = self.door
         return record
 
     def _candidate(self, status: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -309,6 +318,7 @@ class StatusBoard:
     def read_now(self) -> bool:
         """Read the others' records if the counter moved; whether the view changed."""
         self._read_at = time.monotonic()
+        self._read_beats()
         gen = self._call(lambda s: s.add(_GEN, 0))
         if gen is None or gen == self._gen_seen:
             return False
@@ -352,6 +362,67 @@ class StatusBoard:
                         f"node {node} ({rec.get('host')}): rank {glob} failed "
                         f"(exit code {code})", "warning",
                     )
+
+    def _beat(self) -> None:
+        """This node's beat, when due (``liveness``)."""
+        if self._store is not None and self.liveness.due(self.nnodes):
+            count = self.liveness.count
+            self._call(lambda s: s.set(Liveness.key(self.node_rank), str(count)))
+
+    def _read_beats(self) -> None:
+        """The others' beats; a node that stopped (not one that finished) said once."""
+        keys = self.liveness.keys(self.nnodes, self.node_rank)
+        if not keys or self._store is None:
+            return
+        if self._call(lambda s: s.check(keys), default=False):
+            values = self._call(lambda s: s.multi_get(keys), default=None)
+        else:
+            values = [self._get_if_there(k) for k in keys]
+        if values is None:
+            return
+        nodes = [n for n in range(self.nnodes) if n != self.node_rank]
+        before = self.unreachable()
+        if not self.liveness.note(nodes, values, self.nnodes, self.read_interval):
+            return
+        now = self.unreachable()
+        remote = self.remote_records()
+        for node in sorted(now - before):
+            self._notice(f"node {node} ({remote.get(node, {}).get('host', '?')}) is unreachable "
+                         "(no beat in the store): its ranks show their last known state",
+                         "warning")
+        for node in sorted(before - now):
+            self._notice(f"node {node} ({remote.get(node, {}).get('host', '?')}) answers again",
+                         "information")
+        if now != before:
+            self._on_change()
+
+    def doors(self) -> dict[str, str]:
+        """Every node's door (``HOST:PORT``) as its record says, by node rank (a string)."""
+        every = {**self.remote_records(), self.node_rank: {"door": self.door}}
+        return {str(n): r["door"] for n, r in sorted(every.items())
+                if isinstance(r.get("door"), str)}
+
+    def layout(self) -> dict[str, dict[str, Any]]:
+        """Every node as a viewer of the whole job needs it: host, door, and its ranks as
+        ``[local, global, state]``, by node rank (a string); this node's included."""
+        every = {**self.remote_records(), self.node_rank: self.local_record()}
+        gone = self.unreachable()
+        return {str(n): {"host": r.get("host"), "door": r.get("door"),
+                         "unreachable": n in gone,
+                         "ranks": [list(x[:3]) for x in r.get("ranks", [])]}
+                for n, r in sorted(every.items())}
+
+    def agree(self, key: str, offer: str) -> str | None:
+        """The value every node of this round takes for ``key``: the first node's offer
+        (the store's compare-and-set); None without a store."""
+        value = self._call(lambda s: s.compare_set(_PREFIX + key, "", offer))
+        return None if value is None else bytes(value).decode()
+
+    def unreachable(self) -> frozenset[int]:
+        """Nodes whose beat stopped before their run finished."""
+        remote = self.remote_records()
+        return frozenset(n for n in self.liveness.unreachable
+                         if not remote.get(n, {}).get("finished"))
 
     def _get_if_there(self, key: str) -> bytes | None:
         def get(store: Store) -> bytes | None:
@@ -411,13 +482,18 @@ class StatusBoard:
             ranks.append({**r, "rank": self.base_rank + local, "local_rank": local,
                           "node_rank": self.node_rank, "host": self.host})
         remote = self.remote_records()
+        gone = self.unreachable()
         for node, rec in sorted(remote.items()):
             for local, glob, state, code, count, age in rec.get("ranks", []):
+                shown = "unknown" if self.store_lost else state
+                if node in gone and state in ("running", "starting"):
+                    shown = "unreachable"
                 ranks.append({
                     "rank": glob, "local_rank": local, "node_rank": node,
                     "host": rec.get("host"), "pid": None,
-                    # With the store gone nothing says what became of them since.
-                    "state": "unknown" if self.store_lost else state, "last_state": state,
+                    # With the store gone (or their node silent) nothing says what became
+                    # of them since.
+                    "state": shown, "last_state": state,
                     "exitcode": code, "signal": exit_signal_name(code),
                     "restart_count": count, "last_output_age_s": age,
                 })
@@ -430,6 +506,8 @@ class StatusBoard:
             "round": self.round,
             "nodes_seen": 1 + len(remote),
             "store": "gone" if self.store_lost else "ok",
+            "unreachable": sorted(gone),
+            "doors": self.doors(),
         }
         records = dict(remote)
         records[self.node_rank] = self.local_record()

@@ -98,6 +98,8 @@ class RemoteHandle:
                  answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         self._sock = sock
         self._buf = rest
+        self.bytes_read = 0
+        """Bytes received from the supervisor since the welcome (a viewer's cost)."""
         self.read_only = read_only
         self.supervisor_pid: int = int(welcome.get("supervisor_pid", 0))
         self.recent_lines = recent_lines
@@ -156,6 +158,21 @@ class RemoteHandle:
                 sock.connect(socket_path)
             except (TimeoutError, socket.timeout):
                 raise NoAnswer(f"no answer from {socket_path} within {timeout_s} s") from None
+        except BaseException:
+            sock.close()
+            raise
+        return cls.over(sock, socket_path, read_only=read_only, timeout_s=timeout_s, name=name,
+                        recent_lines=recent_lines, reread_lines=reread_lines)
+
+    @classmethod
+    def over(cls, sock: socket.socket, where: str, *, read_only: bool = False,
+             timeout_s: float = 5.0, name: str = "", recent_lines: int = RECENT_LINES,
+             reread_lines: int = REREAD_LINES) -> RemoteHandle:
+        """Say hello on ``sock`` (connected, and vetted where the door asks it: the
+        cluster's TCP door) and read the welcome; ``sock`` is closed on any failure."""
+        socket_path = where
+        try:
+            sock.settimeout(timeout_s)
             sock.sendall(wire.encode_message({
                 "t": "hello", "protocol": wire.PROTOCOL_VERSION,
                 "version": wire.package_version(), "read_only": read_only, "name": name,
@@ -288,6 +305,12 @@ class RemoteHandle:
 
     # -- requests --------------------------------------------------------------------------
 
+    def request(self, kind: str, fields: dict[str, Any] | None = None,
+                wait_s: float | None = None) -> dict[str, Any] | None:
+        """A request a room above the control's serves (``cluster?``, ``read?``): its
+        answer, or None when none came within ``wait_s`` (the answer timeout)."""
+        return self._ask({"t": kind, **(fields or {})}, wait_s)
+
     def _ask(self, message: dict[str, Any], wait_s: float | None = None) -> dict[str, Any] | None:
         if self._gone.is_set():
             return None
@@ -328,6 +351,7 @@ class RemoteHandle:
                         data = sock.recv(1 << 20)
                         if not data:
                             break
+                        self.bytes_read += len(data)
                         buf += data
                     continue
                 line = bytes(buf[: end + 1])
@@ -375,7 +399,7 @@ class RemoteHandle:
                 self._deliver(event)
         elif kind == "skipped":
             self._skipped(message)
-        elif kind in ("result", "snapshot"):
+        elif kind in ("result", "snapshot") or "id" in message:
             with self._lock:
                 pending = self._pending.get(message.get("id"))  # type: ignore[arg-type]
             if pending is not None:

@@ -138,6 +138,7 @@ class ControlServer:
         self._accepter: threading.Thread | None = None
         self._closing = False
         self._readers: list[threading.Thread] = []
+        self._requests: dict[str, Callable[[dict[str, Any], bool], dict[str, Any]]] = {}
         # Subscribe first, then look: an event between the two is in the history and may
         # already show in the snapshot; a viewer folding it again lands where it would.
         self._unsubscribe = handle.subscribe(self._sink)
@@ -315,6 +316,21 @@ class ControlServer:
         with self._lock:
             return sum(c.dropped_lines for c in self._clients)
 
+    def add_request(self, kind: str,
+                    handler: Callable[[dict[str, Any], bool], dict[str, Any]]) -> None:
+        """Answer messages of type ``kind`` with ``handler(message, read_only)``'s message
+        (its ``id`` added): requests a room above the control's adds (``cluster?``)."""
+        self._requests[kind] = handler
+
+    def adopt(self, sock: socket.socket, name: str) -> None:
+        """Serve ``sock``, a connection another listener accepted and vetted (the cluster's
+        TCP door), as if it had come to the Unix socket; it speaks the hello first."""
+        reader = threading.Thread(target=self._serve, args=(sock, 0, name),
+                                  name="rankvisor-control-client", daemon=True)
+        self._readers = [t for t in self._readers if t.is_alive()]
+        self._readers.append(reader)
+        reader.start()
+
     def _accept_loop(self) -> None:
         assert self._listener is not None
         while not self._closing:
@@ -347,8 +363,9 @@ class ControlServer:
 
     # -- one client: its reader thread -----------------------------------------------------
 
-    def _serve(self, sock: socket.socket, peer_pid: int) -> None:
+    def _serve(self, sock: socket.socket, peer_pid: int, via: str = "") -> None:
         client = _Client(self, sock, peer_pid)
+        client.name = via
         try:
             if self._handshake(client):
                 self._read_loop(client)
@@ -385,7 +402,7 @@ class ControlServer:
                 f"(rankvisor {hello.get('version', '?')})"
             ))
             return False
-        client.name = str(hello.get("name", ""))
+        client.name = " ".join(filter(None, (str(hello.get("name", "")), client.name)))
         client.read_only = bool(hello.get("read_only", False))
         now = wire.encode_message({"now": wire.run_info_to_wire(self.handle.snapshot())})
         head = wire.encode_message({
@@ -441,6 +458,13 @@ class ControlServer:
                 ))
             elif kind == "bye":
                 return
+            elif kind in self._requests:
+                try:
+                    answer = self._requests[kind](message, client.read_only)
+                except Exception as e:  # noqa: BLE001 - the viewer gets the reason
+                    log.exception("request %r failed", kind)
+                    answer = {"t": "error", "message": f"{kind} failed: {e}"}
+                self._reply(client, wire.encode_message({**answer, "id": message.get("id")}))
             else:
                 self._reply(client, wire.encode_message({
                     "t": "error",

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..cluster.agent import RankvisorAgent, make_spec
 from ..cluster.board import StatusBoard
+from ..cluster.door import ClusterDoor, new_secret, reach_address
+from ..cluster.renumber import finished_globally as _global
+from ..cluster.requests import cluster_request, read_request
 from ..events import RunFinished
 from ..result import RunProcsResult
 from ..supervisor.core import Supervisor
@@ -104,8 +107,12 @@ def run_cluster(
         err.write(f"[rankvisor] warning: this run cannot be reached by `rankvisor status`/"
                   f"`attach` ({e}); it runs anyway\n")
     printer: list[_HeadlessPrinter] = []
+    door = _open_door(host, sup, board, config, err) if host is not None else None
 
     def on_round(number: int, prefixes: dict[int, str]) -> None:
+        if door is not None:
+            # The run's secret: the first node's offer of the round, kept by every node.
+            door.secret = board.agree("secret", door.secret or new_secret()) or door.secret
         if number == 0:
             if print_output:
                 printer.append(_HeadlessPrinter(config, prefixes, out, err))
@@ -168,6 +175,8 @@ def run_cluster(
                 log.debug("rendezvous shutdown failed", exc_info=True)
     finally:
         board.close()
+        if door is not None:
+            door.close()
         if printer and sup.received_signal is not None:
             printer[0].shutting_down()
         sup.shutdown()
@@ -198,6 +207,26 @@ def run_cluster(
             except (OSError, ValueError):
                 pass
     return status, sup, host
+
+
+def _open_door(host: RunHost, sup: Supervisor, board: StatusBoard, config: SupervisorConfig,
+               err: TextIO) -> ClusterDoor | None:
+    """This node's supervisor served to the other nodes' viewers (``door``), on the
+    address this node reaches the rendezvous from, and its two cluster requests."""
+    opts = config.cluster
+    assert opts is not None
+    endpoint = opts.rdzv_endpoint or config.master_addr
+    door = ClusterDoor(host.server)
+    try:
+        board.door = door.start(reach_address(endpoint.rpartition(":")[0] or endpoint,
+                                              opts.local_addr))
+    except OSError as e:
+        err.write(f"[rankvisor] warning: the other nodes' viewers cannot reach this node's "
+                  f"ranks (no TCP door: {e}); the run goes on\n")
+        return None
+    host.server.add_request("cluster?", cluster_request(board, lambda: door.secret))
+    host.server.add_request("read?", read_request(sup))
+    return door
 
 
 def _store_gone(e: BaseException) -> bool:
@@ -237,18 +266,3 @@ def _interrupt_rendezvous(agent: RankvisorAgent, signals: tuple[int, ...]) -> Ca
             signal.signal(sig, old)
 
     return restore
-
-
-def _global(finished: RunFinished, base: int) -> RunFinished:
-    """``finished`` keyed by global rank (the report names ranks as the job knows them)."""
-    r = finished.result
-
-    def shift(d: dict[int, Any]) -> dict[int, Any]:
-        return {base + k: v for k, v in d.items()}
-
-    result = RunProcsResult(
-        return_values=shift(r.return_values), failures=shift(r.failures),
-        stdouts=shift(r.stdouts), stderrs=shift(r.stderrs), stopped=shift(r.stopped),
-    )
-    root = None if finished.root_cause_rank is None else base + finished.root_cause_rank
-    return RunFinished(result, finished.attempt, root)

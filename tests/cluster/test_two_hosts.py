@@ -43,7 +43,8 @@ class Job:
 
     def __init__(self, hosts: TwoHosts, tmp: Path, *, flags: list[str] | None = None,
                  env: dict[str, str] | None = None,
-                 per_host_env: tuple[dict[str, str], dict[str, str]] = ({}, {})) -> None:
+                 per_host_env: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+                 script: str = JOB) -> None:
         self.logs = [tmp / "h0", tmp / "h1"]
         self.outs = [(tmp / f"out{i}", tmp / f"err{i}") for i in range(2)]
         if flags is None:
@@ -55,7 +56,7 @@ class Job:
                          **per_host_env[i]}
             cmd = [sys.executable, "-m", "rankvisor.tui", "run", "--headless", *flags,
                    "--nproc-per-node", "2", "--rdzv-conf", RDZV_CONF, "--term-timeout", "5",
-                   "--log-dir", str(self.logs[i]), JOB]
+                   "--log-dir", str(self.logs[i]), script]
             out, err = self.outs[i]
             self.procs.append(hosts.popen(i, cmd, cwd=ROOT, env=child_env,
                                           stdout=out.open("w"), stderr=err.open("w")))

@@ -41,7 +41,8 @@ class TwoNodes:
     """Two rankvisor processes of one job; ``logs[i]`` holds process i's run."""
 
     def __init__(self, tmp: Path, *, run_id: str, max_restarts: int = 0,
-                 env: dict[str, str] | None = None, mode: str = "--headless") -> None:
+                 env: dict[str, str] | None = None, mode: str = "--headless",
+                 script: str = JOB) -> None:
         self.port = _free_port()
         self.logs = [tmp / "n0", tmp / "n1"]
         self.procs: list[subprocess.Popen[str]] = []
@@ -53,7 +54,7 @@ class TwoNodes:
                    "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", run_id,
                    "--rdzv-conf", RDZV_CONF, "--max-restarts", str(max_restarts),
-                   "--term-timeout", "5", "--log-dir", str(log), JOB]
+                   "--term-timeout", "5", "--log-dir", str(log), script]
             self.procs.append(subprocess.Popen(
                 cmd, cwd=ROOT, env=child_env, stdout=out.open("w"), stderr=err.open("w"),
                 text=True, start_new_session=True,
@@ -328,3 +329,40 @@ def test_store_gone_the_other_node_says_so_once_and_keeps_its_ranks(tmp_path: Pa
     finally:
         hold.touch()
         nodes.kill()
+
+
+def test_one_viewer_shows_the_other_nodes_lines_on_loopback(tmp_path: Path) -> None:
+    # The two-host test's viewer (tests/cluster/test_cluster_viewer.py), where namespaces
+    # cannot be made: the door on 127.0.0.1, the same handshake, renumbering and mirror.
+    hold = tmp_path / "hold"
+    nodes = TwoNodes(tmp_path, run_id="viewer", script=str(BIN / "mn_ticker_job.py"),
+                     env={"HOLD_FILE": str(hold), "TICK_S": "0.2"})
+    try:
+        def running() -> dict[str, Any] | None:
+            status = nodes.status(0)
+            ranks = (status or {}).get("ranks") or []
+            doors = ((status or {}).get("cluster") or {}).get("doors") or {}
+            ok = len(ranks) == 4 and len(doors) == 2 and all(
+                r["state"] == "running" for r in ranks)
+            return status if ok else None
+
+        status = wait_until(running, timeout=120, interval=0.2)
+        assert isinstance(status, dict)
+        other = next(r["rank"] for r in status["ranks"] if r["node_rank"] != status["node_rank"])
+        run_dir = str(next(nodes.logs[0].glob("*/status.json")).parent)
+        wait_until(lambda: any("tick " in p.read_text()
+                               for p in nodes.logs[1].glob("*/attempt_0/*/stdout.log")),
+                   timeout=60, interval=0.2)
+        probe = subprocess.run(
+            [sys.executable, "-m", "tests.cluster.viewer_probe", run_dir, "4"], cwd=ROOT,
+            capture_output=True, text=True, timeout=90)
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        seen = [json.loads(x) for x in probe.stdout.splitlines() if x.startswith("{")]
+        lines = [s["line"] for s in seen if s["kind"] == "line" and s["rank"] == other]
+        assert any(x.startswith("tick ") and f" rank {other} " in x for x in lines), lines
+        assert seen[-1]["connections"] == 1
+    finally:
+        hold.touch()
+    for code, _out, err in nodes.wait():
+        assert code == 0, err[-3000:]
+

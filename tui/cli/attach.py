@@ -28,14 +28,18 @@ def build_attach_parser() -> argparse.ArgumentParser:
                    help="watch only: every command is refused")
     p.add_argument("--torchrun", metavar="PID|LOG_DIR", default=None,
                    help="a torchrun job rankvisor did not start: its agent's pid or --log-dir")
+    p.add_argument("--this-node", action="store_true",
+                   help="in a multi-node run: only this node's ranks (no other node is "
+                        "connected)")
     p.add_argument("--no-stack-on-kill", dest="stack_on_kill", action="store_false",
                    help="with --torchrun: do not save the stacks of workers a terminate is "
                         "about to SIGKILL (a run of rankvisor's own takes this at `run`)")
     return p
 
 
-def open_handle(run: str | None, *, read_only: bool) -> object:
-    """The handle a viewer of ``run`` holds: its socket's, or its record's when it is over.
+def open_handle(run: str | None, *, read_only: bool, this_node: bool = False) -> object:
+    """The handle a viewer of ``run`` holds: its socket's (every node's ranks in a
+    multi-node run, unless ``this_node``), or its record's when it is over.
 
     Raises:
         LookupError: no such run (the message says what was tried).
@@ -49,9 +53,15 @@ def open_handle(run: str | None, *, read_only: bool) -> object:
     state = status.effective_state(record) if record is not None else "stale"
     if state == "running":
         try:
-            return RemoteHandle.connect(entry.socket, read_only=read_only)
+            handle = RemoteHandle.connect(entry.socket, read_only=read_only)
         except (FileNotFoundError, ConnectionRefusedError):
             pass  # it ended between the two looks: its record is complete now
+        else:
+            if this_node:
+                return handle
+            from ...engine.cluster.viewer import whole_job
+
+            return whole_job(handle)
     return RecordedRun.open(entry.run_dir)
 
 
@@ -79,7 +89,7 @@ def main(argv: list[str], *, need_terminal: bool = True) -> int:
     from ...engine.control.registry import NoSuchRun
 
     try:
-        handle = open_handle(args.run, read_only=args.read_only)
+        handle = open_handle(args.run, read_only=args.read_only, this_node=args.this_node)
     except NoSuchRun as e:
         print(f"{PROG} attach: {e}", file=sys.stderr)
         return NO_SUCH_RUN

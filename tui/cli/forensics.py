@@ -9,8 +9,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ...engine.control import registry
-from .command import EXIT_OK, EXIT_REFUSED, Subcommand, on_a_run, say
-from .ranks import ranks_arg, targets
+from .command import EXIT_OK, EXIT_REFUSED, Refused, Subcommand, on_a_run, say
+from .ranks import Elsewhere, on_node, ranks_arg, targets
 from .supervisor_call import connect_and_run
 
 if TYPE_CHECKING:
@@ -68,7 +68,6 @@ def stack(sub: Subcommand, argv: list[str]) -> int:
     if args.native and args.nonblocking:
         p.error("--native needs a blocking dump: leave out --nonblocking")
     ranks = ranks_arg(args.rank, p) if args.rank is not None else None
-    entry, _status, ranks = targets(args.run, ranks)
 
     def show(result: CommandResult) -> None:
         if args.json and result.data is not None:
@@ -78,11 +77,34 @@ def stack(sub: Subcommand, argv: list[str]) -> int:
         if not result.ok or (result.message and not args.json):
             print(result.message, file=sys.stdout if result.ok else sys.stderr)
 
+    try:
+        entry, _status, ranks = targets(args.run, ranks)
+    except Elsewhere as there:
+        return _remote_stack(sub.name, args, ranks or (), there, show)
     return connect_and_run(
         sub.name, entry,
         lambda _h: DumpStacks(ranks, native=args.native, nonblocking=args.nonblocking),
         show=show,
     )
+
+
+def _remote_stack(command: str, args: Any, ranks: tuple[int, ...], there: Elsewhere,
+                  show: Any) -> int:
+    """``stack --rank`` of ranks on another node: that node's supervisor dumps them."""
+    from ...engine.handle import DumpStacks
+    from .remote_rank import remote_dump
+
+    entry = registry.resolve(args.run, running_only=True)
+    status = registry.entry_state(entry)[1] or {}
+    nodes = on_node(ranks, status)
+    if len(nodes) != 1:
+        raise Refused(f"ranks {','.join(map(str, ranks))} run on nodes "
+                      f"{', '.join(map(str, sorted(nodes)))}: dump one node's at a time")
+    code, result = remote_dump(command, entry, there.node, there.host,
+                               DumpStacks(nodes[there.node], native=args.native,
+                                          nonblocking=args.nonblocking))
+    show(result)
+    return code
 
 
 def _stack_text(data: dict[str, Any]) -> str:

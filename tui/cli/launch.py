@@ -112,4 +112,8 @@ def _run_attached(job: Job, run_viewer: Any) -> int:
     except (SpawnError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
+    if job.config.cluster is not None:
+        from ...engine.cluster.viewer import whole_job
+
+        return int(run_viewer(whole_job(handle)))
     return int(run_viewer(handle))

@@ -15,7 +15,7 @@ from typing import Any
 from ...engine.control import registry
 from ...engine.control.status import FILENAME, current_attempt
 from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say, stale_line
-from .ranks import check_ranks, local_ranks, nprocs, world
+from .ranks import Elsewhere, check_ranks, local_ranks, nprocs, world
 from .watch import watch
 
 __all__ = ["current_log", "logs"]
@@ -96,8 +96,14 @@ def logs(sub: Subcommand, argv: list[str]) -> int:
     if args.rank < 0:
         raise Usage(f"--rank must be 0 or more, not {args.rank}")
     check_ranks((args.rank,), world(status) if nprocs(status) is not None else None)
-    (local,) = local_ranks((args.rank,), status)  # the files are this node's, by local rank
     stream = "stderr" if args.stderr else "stdout"
+    try:
+        (local,) = local_ranks((args.rank,), status)  # this node's files, by local rank
+    except Elsewhere as there:
+        from .remote_rank import remote_logs
+
+        return remote_logs(sub.name, entry, there.node, there.host, there.local, stream,
+                           args.follow)
     path = current_log(entry.run_dir, status, local, stream)
     if not os.path.exists(path) and (not args.follow or state != "running"):
         say(sub.name, f"rank {args.rank} has no {stream} file at {path} "

@@ -16,17 +16,45 @@ from .command import Refused, Usage
 from .rank_list import parse_ranks
 
 __all__ = [
+    "Elsewhere",
     "all_ranks",
     "check_ranks",
     "is_cluster",
     "local_ranks",
     "nprocs",
     "parse_ranks",
+    "on_node",
     "ranks_arg",
     "same_round",
     "targets",
     "world",
 ]
+
+
+class Elsewhere(Refused):
+    """A rank that runs on another node: ``logs`` and ``stack`` go there (through its
+    door), the other commands say where it runs."""
+
+    def __init__(self, rank: int, record: dict[str, Any]) -> None:
+        self.rank = rank
+        self.node = int(record.get("node_rank", 0))
+        self.local = int(record.get("local_rank", 0))
+        self.host = str(record.get("host"))
+        super().__init__(f"rank {rank} runs on node {self.node} ({self.host}): run the "
+                         "command there")
+
+
+def on_node(ranks: tuple[int, ...], status: dict[str, Any]) -> dict[int, tuple[int, ...]]:
+    """Global ranks by the node they run on, as that node's local ranks (status.json's
+    list); a rank no record names is left out."""
+    every = {int(r["rank"]): r for r in status.get("ranks") or []
+             if isinstance(r, dict) and isinstance(r.get("rank"), int)}
+    out: dict[int, list[int]] = {}
+    for rank in ranks:
+        if rank in every:
+            r = every[rank]
+            out.setdefault(int(r.get("node_rank", 0)), []).append(int(r.get("local_rank", 0)))
+    return {node: tuple(locals_) for node, locals_ in out.items()}
 
 
 def ranks_arg(text: str, p: argparse.ArgumentParser, *,
@@ -81,8 +109,7 @@ def local_ranks(ranks: tuple[int, ...], status: dict[str, Any] | None) -> tuple[
             raise Refused(f"rank {rank} is not on this node (node {node} has {span}) and no "
                           "other node's record names it yet: run the command on its node")
         if r.get("node_rank") != node:
-            raise Refused(f"rank {rank} runs on node {r.get('node_rank')} ({r.get('host')}): "
-                          "run the command there")
+            raise Elsewhere(rank, r)
         out.append(int(r.get("local_rank", 0)))
     return tuple(out)
 

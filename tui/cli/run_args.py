@@ -31,6 +31,7 @@ from ...engine.supervisor.run_config import (
     parse_local_ranks_filter,
 )
 from .debug_flags import add_debug_flags, debug_options, ranks_optional
+from .scheduler_flags import apply_scheduler_env, unset_defaults
 
 __all__ = [
     "Job",
@@ -152,6 +153,9 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
                         "(--rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID)")
     p.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
     p.add_argument("--standalone", action="store_true", help="accepted; one node anyway")
+    p.add_argument("--no-scheduler-env", action="store_true",
+                   help="do not fill --nnodes, --rdzv-* and --nproc-per-node from Slurm's or "
+                        "SkyPilot's environment")
     p.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default="static")
     p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default="")
     p.add_argument("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", default="")
@@ -529,8 +533,12 @@ def parse_job(command: str, argv: list[str]) -> Job:
         config = demo_config(args)
     else:
         parser = build_run_parser()
+        defaults = unset_defaults(parser)
         args = parser.parse_args(ranks_optional(parser, argv))
+        line = apply_scheduler_env(args, defaults)
         config = config_from_args(args)
+        if line:
+            print(f"{PROG}: {line}", file=sys.stderr)
     modes = [flag for flag, on in (("--headless", args.headless),
                                    ("--foreground", args.foreground),
                                    ("--detach", args.detach)) if on]

@@ -307,6 +307,7 @@ class RankPane(Vertical):
             view.caused_by_us,
             view.global_rank,
             view.input_wait,
+            view.place,
         )
         if key == self._shown:
             return
@@ -322,6 +323,8 @@ class RankPane(Vertical):
         title = f"{GLYPHS[view.state]} rank {view.rank}"
         if view.global_rank is not None:  # multi-node: the job's rank, this node's index
             title = f"{GLYPHS[view.state]} rank {view.global_rank} (local {view.rank})"
+        elif view.place:  # every node's ranks in one viewer: the job's rank and its node
+            title = f"{GLYPHS[view.state]} rank {view.rank} · {view.place}"
         self.border_title = Text(title)
         self.border_subtitle = Text(state_label(view, now, root_cause=root_cause))
         self._header.show(view)

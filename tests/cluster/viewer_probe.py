@@ -1,0 +1,87 @@
+"""A viewer of every node's ranks, run on one host by the two-host tests and benchmark:
+``python -m tests.cluster.viewer_probe RUN_DIR SECONDS [--stack RANK | --terminate RANK]``
+connects to the run's supervisor on this host, watches the whole job through
+``ClusterHandle`` and prints one JSON line per thing seen (a remote rank's line with its
+latency, a state change, a notice, the command's answer, the connections and bytes), then a
+summary line."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+
+from rankvisor.engine.cluster.viewer import ClusterHandle
+from rankvisor.engine.control import registry
+from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.events import Event, RankOutput, RankStateChanged, SupervisorNotice
+from rankvisor.engine.handle import DumpStacks, TerminateRanks
+
+TICK = re.compile(r"t=(\d+\.\d+)")
+
+
+def main() -> None:
+    run_dir, seconds = sys.argv[1], float(sys.argv[2])
+    command = sys.argv[3] if len(sys.argv) > 4 else ""
+    target = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    entry = registry.resolve(run_dir, running_only=True)
+    local = RemoteHandle.connect(entry.socket, name="viewer probe")
+    viewer = ClusterHandle(local, tempfile.mkdtemp(prefix="rv-probe-"))
+    lock = threading.Lock()
+    out = sys.stdout
+    local_ranks = {r.rank + local.snapshot().rank_base for r in local.snapshot().ranks}
+    latencies: list[float] = []
+
+    def say(**what: object) -> None:
+        with lock:
+            out.write(json.dumps(what) + "\n")
+            out.flush()
+
+    def sink(event: Event) -> None:
+        now = time.time()
+        if isinstance(event, RankOutput) and event.rank not in local_ranks:
+            for line in event.lines:
+                m = TICK.search(line)
+                lag = now - float(m.group(1)) if m else None
+                if lag is not None:
+                    latencies.append(lag)
+                say(kind="line", rank=event.rank, line=line, lag=lag, first=event.first_line,
+                    t=now)
+        elif isinstance(event, RankStateChanged) and event.rank not in local_ranks:
+            say(kind="state", rank=event.rank, new=event.new.value, t=now)
+        elif isinstance(event, SupervisorNotice):
+            say(kind="notice", message=event.message, t=now)
+
+    info, _unsub = viewer.watch(sink)
+    say(kind="info", nprocs=info.nprocs, places=info.rank_places)
+    start = time.monotonic()
+    if target is not None:
+        time.sleep(1.0)
+        if command == "--stack":
+            result = viewer.execute(DumpStacks((target,), nonblocking=True))
+        else:
+            result = viewer.execute(TerminateRanks((target,), timeout_s=5))
+        say(kind="answer", ok=result.ok, message=result.message,
+            path=(result.data or {}).get("path") if result.data else None)
+    bytes0 = viewer.bytes_in + sum(n.handle.bytes_read for n in viewer.nodes.values()
+                                   if n.handle is not None)
+    while time.monotonic() - start < seconds:
+        time.sleep(1.0)
+        say(kind="tick", connections=viewer.connections,
+            reachable={n: node.reachable for n, node in viewer.nodes.items()})
+    got = viewer.bytes_in + sum(n.handle.bytes_read for n in viewer.nodes.values()
+                                if n.handle is not None)
+    lat = sorted(latencies)
+    say(kind="summary", connections=viewer.connections, lines=len(lat),
+        bytes_per_s=(got - bytes0) / max(1e-9, time.monotonic() - start),
+        p50=lat[len(lat) // 2] if lat else None,
+        p99=lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
+        mirror=viewer.mirror_dir)
+    viewer.detach()
+
+
+if __name__ == "__main__":
+    main()
