@@ -25,9 +25,9 @@ of its own, built by hand on the hot path, its lines joined with ``\\n`` into on
 (a line never holds a newline). Measured with ``python -m rankvisor.engine.control.wire``
 (batches of 100 lines of 60 characters, encode to bytes and decode back to an equal
 ``RankOutput``; a 2-core machine shared with other jobs): encode 2.4-2.5 M lines/s, decode
-2.1-2.3 M lines/s, both together 1.1-1.2 M lines/s, 64 bytes a line on the wire. So at 640k lines/s the
-supervisor spends about a quarter of a core encoding for any number of viewers (each event
-is encoded once), and each viewer about as much decoding.
+2.1-2.3 M lines/s, both together 1.1-1.2 M lines/s, 64 bytes a line on the wire. So at 640k
+lines/s the supervisor spends about a quarter of a core encoding for any number of viewers
+(each event is encoded once), and each viewer about as much decoding.
 """
 
 from __future__ import annotations
