@@ -228,7 +228,8 @@ class RankView:
     progress: Progress | None = None
     """The last progress its output reported (step N, iter N, epoch N, tqdm's N/M)."""
     progress_by_kind: dict[str, Progress] = field(default_factory=dict)
-    """The last progress of each kind it reported: ranks are compared on one kind."""
+    """The last progress of each source it reported (``Progress.source``: the kind and the
+    kind of line): ranks are compared on one source."""
     gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAP_HISTORY))
     """Seconds between its recent output batches (this incarnation's, on the app's clock)."""
     line_at: float | None = None
@@ -522,17 +523,21 @@ class RunView:
         progress, steps behind the median, silence relative to its peers' usual gap, and
         straggler mark (``engine.forensics.progress.stragglers``).
 
-        The ranks are compared on one kind of progress: the best kind (a person's pattern,
-        then step, iter, a tqdm bar, epoch) that two running ranks report, so that a rank's
-        tqdm bar is never set against the others' step counters."""
+        The ranks are compared on one source of progress (``Progress.source``: a kind and a
+        kind of line): the one most running ranks report, at least two, the better kind
+        (``KINDS``) on a tie. A rank's tqdm bar is never set against another's step line, nor
+        a step quoted by a warning against a step line printed at another cadence."""
         running = [v for v in self.ranks if v.state is RankState.RUNNING]
         counts: dict[str, int] = {}
         for view in running:
             for seen in view.progress_by_kind:
                 counts[seen] = counts.get(seen, 0) + 1
-        best = next((k for k in KINDS if counts.get(k, 0) >= 2), None)
-        kind = best or next((k for k in KINDS if counts.get(k)), None)
-        self.progress_kind = kind
+        shared = [k for k in counts if counts[k] >= 2]
+        # The source most ranks report (a bar every rank draws beats a step line only some
+        # print), the better kind on a tie: never two sources against each other.
+        best = min(shared, key=lambda k: (-counts[k], _kind_rank(k)), default=None)
+        kind = best or min(counts, key=_kind_rank, default=None)
+        self.progress_kind = kind.split(":", 1)[0] if kind else None
         steps: dict[int, int | None] = {}
         for view in running:
             found = view.progress_by_kind.get(kind) if kind else None
@@ -555,7 +560,7 @@ class RunView:
         )
         for view in self.ranks:
             found = view.progress_by_kind.get(kind) if kind else None
-            view.shown_progress = found or view.progress
+            view.shown_progress = found or _own_best(view)
             view.behind = view.silence_ratio = None
             view.lag_threshold = self.step_threshold
             view.straggler, view.straggler_reason = "", ""
@@ -699,11 +704,25 @@ def _note_progress(view: RankView, found: Progress) -> bool:
     """Keep ``found`` as the rank's progress of its kind unless it goes back: within one
     process a counter only grows, so a lower number is a line quoting an old step (a warning
     "clipped at step 17"), not progress. A tqdm bar may start again (one per epoch)."""
-    before = view.progress_by_kind.get(found.kind)
+    key = found.source or found.kind
+    before = view.progress_by_kind.get(key)
     if before is not None and found.kind != "tqdm" and found.step < before.step:
         return False
-    view.progress_by_kind[found.kind] = found
+    view.progress_by_kind[key] = found
     return True
+
+
+def _kind_rank(source: str) -> int:
+    """Where a source's kind stands in ``KINDS`` (the best first)."""
+    kind = source.split(":", 1)[0]
+    return KINDS.index(kind) if kind in KINDS else len(KINDS)
+
+
+def _own_best(view: RankView) -> Progress | None:
+    """A rank's own best source when the ranks share none: its bar over a number in prose."""
+    if not view.progress_by_kind:
+        return view.progress
+    return min(view.progress_by_kind.items(), key=lambda item: _kind_rank(item[0]))[1]
 
 
 def _switch_files(
