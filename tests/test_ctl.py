@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from rankvisor.engine.control import registry
 from rankvisor.engine.control.status import read_status, write_status
+from rankvisor.engine.logfile.arrival import ArrivalWriter, arrival_path
 from rankvisor.engine.states import RankState
 from rankvisor.tui.cli import main
 from rankvisor.tui.cli.command import EXIT_NO_RUN, EXIT_REFUSED, EXIT_STALE, EXIT_USAGE
@@ -203,16 +204,37 @@ def test_logs_prints_the_current_incarnation(
         capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
     entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
     code, _, err = run(capsys, "logs", "job")
-    assert code == EXIT_REFUSED and "no stdout file" in err
+    assert code == EXIT_REFUSED and "no stdout or stderr file" in err
     write_log(entry.run_dir, 0, "zero\n")
     write_log(entry.run_dir, 1, "one out\n")
     write_log(entry.run_dir, 1, "one err\n", "stderr")
     assert run(capsys, "logs", "job")[:2] == (0, "zero\n")
-    assert run(capsys, "logs", "job", "--rank", "1")[:2] == (0, "one out\n")
+    assert run(capsys, "logs", "job", "--rank", "1", "--stdout")[:2] == (0, "one out\n")
     assert run(capsys, "logs", entry.run_dir, "--rank", "1", "--stderr")[:2] == (0, "one err\n")
     write_log(entry.run_dir, 1, "again\n", sub="restart_1")
     write_log(entry.run_dir, 1, "and again\n", sub="restart_2")
     assert run(capsys, "logs", "job", "--rank", "1")[:2] == (0, "and again\n")
+
+
+def test_logs_prints_both_streams_in_the_order_they_arrived(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    """Issue 22: logging and tqdm write to stderr; ``logs`` printed only stdout (nothing)."""
+    entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
+    out = write_log(entry.run_dir, 0, "out 1\nout 2\n")
+    err = write_log(entry.run_dir, 0, "INFO err 1\n", "stderr")
+    index = ArrivalWriter(arrival_path(str(out), str(err)))
+    index.note(0, 1)  # the pump's records: out 1, then err 1, then out 2
+    index.note(1, 1)
+    index.note(0, 2)
+    index.flush()
+    assert run(capsys, "logs", "job")[:2] == (0, "out 1\nINFO err 1\nout 2\n")
+    assert run(capsys, "logs", "job", "--stderr")[:2] == (0, "INFO err 1\n")
+    assert run(capsys, "logs", "job", "--stdout")[:2] == (0, "out 1\nout 2\n")
+    # Lines no record covers yet, and a bar's unfinished line, still print (at the end).
+    write_log(entry.run_dir, 0, "INFO err 2\n 45%|####  | 45/100", "stderr")
+    late = "out 1\nINFO err 1\nout 2\nINFO err 2\n 45%|####  | 45/100"
+    assert run(capsys, "logs", "job")[1] == late
+    index.close()
 
 
 def test_logs_follow_stops_once_the_run_finished_and_the_file_is_drained(
