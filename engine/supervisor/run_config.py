@@ -158,6 +158,9 @@ class SupervisorConfig:
     cluster: ClusterOptions | None = None
     """Multi-node (``--nnodes`` not 1): how this node finds the others (engine.cluster)."""
     progress_regex: str | None = None
+    invocation: tuple[str, ...] = ()
+    """The command line a person typed (``rankvisor run ...``), for ``ls`` and bundles;
+    () when the run was not started from one (an API user's Supervisor)."""
 
     def __post_init__(self) -> None:
         if self.run_id is None:

@@ -505,6 +505,7 @@ def parse_job(command: str, argv: list[str]) -> Job:
     else:
         args = build_run_parser().parse_args(argv)
         config = config_from_args(args)
+    config.invocation = (PROG, command, *argv)
     modes = [flag for flag, on in (("--headless", args.headless),
                                    ("--foreground", args.foreground),
                                    ("--detach", args.detach)) if on]
