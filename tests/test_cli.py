@@ -194,6 +194,11 @@ def test_failure_exits_1_with_the_root_cause_report(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert "rankvisor: root cause: rank 1 failed first (exit code 1)" in res.stderr
     assert "RuntimeError: rank one broke" in res.stderr
+    # Issue 22: the suspect is the root cause: one line says both, the error once.
+    head = "\n".join(ln for ln in res.stderr.split("Root Cause (first observed failure):")[0]
+                     .splitlines() if ln.startswith("rankvisor:"))
+    assert "rankvisor: suspect:" not in head and head.count("rank one broke") == 1, head
+    assert "failed first (exit code 1), the suspect too: RuntimeError: rank one broke" in head
     report = res.stderr.split("Root Cause (first observed failure):")[1]
     assert "rank      : 1 (local_rank: 1)" in report
     assert "error.json" in report
