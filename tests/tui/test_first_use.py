@@ -1,0 +1,54 @@
+"""What a new user hit (issue 22), in the app: the header at 80 columns, stale notices and
+statuses, the copy message, the stacks view's keys, the restart dialog's default."""
+
+from __future__ import annotations
+
+from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui.app import make_app
+
+from tests.scenarios import scripted_info, suspect_script
+
+from .conftest import wait_for
+
+
+def _header(app) -> str:  # type: ignore[no-untyped-def]
+    return app.main_screen.summary.text.plain
+
+
+async def test_the_header_keeps_the_state_the_counts_and_the_clock_at_80_columns() -> None:
+    """After the first failure the 80-column header kept only "suspect: rank 3 │ root cause:
+    rank 2 │": the run's state, its counts and its clock had gone."""
+    app = make_app(ScriptedSupervisor(scripted_info(4), suspect_script()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.run_view.finished)
+        await pilot.pause(0.1)
+        text = _header(app)
+        assert "finished" in text and "✖3 ⊘1" in text, text  # the counts, short
+        assert "suspect: rank 3" in text and "root cause: rank 2" in text, text
+        assert text.rstrip()[-5:].replace(":", "").isdigit(), text  # the clock, last
+        assert len(text) <= 80
+    async with make_app(ScriptedSupervisor(scripted_info(4), suspect_script())).run_test(
+        size=(160, 48)
+    ) as pilot:
+        app = pilot.app
+        await wait_for(pilot, lambda: app.run_view.finished)
+        await pilot.pause(0.1)
+        text = _header(app)  # room for every word in full
+        assert "suspect: rank 3" in text and "root cause: rank 2" in text, text
+        assert "3 failed" in text and "4 ranks · attempt 0" in text, text
+
+
+def test_the_header_shortens_before_it_drops_and_keeps_the_clock() -> None:
+    from rankvisor.engine.states import RankState
+    from rankvisor.tui.model import RunView
+    from rankvisor.tui.widgets.run_summary import summary_text
+
+    run = RunView(scripted_info(4))
+    for view in run.ranks:
+        view.state = RankState.RUNNING
+    run.finished = True
+    for width in (40, 60, 80, 200):
+        text = summary_text(run, elapsed=14, paused=True, status="stopping", width=width).plain
+        assert text.endswith(" 00:14") and "finished" in text and "stopping" in text, text
+        assert "●4" in text or "● 4 running" in text, text
+        assert len(text) <= width or width == 40, text
