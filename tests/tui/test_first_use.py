@@ -52,3 +52,35 @@ def test_the_header_shortens_before_it_drops_and_keeps_the_clock() -> None:
         assert text.endswith(" 00:14") and "finished" in text and "stopping" in text, text
         assert "●4" in text or "● 4 running" in text, text
         assert len(text) <= width or width == 40, text
+
+
+def _footer_keys(screen) -> list[str]:  # type: ignore[no-untyped-def]
+    from textual.widgets._footer import FooterKey
+
+    return [f"{k.key_display} {k.description}" for k in screen.query(FooterKey)]
+
+
+async def test_the_footer_fits_80_columns_and_keeps_help() -> None:
+    """The zoom's footer ended "... s Signal r Re" at 80 columns."""
+    app = make_app(ScriptedSupervisor(scripted_info(4), suspect_script()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.run_view.finished)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(_footer_keys(app.screen)) > 3)
+        keys = _footer_keys(app.screen)
+        assert keys[0] == "esc Back" and "? Help" in keys, keys
+        assert sum(len(k) + 1 for k in keys) <= 80, keys
+    app = make_app(ScriptedSupervisor(scripted_info(4), suspect_script()))
+    async with app.run_test(size=(200, 24)) as pilot:
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "q Quit" in _footer_keys(app.screen))  # all of them
+
+
+async def test_the_footer_is_drawn_while_the_app_has_no_focus() -> None:
+    """In a browser (``serve``) the page has no focus until it is clicked: the footer row
+    stayed blank until then."""
+    app = make_app(ScriptedSupervisor(scripted_info(4), suspect_script()))
+    async with app.run_test(size=(120, 24)) as pilot:
+        app.app_focus = False  # a key press would give it the focus: the action instead
+        await app.run_action("errors")
+        await wait_for(pilot, lambda: "esc Back" in _footer_keys(app.screen))

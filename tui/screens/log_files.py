@@ -24,9 +24,10 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from ..widgets.file_log import FileLog
+from ..widgets.key_footer import KeyFooter
 from ..widgets.text_bar import TextBar
 
 __all__ = ["LogFilesScreen", "Streams", "parse_pattern"]
@@ -102,7 +103,7 @@ class LogFilesScreen(Screen[None]):
         )
         search.display = False
         yield search
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter()
 
     async def on_mount(self) -> None:
         search = self.query_one("#search", Input)

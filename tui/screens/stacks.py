@@ -20,11 +20,12 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Collapsible, Footer, Static
+from textual.widgets import Collapsible, Static
 
 from ...engine.forensics.stacks import StackDump, StackGroup
 from ...engine.handle import CommandResult, DumpStacks
 from ..model import RunView
+from ..widgets.key_footer import KeyFooter
 
 __all__ = ["StacksScreen", "group_title"]
 
@@ -64,7 +65,7 @@ class StacksScreen(Screen[None]):
         yield Static(id="stacks-head")
         yield VerticalScroll(id="stacks")
         yield Static(id="stacks-path")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.action_dump()
