@@ -166,6 +166,9 @@ class LogFilesScreen(Screen[None]):
 
     def watch_streams(self) -> None:
         self._apply_streams()
+        # A match (or a search under way) was in the stream shown before: not in this one.
+        self._cancel_search()
+        self.status = "n: find in this stream" if self._search is not None else ""
         self.update_title()
 
     def action_cycle_streams(self) -> None:
