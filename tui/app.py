@@ -424,7 +424,9 @@ class RankvisorApp(App[int]):
             self.notify(f"nothing to copy ({what})", severity="warning")
             return
         self.copy_to_clipboard(text)
-        self.notify(f"copied {what} to the clipboard")
+        # OSC 52 asks the terminal; nothing says whether it (or tmux: `set -g set-clipboard
+        # on`) took it. Say what was sent, not that it arrived.
+        self.notify(f"sent {what} to the terminal's clipboard (OSC 52)")
 
     def _copy_source(self) -> tuple[str, str]:
         """The text to copy and how to say what it is."""
