@@ -355,7 +355,12 @@ class RankvisorApp(App[int]):
                     severity="error",
                     timeout=8,
                 )
+            else:  # every rank that ended badly was stopped by rankvisor (stop, quit)
+                self.notify("run finished: stopped by rankvisor, no rank failed",
+                            severity="warning")
         elif isinstance(event, AttemptStarted):
+            # The last notice spoke of the attempt before (its failure): not of this one.
+            self.notify(f"attempt {event.attempt} started: every rank anew")
             self._finished_at = None
             self._snapshot_worker()  # a new attempt writes new (filtered) files
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:

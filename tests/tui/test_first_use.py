@@ -84,3 +84,33 @@ async def test_the_footer_is_drawn_while_the_app_has_no_focus() -> None:
         app.app_focus = False  # a key press would give it the focus: the action instead
         await app.run_action("errors")
         await wait_for(pilot, lambda: "esc Back" in _footer_keys(app.screen))
+
+
+async def test_the_notice_of_attempt_0_s_failure_goes_with_attempt_1_and_a_stop() -> None:
+    """During attempt 1 (after R) and after ``stop`` the notice line still said "run
+    finished: rank 2 failed first (e: errors)", from attempt 0."""
+    from typing import cast
+
+    from rankvisor.engine.events import AttemptStarted, RankStateChanged, RunFinished
+    from rankvisor.engine.result import RunProcsResult
+    from rankvisor.engine.states import RankState
+    from rankvisor.engine.testing import BASE_PID, ScriptedResult
+
+    engine = ScriptedSupervisor(scripted_info(4), suspect_script())
+    app = make_app(engine)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.run_view.finished)
+        await wait_for(pilot, lambda: "failed first" in app.notices[-1].message)
+        engine.emit(AttemptStarted(1, "/nonexistent/attempt_1", tuple(BASE_PID + 10 + r
+                                                                        for r in range(4))))
+        await wait_for(pilot, lambda: app.run_view.attempt == 1)
+        assert "failed first" not in app.notices[-1].message
+        assert app.notices[-1].message.startswith("attempt 1 started")
+        for r in range(4):  # `rankvisor stop`: every rank ended by rankvisor's SIGTERM
+            engine.emit(RankStateChanged(r, RankState.RUNNING, RankState.SIGNALLED,
+                                         BASE_PID + 10 + r, exitcode=-15, attempt=1,
+                                         signal_name="SIGTERM", caused_by_us=True))
+        stopped = ScriptedResult(stopped={r: object() for r in range(4)})
+        engine.emit(RunFinished(cast("RunProcsResult", stopped), 1, None))
+        await wait_for(pilot, lambda: app.run_view.finished)
+        assert app.notices[-1].message == "run finished: stopped by rankvisor, no rank failed"
