@@ -114,3 +114,33 @@ async def test_the_notice_of_attempt_0_s_failure_goes_with_attempt_1_and_a_stop(
         engine.emit(RunFinished(cast("RunProcsResult", stopped), 1, None))
         await wait_for(pilot, lambda: app.run_view.finished)
         assert app.notices[-1].message == "run finished: stopped by rankvisor, no rank failed"
+
+
+async def test_restart_all_is_the_default_once_the_ranks_show_a_process_group() -> None:
+    """ "[y] Rank 1 alone" stayed the way to go in a torch.distributed job."""
+    from rankvisor.engine.events import RankOutput
+    from rankvisor.engine.handle import RestartAll
+    from rankvisor.tui.screens.confirm import RestartRankScreen
+    from textual.widgets import Button, Static
+
+    from tests.scenarios import running_script
+
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4))
+    app = make_app(engine)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("r")
+        assert isinstance(app.screen, RestartRankScreen)
+        assert app.screen.focused is not None and app.screen.focused.id == "cancel"
+        await pilot.press("n")
+        engine.emit(RankOutput(1, "stdout", ("step 3", "rank 1/4: gloo process group up")))
+        await wait_for(pilot, lambda: app.run_view.distributed)
+        await pilot.press("r")
+        assert isinstance(app.screen, RestartRankScreen)
+        focused = app.screen.focused
+        assert isinstance(focused, Button) and focused.id == "all"
+        text = str(app.screen.query_one("#question", Static).render())
+        assert 'rank 1 wrote "rank 1/4: gloo process group up"' in text
+        assert "restarting them all is the default" in text
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: engine.calls == [RestartAll()])
