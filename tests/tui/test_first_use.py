@@ -144,3 +144,35 @@ async def test_restart_all_is_the_default_once_the_ranks_show_a_process_group() 
         assert "restarting them all is the default" in text
         await pilot.press("enter")
         await wait_for(pilot, lambda: engine.calls == [RestartAll()])
+
+
+async def test_the_stacks_view_has_a_cursor_arrows_move_it_enter_and_space_fold() -> None:
+    """On open no cursor showed and Down / Enter did nothing (only Tab moved); space, tried
+    as "toggle", paused following on the grid behind without a word."""
+    from rankvisor.tui.screens.stacks import StacksScreen
+    from textual.widgets import Collapsible
+    from textual.widgets._collapsible import CollapsibleTitle
+
+    from tests.scenarios import recorded_stacks, running_script
+
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
+    app = make_app(engine)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("S")
+        screen = app.screen
+        assert isinstance(screen, StacksScreen)
+        await wait_for(pilot, lambda: screen.dump is not None)
+        groups = list(screen.query(Collapsible))
+        assert len(groups) >= 2
+        await wait_for(pilot, lambda: isinstance(screen.focused, CollapsibleTitle))
+        assert screen.focused.parent is groups[0]  # the cursor on the odd group
+        await pilot.press("down")
+        assert screen.focused is not None and screen.focused.parent is groups[1]
+        assert groups[1].collapsed
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not groups[1].collapsed)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: groups[1].collapsed)
+        assert not app._paused  # the grid behind still follows
+        await pilot.press("up")
+        assert screen.focused is not None and screen.focused.parent is groups[0]
