@@ -705,10 +705,11 @@ def _note_progress(view: RankView, found: Progress) -> bool:
     process a counter only grows, so a lower number is a line quoting an old step (a warning
     "clipped at step 17"), not progress. A tqdm bar may start again (one per epoch)."""
     key = found.source or found.kind
-    before = view.progress_by_kind.get(key)
+    before = view.progress_by_kind.pop(key, None)
     if before is not None and found.kind != "tqdm" and found.step < before.step:
+        view.progress_by_kind[key] = before
         return False
-    view.progress_by_kind[key] = found
+    view.progress_by_kind[key] = found  # last in the dict: the newest source
     return True
 
 
@@ -722,7 +723,8 @@ def _own_best(view: RankView) -> Progress | None:
     """A rank's own best source when the ranks share none: its bar over a number in prose."""
     if not view.progress_by_kind:
         return view.progress
-    return min(view.progress_by_kind.items(), key=lambda item: _kind_rank(item[0]))[1]
+    newest_first = reversed(view.progress_by_kind.items())  # the newest of a kind wins a tie
+    return min(newest_first, key=lambda item: _kind_rank(item[0]))[1]
 
 
 def _switch_files(

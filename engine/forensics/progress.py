@@ -45,6 +45,9 @@ KINDS: Final = ("custom", "tqdm", "step", "iter", "epoch")
 always current, where a counter in prose is printed every N steps and lags by up to N),
 then counters in prose, then epochs (too coarse)."""
 
+_BAR: Final = re.compile(r"%|\||it/s|s/it")
+"""What a progress bar's line has beside its N/M (tqdm's percentage, bar or rate)."""
+
 SOURCE_CHARS: Final = 60
 """Of a line's text before its number, the part that names its source."""
 
@@ -154,8 +157,8 @@ class ProgressReader:
                 continue
             if kind == "tqdm":
                 step, total = int(m.group(1)), int(m.group(2))
-                if total == 0 or step > total:
-                    continue  # a date or a ratio, not a bar
+                if total == 0 or step > total or not _BAR.search(line):
+                    continue  # a date, a ratio, "rank 0/4": not a bar
                 return Progress(kind, step, total, source_of(kind, line, m.start()))
             return Progress(kind, int(m.group(1)), None, source_of(kind, line, m.start()))
         return None

@@ -23,6 +23,7 @@ from rankvisor.engine.forensics.progress import (
         ("iter: 5", Progress("iter", 5)),
         ("epoch 2 starting", Progress("epoch", 2)),
         ("saved 2024/05/06", None),
+        ("rank 0/4: gloo process group up", None),  # a ratio, not a bar
         ("loss 0.25", None),
     ],
 )

@@ -128,6 +128,7 @@ def test_the_demo_s_bars_are_compared_not_a_warning_s_step() -> None:
     bar = "\rtrain  14%|██▊                 | 29/200 [2.9s<17.1s, 10.0it/s]"
     warning = "UserWarning: rank {r}: WARNING grad norm 12 clipped to 1.0 (step 25)"
     for r in range(4):
+        run.add_output(RankOutput(r, "stdout", (f"rank {r}/4: gloo process group up",)))
         lines = ("\rstep   20 | loss 1.0312 | lr 0.05",) if r != 3 else ()
         run.add_output(RankOutput(r, "stdout", lines, partial=bar))
         if r in (1, 3):
