@@ -557,6 +557,8 @@ class RankvisorApp(App[int]):
         (rankvisor sets MASTER_ADDR and WORLD_SIZE for every rank, so they cannot tell
         whether the ranks really talk to each other.)
         """
+        if self._restarts_refused():
+            return
         rank = self._target()
         nprocs = len(self.run_view.ranks)
         if nprocs <= 1:
@@ -582,7 +584,17 @@ class RankvisorApp(App[int]):
             lambda: self.run_command(TerminateRanks(None)),
         )
 
+    def _restarts_refused(self) -> bool:
+        """The handle never restarts (attached to torchrun's job): say why, offer nothing
+        (a dialog whose answer is then refused only wastes the person's time)."""
+        refused = getattr(self.handle, "restarts_refused", "")
+        if refused:
+            self.notify(f"no restart here: {refused}", severity="warning")
+        return bool(refused)
+
     def action_restart_all(self) -> None:
+        if self._restarts_refused():
+            return
         self._confirm(
             "Restart all ranks?",
             f"Stop every rank and start attempt {self.run_view.attempt + 1}. "
