@@ -232,12 +232,12 @@ def ls_screenshot(out: Path, tmp: Path) -> Path:
     import time
     from contextlib import redirect_stdout
 
-    from rich.console import Console
-    from rich.text import Text
-
     from rankvisor.engine.control import registry
     from rankvisor.engine.control.status import process_start_time, write_status
-    from rankvisor.tui.cli import listing, main as cli_main
+    from rankvisor.tui.cli import listing
+    from rankvisor.tui.cli import main as cli_main
+    from rich.console import Console
+    from rich.text import Text
 
     os.environ["TZ"] = "UTC"
     time.tzset()
