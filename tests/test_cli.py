@@ -198,7 +198,7 @@ def test_failure_exits_1_with_the_root_cause_report(tmp_path: Path) -> None:
     head = "\n".join(ln for ln in res.stderr.split("Root Cause (first observed failure):")[0]
                      .splitlines() if ln.startswith("rankvisor:"))
     assert "rankvisor: suspect:" not in head and head.count("rank one broke") == 1, head
-    assert "failed first (exit code 1), the suspect too: RuntimeError: rank one broke" in head
+    assert "failed first (exit code 1): RuntimeError: rank one broke" in head
     report = res.stderr.split("Root Cause (first observed failure):")[1]
     assert "rank      : 1 (local_rank: 1)" in report
     assert "error.json" in report

@@ -34,8 +34,11 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     if not failures and stopped:
         # Terminate-all, quit: nobody failed on their own, so nobody is blamed.
         out.append("  no root cause: the run was stopped by rankvisor")
-    if run.suspect is not None and failures:
-        out.append(f"  suspect: {plain_text(run.suspect.reason)}")
+    suspect = run.suspect
+    # A suspect named only for failing first is the root cause: said once, below.
+    same = suspect is not None and suspect.kind == "failure" and set(suspect.ranks) <= {root}
+    if suspect is not None and failures and not same:
+        out.append(f"  suspect: {plain_text(suspect.reason)}")
     for view in failures:
         details = failure_details(view)
         head = "root cause" if view.rank == root else "also failed"

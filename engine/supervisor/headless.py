@@ -115,11 +115,10 @@ def _report(
         text = said if said and f.exitcode >= 0 else tail or said
     last = text[-1] if text else ""
     suspect = getattr(finished, "suspect", None)
-    # A suspect named for failing first, alone, is the root cause: one line says both.
+    # A suspect named only for failing first is the root cause: its line would say the
+    # root cause's again (the rank, the error), so the root cause's line says it once.
     same = suspect is not None and suspect.kind == "failure" and set(suspect.ranks) <= {rank}
     head = f"rankvisor: root cause: rank {rank} failed first ({_how(f)})"
-    if same:
-        head += ", the suspect too"
     if last:
         head += f": {last.strip()}"
     if suspect is not None and not same:

@@ -176,3 +176,27 @@ async def test_the_stacks_view_has_a_cursor_arrows_move_it_enter_and_space_fold(
         assert not app._paused  # the grid behind still follows
         await pilot.press("up")
         assert screen.focused is not None and screen.focused.parent is groups[0]
+
+
+def test_the_quit_summary_says_a_suspect_that_is_the_root_cause_once() -> None:
+    from typing import cast
+
+    from rankvisor.engine.events import RunFinished, Suspect
+    from rankvisor.engine.result import RunProcsResult
+    from rankvisor.engine.testing import ScriptedResult
+    from rankvisor.tui.model import RunView
+    from rankvisor.tui.report import format_summary
+
+    from tests.scenarios import failure_script
+
+    run = RunView(scripted_info(4))
+    items = failure_script()
+    for item in items:
+        run.apply(item)  # type: ignore[arg-type]
+    reason = "rank 2: failed on its own first: FloatingPointError: loss is nan at step 23"
+    failures = {r: run.ranks[r].failure for r in (0, 1, 2)}
+    run.apply(RunFinished(cast("RunProcsResult", ScriptedResult(failures=failures)), 0, 2,
+                          Suspect(2, reason, (2,), (reason,), "failure")))
+    text = format_summary(run)
+    assert "suspect:" not in text and "root cause: rank 2" in text
+    assert text.count("FloatingPointError: loss is nan at step 23") == 1, text  # said once
