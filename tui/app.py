@@ -553,9 +553,9 @@ class RankvisorApp(App[int]):
         """Restart the selected rank (its earlier logs are kept).
 
         With more than one rank, ask first: ranks of a torch.distributed job usually fail
-        when one of them restarts alone, so the dialog offers restarting them all instead.
-        (rankvisor sets MASTER_ADDR and WORLD_SIZE for every rank, so they cannot tell
-        whether the ranks really talk to each other.)
+        when one of them restarts alone, so the dialog offers restarting them all instead,
+        as its default once a rank's output showed a process group (rankvisor sets
+        MASTER_ADDR and WORLD_SIZE for every rank: that alone does not tell).
         """
         if self._restarts_refused():
             return
@@ -572,7 +572,8 @@ class RankvisorApp(App[int]):
                 self.run_command(RestartAll())
 
         self.push_screen(
-            RestartRankScreen(rank, nprocs, self.run_view.attempt + 1), answered
+            RestartRankScreen(rank, nprocs, self.run_view.attempt + 1, self.run_view.distributed),
+            answered,
         )
 
     def action_terminate_all(self) -> None:

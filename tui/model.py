@@ -11,6 +11,7 @@ Everything here runs on the UI thread (the bridge hands events over); nothing is
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice, repeat
@@ -59,6 +60,12 @@ STRAGGLER_SILENCE_MIN_S: Final = 2.0
 rank whose peers write at every tick would otherwise be flagged for a 0.3 s pause."""
 GAP_HISTORY: Final = 32
 """Gaps between output batches kept per rank: its recent cadence."""
+
+_GROUP_WORDS: Final = re.compile(
+    r"init_process_group|process ?group|torch\.distributed|DistributedDataParallel|\bgloo\b"
+    r"|\bnccl\b|\bc10d\b", re.IGNORECASE,
+)
+"""Words a rank of a torch.distributed job writes (torch's own messages, a job's logging)."""
 
 CPU_HISTORY: Final = 48
 """CPU samples kept per rank for the sparkline (one a second by default)."""
@@ -365,6 +372,10 @@ class RunView:
         self.notices: deque[SupervisorNotice] = deque(maxlen=100)
         self.earlier_attempts: list[str] = []
         """One line per attempt before the current one (how it ended), oldest first."""
+        self.distributed = ""
+        """How the ranks show that they form a torch.distributed group (a rank's line naming
+        a process group, gloo or NCCL), "" while none did: every rank gets MASTER_ADDR and
+        WORLD_SIZE from rankvisor, so only what the ranks write tells."""
         self._closed_attempt = info.attempt - 1
         self.ranks: list[RankView] = [
             RankView(rank=r, buffer=LineBuffer(buffer_lines)) for r in range(info.nprocs)
@@ -503,6 +514,8 @@ class RunView:
         kind: LineKind = "stdout" if event.stream == "stdout" else "stderr"
         if event.lines:
             view.buffer.extend(kind, event.lines)
+            if not self.distributed:
+                self._look_for_a_group(event.rank, event.lines)
             view.lines_seen += len(event.lines)
             view.last_line = event.lines[-1]
             for line in event.lines[-8:]:  # the batch's last lines, in order
@@ -517,6 +530,14 @@ class RunView:
                 if found is not None and _note_progress(view, found):
                     view.progress = found
         return True
+
+    def _look_for_a_group(self, rank: int, lines: Sequence[str]) -> None:
+        found = _GROUP_WORDS.search("\n".join(lines))
+        if found is not None:
+            start = found.string.rfind("\n", 0, found.start()) + 1
+            end = found.string.find("\n", found.end())
+            line = sanitize(found.string[start : end if end >= 0 else None]).strip()
+            self.distributed = f'rank {rank} wrote "{line[:70]}"'
 
     def update_progress(self, now: float, *, k_silence: float = STRAGGLER_SILENCE_K) -> None:
         """Compare the running ranks (``now`` on the app's clock): each rank's shown
