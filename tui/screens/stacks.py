@@ -180,6 +180,8 @@ class StacksScreen(Screen[None]):
         self.dump = dump
         self.query_one("#stacks-head", Static).update(title)
         opened = False
+        # The odd group opens; when none stands out (one group: a dump of one rank), the first.
+        any_odd = any(g.odd for g in dump.groups if g.frames)
         for group in dump.groups:
             if not group.frames:
                 box.mount(Static(Text(group.summary(), "dim"), classes="stack-error"))
@@ -188,10 +190,10 @@ class StacksScreen(Screen[None]):
             section = Collapsible(
                 Static(frames, classes="stack-frames"),
                 title=group_title(group),
-                collapsed=not (group.odd and not opened),
+                collapsed=opened or not (group.odd or not any_odd),
                 classes="stack-group",
             )
-            opened = opened or group.odd
+            opened = opened or group.odd or not any_odd
             section.set_class(group.odd, "-odd")
             box.mount(section)
         # The cursor on the first group (the odd one): arrows move it, enter folds.
