@@ -11,7 +11,6 @@ Everything here runs on the UI thread (the bridge hands events over); nothing is
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice, repeat
@@ -61,11 +60,15 @@ rank whose peers write at every tick would otherwise be flagged for a 0.3 s paus
 GAP_HISTORY: Final = 32
 """Gaps between output batches kept per rank: its recent cadence."""
 
-_GROUP_WORDS: Final = re.compile(
-    r"init_process_group|process ?group|torch\.distributed|DistributedDataParallel|\bgloo\b"
-    r"|\bnccl\b|\bc10d\b", re.IGNORECASE,
+_GROUP_WORDS: Final = (
+    "init_process_group", "process group", "processgroup", "torch.distributed",
+    "distributeddataparallel", "gloo", "nccl", "c10d",
 )
-"""Words a rank of a torch.distributed job writes (torch's own messages, a job's logging)."""
+"""Words a rank of a torch.distributed job writes (torch's own messages, a job's logging),
+in lower case: looked for as plain text (a regular expression costs 50 times more)."""
+GROUP_LOOK_LINES: Final = 5_000
+"""A rank's first lines are looked at for them (a group is set up at the start): a job
+that never names one costs nothing after its first few thousand lines."""
 
 CPU_HISTORY: Final = 48
 """CPU samples kept per rank for the sparkline (one a second by default)."""
@@ -514,7 +517,7 @@ class RunView:
         kind: LineKind = "stdout" if event.stream == "stdout" else "stderr"
         if event.lines:
             view.buffer.extend(kind, event.lines)
-            if not self.distributed:
+            if not self.distributed and view.lines_seen < GROUP_LOOK_LINES:
                 self._look_for_a_group(event.rank, event.lines)
             view.lines_seen += len(event.lines)
             view.last_line = event.lines[-1]
@@ -532,11 +535,13 @@ class RunView:
         return True
 
     def _look_for_a_group(self, rank: int, lines: Sequence[str]) -> None:
-        found = _GROUP_WORDS.search("\n".join(lines))
-        if found is not None:
-            start = found.string.rfind("\n", 0, found.start()) + 1
-            end = found.string.find("\n", found.end())
-            line = sanitize(found.string[start : end if end >= 0 else None]).strip()
+        text = "\n".join(lines)
+        lower = text.lower()
+        at = min((i for i in map(lower.find, _GROUP_WORDS) if i >= 0), default=-1)
+        if at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            line = sanitize(text[start : end if end >= 0 else None]).strip()
             self.distributed = f'rank {rank} wrote "{line[:70]}"'
 
     def update_progress(self, now: float, *, k_silence: float = STRAGGLER_SILENCE_K) -> None:
