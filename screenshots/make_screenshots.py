@@ -225,6 +225,8 @@ def debug(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
         pilot.app._tick()
 
     return app, drive
+
+
 def cluster(tmp: Path) -> tuple[RankvisorApp, None]:
     """One viewer on node01 with every rank of a 2 x 2 job: node02's ranks in the same grid,
     each pane titled with its node and host (the engine's ``ClusterHandle`` hands the app
@@ -236,6 +238,92 @@ def cluster(tmp: Path) -> tuple[RankvisorApp, None]:
               SupervisorNotice("node 1 (node02): connected through its door "
                                "10.213.7.2:41327", "information")]
     return make_app(ScriptedSupervisor(info, script)), None
+
+
+def header_80(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
+    """80x24 after a hang: the header keeps the counts, the run's state and its clock beside
+    the suspect and the root cause (the run's name gives way)."""
+    app = make_app(ScriptedSupervisor(scripted_info(4), suspect_script()))
+
+    async def drive(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot)
+
+    return app, drive
+
+
+SIZES: dict[str, tuple[int, int]] = {"header-80": (80, 24)}
+"""Scenes drawn at a size of their own, whatever ``--size`` says."""
+
+
+LS_NOW = 1_780_000_000.0
+"""The clock ``ls`` reads in its screenshot (its durations and dates never move)."""
+
+
+def ls_screenshot(out: Path, tmp: Path) -> Path:
+    """``rankvisor ls`` over five runs of a day's work: newest first, each with when it
+    started, how long it ran, how it ended and its command (a running run, a failed one, a
+    stale one whose supervisor was killed, a demo, a success)."""
+    import io
+    import os
+    import time
+    from contextlib import redirect_stdout
+
+    from rankvisor.engine.control import registry
+    from rankvisor.engine.control.status import process_start_time, write_status
+    from rankvisor.tui.cli import listing
+    from rankvisor.tui.cli import main as cli_main
+    from rich.console import Console
+    from rich.text import Text
+
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    os.environ["RANKVISOR_STATE_DIR"] = str(tmp / "ls-state")
+    runs = [  # (run id, started ago, lasted, state, exit code, command)
+        ("3f6c2d0e-5d41-4b1e-9a57-0d7c1c2b9e11", 754, None, "running", None,
+         ["rankvisor", "run", "--nproc-per-node", "8", "train.py", "--config", "llama-7b.yaml"]),
+        ("b0e9d7a4-1c3f-4f0e-8d6e-2a9f4c5b7d22", 3_900, 612, "finished", 1,
+         ["rankvisor", "run", "--nproc-per-node", "4", "train.py", "--lr", "3e-4"]),
+        ("e51a7f20-9b8c-4d3e-a1f2-6c7d8e9f0a33", 9_000, 2_710, "stale", None,
+         ["rankvisor", "run", "--nproc-per-node", "4", "-m", "trainer.ddp", "--epochs", "3"]),
+        ("7c2b4e61-0f9d-4a8b-b3c5-8e1d2f3a4b44", 86_400, 34, "finished", 1,
+         ["rankvisor", "demo"]),
+        ("1d8e3f92-7a6b-4c5d-9e0f-1a2b3c4d5e55", 90_000, 3_605, "finished", 0,
+         ["rankvisor", "run", "--nproc-per-node", "2", "finetune.py", "--data", "sft.jsonl"]),
+    ]
+    me, my_start = os.getpid(), process_start_time(os.getpid()) or 0
+    for run_id, ago, lasted, state, code, command in runs:
+        run_dir = Path("/work/runs") / f"{run_id}_{run_id[:8]}"
+        real_dir = tmp / "ls-runs" / run_dir.name
+        real_dir.mkdir(parents=True)
+        started = LS_NOW - ago
+        ranks = [{"rank": r, "state": "running" if state == "running" else "succeeded"}
+                 for r in range(int(command[3]) if command[1] == "run" else 4)]
+        write_status(str(real_dir), {
+            "schema": 1, "run_id": run_id, "run_dir": str(run_dir), "socket": "",
+            "supervisor_pid": me, "supervisor_start": my_start if state == "running" else 1,
+            "state": "finished" if state == "finished" else "running",
+            "finished": state == "finished", "exitcode": code, "attempt": 0, "ranks": ranks,
+            "started": started, "updated": started + (lasted or 0), "command": command,
+            "cwd": "/work/project",
+        })
+        entry = registry.register(run_id, str(real_dir), f"/tmp/{run_id[:8]}.sock",
+                                  supervisor_pid=me, started=started)
+        assert entry.run_dir == str(real_dir)
+    clock = type("Clock", (), {"time": staticmethod(lambda: LS_NOW),
+                               "localtime": staticmethod(time.localtime),
+                               "strftime": staticmethod(time.strftime)})
+    listing.time = clock  # type: ignore[assignment]
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        cli_main(["ls"])
+    text = buf.getvalue().replace(str(tmp / "ls-runs"), "/work/runs")
+    width = max(len(line) for line in text.splitlines()) + 2
+    console = Console(record=True, width=width, file=io.StringIO(), color_system="truecolor")
+    console.print(Text("$ rankvisor ls", "bold"))
+    console.print(Text(text.rstrip("\n")), highlight=False, soft_wrap=True)
+    path = out / "ls.svg"
+    console.save_svg(str(path), title="rankvisor ls")
+    return path
 
 
 SCENES: dict[str, Scene] = {
@@ -254,6 +342,7 @@ SCENES: dict[str, Scene] = {
     "stragglers": stragglers,
     "debug": debug,
     "cluster": cluster,
+    "header-80": header_80,
 }
 
 
@@ -272,14 +361,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="120x36", help="terminal size, COLSxROWS")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent))
-    parser.add_argument("scenes", nargs="*", choices=[*SCENES, []], help="default: all")
+    parser.add_argument("scenes", nargs="*", choices=[*SCENES, "ls", []], help="default: all")
     args = parser.parse_args(argv)
     cols, rows = (int(x) for x in args.size.lower().split("x"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rankvisor-shots-") as tmp:
-        for name in args.scenes or SCENES:
-            path = asyncio.run(shoot(name, SCENES[name], (cols, rows), out, Path(tmp)))
+        for name in args.scenes or [*SCENES, "ls"]:
+            if name == "ls":
+                print(ls_screenshot(out, Path(tmp)))
+                continue
+            size = SIZES.get(name, (cols, rows))
+            path = asyncio.run(shoot(name, SCENES[name], size, out, Path(tmp)))
             print(path)
     return 0
 

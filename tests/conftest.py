@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -24,17 +24,21 @@ collect_ignore = ["bench"]
 """Benchmarks print figures; they are run by hand, never collected as tests."""
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _session_state_dir() -> None:
-    """Every run a test starts registers here, never in the home directory's state dir.
+@pytest.fixture(autouse=True)
+def _own_state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test registers its runs in a state dir of its own, never in the home
+    directory's (nor in another test's: ``ls`` of one test sees its own runs only).
 
     Short (sockets live in it: a Unix socket's path has room for 107 bytes) and 0700, as
-    rankvisor wants it. Tests that need a state dir of their own set it themselves."""
+    rankvisor wants it. Tests that need another state dir set it themselves."""
+    import shutil
     import tempfile
 
     path = tempfile.mkdtemp(prefix="rv-state-", dir="/tmp")
     os.chmod(path, 0o700)
-    os.environ["RANKVISOR_STATE_DIR"] = path
+    monkeypatch.setenv("RANKVISOR_STATE_DIR", path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def wait_until(

@@ -169,6 +169,23 @@ def test_redirect_tee_filter_and_prefix_template(tmp_path: Path) -> None:
     assert sorted(filtered) == [f"<default:{r}>line 1 from rank {r}" for r in range(3)]
 
 
+def test_a_run_records_the_command_typed_and_logs_prints_both_streams(tmp_path: Path) -> None:
+    """Issue 22: ``ls`` and ``bundle`` name the ``rankvisor run`` line a person typed (and the
+    directory it was typed in); ``logs`` prints stderr too, in the order the lines came."""
+    argv = ("run", "--headless", "--log-dir", str(tmp_path / "logs"), str(BIN / "say.py"),
+            "out:first", "sleep:1", "err:INFO second", "sleep:1", "out:third")
+    res = rankvisor(*argv)
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = (tmp_path / "logs").iterdir()
+    status = __import__("json").loads((run_dir / "status.json").read_text())
+    assert status["command"] == ["rankvisor", *argv] and status["cwd"] == str(ROOT)
+    listed = rankvisor("ls")
+    (row,) = [line for line in listed.stdout.splitlines() if line.endswith(str(run_dir))]
+    assert "say.py out:first sleep:1" in row and " ok " in row
+    logs = rankvisor("logs", str(run_dir))
+    assert logs.returncode == 0 and logs.stdout == "first\nINFO second\nthird\n", logs
+
+
 def test_failure_exits_1_with_the_root_cause_report(tmp_path: Path) -> None:
     res = rankvisor(
         "run", "--headless", "--nproc-per-node", "3", "--log-dir", str(tmp_path),
@@ -177,6 +194,11 @@ def test_failure_exits_1_with_the_root_cause_report(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert "rankvisor: root cause: rank 1 failed first (exit code 1)" in res.stderr
     assert "RuntimeError: rank one broke" in res.stderr
+    # Issue 22: the suspect is the root cause: one line says both, the error once.
+    head = "\n".join(ln for ln in res.stderr.split("Root Cause (first observed failure):")[0]
+                     .splitlines() if ln.startswith("rankvisor:"))
+    assert "rankvisor: suspect:" not in head and head.count("rank one broke") == 1, head
+    assert "failed first (exit code 1): RuntimeError: rank one broke" in head
     report = res.stderr.split("Root Cause (first observed failure):")[1]
     assert "rank      : 1 (local_rank: 1)" in report
     assert "error.json" in report

@@ -9,12 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rankvisor.engine.control import registry
 from rankvisor.engine.control.status import read_status, write_status
+from rankvisor.engine.rundir.arrival import ArrivalWriter, arrival_path
 from rankvisor.engine.states import RankState
 from rankvisor.tui.cli import main
 from rankvisor.tui.cli.command import EXIT_NO_RUN, EXIT_REFUSED, EXIT_STALE, EXIT_USAGE
@@ -96,14 +98,61 @@ def test_ls_lists_running_finished_and_stale_runs(
     assert [(r["run_id"], r["state"], r["ranks_running"], r["ranks_total"]) for r in rows] == [
         ("done", "finished", 0, 1), ("gone", "stale", 0, 2), ("alive", "running", 2, 3)]
     assert set(rows[0]) == {"run_id", "state", "ranks_running", "ranks_total", "attempt",
-                            "exitcode", "started", "run_dir", "socket", "supervisor_pid", "mode"}
+                            "exitcode", "started", "ended", "command", "cwd", "run_dir",
+                            "socket", "supervisor_pid", "mode"}
     assert [r["run_dir"] for r in rows] == [done.run_dir, stale.run_dir, running.run_dir]
     assert rows[0]["exitcode"] == 1 and rows[2]["exitcode"] is None
     code, out, _ = run(capsys, "ls")
     lines = out.splitlines()
-    assert lines[0].split() == ["RUN", "ID", "STATE", "RANKS", "ATTEMPT", "STARTED", "RUN", "DIR"]
-    assert lines[3].split()[:4] == ["alive", "running", "2/3", "0"]
+    assert lines[0].split() == ["STARTED", "DURATION", "RESULT", "COMMAND", "RUN", "ID", "RUN",
+                                "DIR"]
+    assert lines[1].split()[3:5] == ["failed", "(exit"] and "gone" in lines[2].split()
+    assert lines[3].split()[3:5] == ["running", "2/3"]
     assert lines[3].endswith(running.run_dir)
+
+
+def _typed(run_dir: str, command: list[str], ended: float | None = None) -> None:
+    status = read_status(run_dir)
+    assert status is not None
+    status["command"] = command
+    if ended is not None:
+        status["updated"] = ended
+    write_status(run_dir, status)
+
+
+def test_ls_shows_the_command_result_and_duration_newest_first_and_filters(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    """Issue 22: ``ls`` was a column of run ids, all "finished", nothing else."""
+    pid, start = supervisors.dead()
+    day = time.time() - 10 * 86400, time.time() - 3 * 3600  # ten days ago, three hours ago
+    ok = make_run(tmp_path, "ok", pid=pid, start=start, started=day[0],
+                  states=[RankState.SUCCEEDED], finished=failed_finish(0, 1, 1), exitcode=0)
+    _typed(ok.run_dir, ["rankvisor", "run", "--nproc-per-node", "4", "--log-dir", "/tmp/x",
+                        "train.py", "--lr", "0.1"], ended=day[0] + 95)
+    bad = make_run(tmp_path, "bad", pid=pid, start=start, started=day[1],
+                   states=[RankState.FAILED], finished=failed_finish(0, 2, 1), exitcode=1)
+    _typed(bad.run_dir, ["/usr/bin/python3", "-u", "-m", "pkg.train", "--x"], ended=day[1] + 12)
+    live = make_run(tmp_path, "live", pid=supervisors.live().pid)
+    _typed(live.run_dir, ["rankvisor", "demo"])
+    code, out, _ = run(capsys, "ls")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 4
+    assert "demo" in lines[1] and "running 2/2" in lines[1]  # newest first
+    assert "12s" in lines[2] and "failed (exit 1)" in lines[2] and "-m pkg.train --x" in lines[2]
+    assert "1m35s" in lines[3] and "  ok  " in lines[3] and "train.py --lr 0.1" in lines[3]
+    assert "--nproc-per-node" not in out and "/tmp/x" not in out
+    assert [line.split()[-1] for line in run(capsys, "ls", "--running")[1].splitlines()[1:]] == [
+        live.run_dir]
+    assert [line.split()[-1] for line in run(capsys, "ls", "--failed")[1].splitlines()[1:]] == [
+        bad.run_dir]
+    # rm --finished prunes every run that is not running; --older-than only the old ones.
+    assert run(capsys, "rm", "--finished", "--older-than", "7x")[0] == EXIT_USAGE
+    code, out, _ = run(capsys, "rm", "--finished", "--older-than", "7d")
+    assert code == 0 and {e.run_id for e in registry.entries()} == {"bad", "live"}
+    assert run(capsys, "rm", "--finished", "--older-than", "4h")[0] == 0
+    assert {e.run_id for e in registry.entries()} == {"bad", "live"}
+    assert run(capsys, "rm", "--finished")[0] == 0
+    assert [e.run_id for e in registry.entries()] == ["live"]
 
 
 def test_ls_warns_about_a_state_dir_open_to_others(
@@ -203,16 +252,37 @@ def test_logs_prints_the_current_incarnation(
         capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
     entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
     code, _, err = run(capsys, "logs", "job")
-    assert code == EXIT_REFUSED and "no stdout file" in err
+    assert code == EXIT_REFUSED and "no stdout or stderr file" in err
     write_log(entry.run_dir, 0, "zero\n")
     write_log(entry.run_dir, 1, "one out\n")
     write_log(entry.run_dir, 1, "one err\n", "stderr")
     assert run(capsys, "logs", "job")[:2] == (0, "zero\n")
-    assert run(capsys, "logs", "job", "--rank", "1")[:2] == (0, "one out\n")
+    assert run(capsys, "logs", "job", "--rank", "1", "--stdout")[:2] == (0, "one out\n")
     assert run(capsys, "logs", entry.run_dir, "--rank", "1", "--stderr")[:2] == (0, "one err\n")
     write_log(entry.run_dir, 1, "again\n", sub="restart_1")
     write_log(entry.run_dir, 1, "and again\n", sub="restart_2")
     assert run(capsys, "logs", "job", "--rank", "1")[:2] == (0, "and again\n")
+
+
+def test_logs_prints_both_streams_in_the_order_they_arrived(
+        capsys: pytest.CaptureFixture[str], supervisors: Supervisors, tmp_path: Path) -> None:
+    """Issue 22: logging and tqdm write to stderr; ``logs`` printed only stdout (nothing)."""
+    entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
+    out = write_log(entry.run_dir, 0, "out 1\nout 2\n")
+    err = write_log(entry.run_dir, 0, "INFO err 1\n", "stderr")
+    index = ArrivalWriter(arrival_path(str(out), str(err)))
+    index.note(0, 1)  # the pump's records: out 1, then err 1, then out 2
+    index.note(1, 1)
+    index.note(0, 2)
+    index.flush()
+    assert run(capsys, "logs", "job")[:2] == (0, "out 1\nINFO err 1\nout 2\n")
+    assert run(capsys, "logs", "job", "--stderr")[:2] == (0, "INFO err 1\n")
+    assert run(capsys, "logs", "job", "--stdout")[:2] == (0, "out 1\nout 2\n")
+    # Lines no record covers yet, and a bar's unfinished line, still print (at the end).
+    write_log(entry.run_dir, 0, "INFO err 2\n 45%|####  | 45/100", "stderr")
+    late = "out 1\nINFO err 1\nout 2\nINFO err 2\n 45%|####  | 45/100"
+    assert run(capsys, "logs", "job")[1] == late
+    index.close()
 
 
 def test_logs_follow_stops_once_the_run_finished_and_the_file_is_drained(

@@ -157,12 +157,12 @@ def test_wait_exits_with_the_runs_code_and_logs_prints_and_follows(
     run.wait_status(all_running)
     stdout_log = Path(run.run_dir) / "attempt_0" / "1" / "stdout.log"
     wait_until(lambda: stdout_log.exists() and b"ready" in stdout_log.read_bytes(), START_S)
-    code, out, err = ctl(capsys, "logs", run.run_dir, "--rank", "1")
+    code, out, err = ctl(capsys, "logs", run.run_dir, "--rank", "1", "--stdout")
     assert code == 0 and out == stdout_log.read_text() and "line 2 from rank 1" in out
 
     followed = tmp_path / "followed"
     with open(followed, "wb") as f:
-        follower = rankvisor("logs", run.run_dir, "--rank", "1", "-f", stdout=f)
+        follower = rankvisor("logs", run.run_dir, "--rank", "1", "--stdout", "-f", stdout=f)
     waiter = rankvisor("wait", run.run_dir)
     try:
         wait_until(lambda: b"ready" in followed.read_bytes(), START_S)

@@ -384,7 +384,12 @@ class RankvisorApp(DebugKeys, App[int]):
                     severity="error",
                     timeout=8,
                 )
+            else:  # every rank that ended badly was stopped by rankvisor (stop, quit)
+                self.notify("run finished: stopped by rankvisor, no rank failed",
+                            severity="warning")
         elif isinstance(event, AttemptStarted):
+            # The last notice spoke of the attempt before (its failure): not of this one.
+            self.notify(f"attempt {event.attempt} started: every rank anew")
             self._finished_at = None
             self._snapshot_worker()  # a new attempt writes new (filtered) files
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
@@ -453,7 +458,9 @@ class RankvisorApp(DebugKeys, App[int]):
             self.notify(f"nothing to copy ({what})", severity="warning")
             return
         self.copy_to_clipboard(text)
-        self.notify(f"copied {what} to the clipboard")
+        # OSC 52 asks the terminal; nothing says whether it (or tmux: `set -g set-clipboard
+        # on`) took it. Say what was sent, not that it arrived.
+        self.notify(f"sent {what} to the terminal's clipboard (OSC 52)")
 
     def _copy_source(self) -> tuple[str, str]:
         """The text to copy and how to say what it is."""
@@ -579,10 +586,12 @@ class RankvisorApp(DebugKeys, App[int]):
         """Restart the selected rank (its earlier logs are kept).
 
         With more than one rank, ask first: ranks of a torch.distributed job usually fail
-        when one of them restarts alone, so the dialog offers restarting them all instead.
-        (rankvisor sets MASTER_ADDR and WORLD_SIZE for every rank, so they cannot tell
-        whether the ranks really talk to each other.)
+        when one of them restarts alone, so the dialog offers restarting them all instead,
+        as its default once a rank's output showed a process group (rankvisor sets
+        MASTER_ADDR and WORLD_SIZE for every rank: that alone does not tell).
         """
+        if self._restarts_refused():
+            return
         rank = self._target()
         nprocs = len(self.run_view.ranks)
         if nprocs <= 1:
@@ -596,7 +605,8 @@ class RankvisorApp(DebugKeys, App[int]):
                 self.run_command(RestartAll())
 
         self.push_screen(
-            RestartRankScreen(rank, nprocs, self.run_view.attempt + 1), answered
+            RestartRankScreen(rank, nprocs, self.run_view.attempt + 1, self.run_view.distributed),
+            answered,
         )
 
     def action_terminate_all(self) -> None:
@@ -608,7 +618,17 @@ class RankvisorApp(DebugKeys, App[int]):
             lambda: self.run_command(TerminateRanks(None)),
         )
 
+    def _restarts_refused(self) -> bool:
+        """The handle never restarts (attached to torchrun's job): say why, offer nothing
+        (a dialog whose answer is then refused only wastes the person's time)."""
+        refused = getattr(self.handle, "restarts_refused", "")
+        if refused:
+            self.notify(f"no restart here: {refused}", severity="warning")
+        return bool(refused)
+
     def action_restart_all(self) -> None:
+        if self._restarts_refused():
+            return
         self._confirm(
             "Restart all ranks?",
             f"Stop every rank and start attempt {self.run_view.attempt + 1}. "

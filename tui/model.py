@@ -89,6 +89,16 @@ rank whose peers write at every tick would otherwise be flagged for a 0.3 s paus
 GAP_HISTORY: Final = 32
 """Gaps between output batches kept per rank: its recent cadence."""
 
+_GROUP_WORDS: Final = (
+    "init_process_group", "process group", "processgroup", "torch.distributed",
+    "distributeddataparallel", "gloo", "nccl", "c10d",
+)
+"""Words a rank of a torch.distributed job writes (torch's own messages, a job's logging),
+in lower case: looked for as plain text (a regular expression costs 50 times more)."""
+GROUP_LOOK_LINES: Final = 5_000
+"""A rank's first lines are looked at for them (a group is set up at the start): a job
+that never names one costs nothing after its first few thousand lines."""
+
 CPU_HISTORY: Final = 48
 """CPU samples kept per rank for the sparkline (one a second by default)."""
 
@@ -283,7 +293,8 @@ class RankView:
     progress: Progress | None = None
     """The last progress its output reported (step N, iter N, epoch N, tqdm's N/M)."""
     progress_by_kind: dict[str, Progress] = field(default_factory=dict)
-    """The last progress of each kind it reported: ranks are compared on one kind."""
+    """The last progress of each source it reported (``Progress.source``: the kind and the
+    kind of line): ranks are compared on one source."""
     gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAP_HISTORY))
     """Seconds between its recent output batches (this incarnation's, on the app's clock)."""
     line_at: float | None = None
@@ -437,6 +448,10 @@ class RunView:
         self.notices: deque[SupervisorNotice] = deque(maxlen=100)
         self.earlier_attempts: list[str] = []
         """One line per attempt before the current one (how it ended), oldest first."""
+        self.distributed = ""
+        """How the ranks show that they form a torch.distributed group (a rank's line naming
+        a process group, gloo or NCCL), "" while none did: every rank gets MASTER_ADDR and
+        WORLD_SIZE from rankvisor, so only what the ranks write tells."""
         self._closed_attempt = info.attempt - 1
         self.ranks: list[RankView] = [
             RankView(rank=r, buffer=LineBuffer(buffer_lines)) for r in range(info.nprocs)
@@ -589,6 +604,8 @@ class RunView:
         kind: LineKind = "stdout" if event.stream == "stdout" else "stderr"
         if event.lines:
             view.buffer.extend(kind, event.lines)
+            if not self.distributed and view.lines_seen < GROUP_LOOK_LINES:
+                self._look_for_a_group(event.rank, event.lines)
             view.lines_seen += len(event.lines)
             view.last_line = event.lines[-1]
             for line in event.lines[-8:]:  # the batch's last lines, in order
@@ -604,22 +621,36 @@ class RunView:
                     view.progress = found
         return True
 
+    def _look_for_a_group(self, rank: int, lines: Sequence[str]) -> None:
+        text = "\n".join(lines)
+        lower = text.lower()
+        at = min((i for i in map(lower.find, _GROUP_WORDS) if i >= 0), default=-1)
+        if at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            line = sanitize(text[start : end if end >= 0 else None]).strip()
+            self.distributed = f'rank {rank} wrote "{line[:70]}"'
+
     def update_progress(self, now: float, *, k_silence: float = STRAGGLER_SILENCE_K) -> None:
         """Compare the running ranks (``now`` on the app's clock): each rank's shown
         progress, steps behind the median, silence relative to its peers' usual gap, and
         straggler mark (``engine.forensics.progress.stragglers``).
 
-        The ranks are compared on one kind of progress: the best kind (a person's pattern,
-        then step, iter, a tqdm bar, epoch) that two running ranks report, so that a rank's
-        tqdm bar is never set against the others' step counters."""
+        The ranks are compared on one source of progress (``Progress.source``: a kind and a
+        kind of line): the one most running ranks report, at least two, the better kind
+        (``KINDS``) on a tie. A rank's tqdm bar is never set against another's step line, nor
+        a step quoted by a warning against a step line printed at another cadence."""
         running = [v for v in self.ranks if v.state is RankState.RUNNING]
         counts: dict[str, int] = {}
         for view in running:
             for seen in view.progress_by_kind:
                 counts[seen] = counts.get(seen, 0) + 1
-        best = next((k for k in KINDS if counts.get(k, 0) >= 2), None)
-        kind = best or next((k for k in KINDS if counts.get(k)), None)
-        self.progress_kind = kind
+        shared = [k for k in counts if counts[k] >= 2]
+        # The source most ranks report (a bar every rank draws beats a step line only some
+        # print), the better kind on a tie: never two sources against each other.
+        best = min(shared, key=lambda k: (-counts[k], _kind_rank(k)), default=None)
+        kind = best or min(counts, key=_kind_rank, default=None)
+        self.progress_kind = kind.split(":", 1)[0] if kind else None
         steps: dict[int, int | None] = {}
         for view in running:
             found = view.progress_by_kind.get(kind) if kind else None
@@ -650,7 +681,7 @@ class RunView:
         )
         for view in self.ranks:
             found = view.progress_by_kind.get(kind) if kind else None
-            view.shown_progress = found or view.progress
+            view.shown_progress = found or _own_best(view)
             view.behind = view.silence_ratio = None
             view.lag_threshold = self.step_threshold
             view.straggler, view.straggler_reason, view.waiting_for = "", "", ""
@@ -831,11 +862,27 @@ def _note_progress(view: RankView, found: Progress) -> bool:
     """Keep ``found`` as the rank's progress of its kind unless it goes back: within one
     process a counter only grows, so a lower number is a line quoting an old step (a warning
     "clipped at step 17"), not progress. A tqdm bar may start again (one per epoch)."""
-    before = view.progress_by_kind.get(found.kind)
+    key = found.source or found.kind
+    before = view.progress_by_kind.pop(key, None)
     if before is not None and found.kind != "tqdm" and found.step < before.step:
+        view.progress_by_kind[key] = before
         return False
-    view.progress_by_kind[found.kind] = found
+    view.progress_by_kind[key] = found  # last in the dict: the newest source
     return True
+
+
+def _kind_rank(source: str) -> int:
+    """Where a source's kind stands in ``KINDS`` (the best first)."""
+    kind = source.split(":", 1)[0]
+    return KINDS.index(kind) if kind in KINDS else len(KINDS)
+
+
+def _own_best(view: RankView) -> Progress | None:
+    """A rank's own best source when the ranks share none: its bar over a number in prose."""
+    if not view.progress_by_kind:
+        return view.progress
+    newest_first = reversed(view.progress_by_kind.items())  # the newest of a kind wins a tie
+    return min(newest_first, key=lambda item: _kind_rank(item[0]))[1]
 
 
 def _switch_files(

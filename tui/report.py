@@ -1,16 +1,21 @@
 """The summary printed on the normal terminal after the app closes, so the root cause is not
 lost with the alternate screen: the earliest failure first, with its traceback, then the rest,
-then the ranks rankvisor stopped (listed apart: they did not fail).
+then the ranks rankvisor stopped (listed apart: they did not fail), and the stack dumps
+taken during the run.
 """
 
 from __future__ import annotations
 
+from ..engine.forensics.stacks import list_dumps
 from ..engine.states import RankState
 from .model import RunView
 from .widgets.ansi import plain_text
 from .widgets.failure_report import failure_details, stderr_tail, when_text
 
 __all__ = ["format_summary"]
+
+SHOWN_DUMPS = 5
+"""The newest stack dumps the summary names (the error view lists them all)."""
 
 
 def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
@@ -29,8 +34,11 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     if not failures and stopped:
         # Terminate-all, quit: nobody failed on their own, so nobody is blamed.
         out.append("  no root cause: the run was stopped by rankvisor")
-    if run.suspect is not None and failures:
-        out.append(f"  suspect: {plain_text(run.suspect.reason)}")
+    suspect = run.suspect
+    # A suspect named only for failing first is the root cause: said once, below.
+    same = suspect is not None and suspect.kind == "failure" and set(suspect.ranks) <= {root}
+    if suspect is not None and failures and not same:
+        out.append(f"  suspect: {plain_text(suspect.reason)}")
     for view in failures:
         details = failure_details(view)
         head = "root cause" if view.rank == root else "also failed"
@@ -66,6 +74,11 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     if any(v.state is RankState.SUCCEEDED for v in run.ranks) and (failures or stopped):
         ok = [str(v.rank) for v in run.ranks if v.state is RankState.SUCCEEDED]
         out.append(f"  succeeded: rank {', '.join(ok)}")
+    dumps = list_dumps(run.log_dir) if run.log_dir else []
+    for saved in dumps[-SHOWN_DUMPS:]:  # taken during the run: S, before a SIGKILL
+        out.append(f"  stacks saved: {saved.path}")
+    if len(dumps) > SHOWN_DUMPS:
+        out.append(f"  ... and {len(dumps) - SHOWN_DUMPS} older stack dump(s) beside them")
     if run.log_dir:
         out.append(f"  logs: {run.log_dir}")
     return "\n".join(out) + "\n"

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import psutil
+
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import (
     AttemptStarted,
@@ -125,6 +127,12 @@ class _Rank:
             exitcode=self.exitcode,
             signal_name=exit_signal_name(self.exitcode),
         )
+
+
+def _started_at(starttime: int) -> float:
+    """When a process started (``time.time()``), from its /proc start time in clock ticks
+    since boot: the agent's, so that the viewer's clock counts from the job's start."""
+    return psutil.boot_time() + starttime / os.sysconf("SC_CLK_TCK")
 
 
 def _open_pidfd(w: Worker) -> int | None:
@@ -242,6 +250,9 @@ class TorchrunHandle:
         return cls(discover(target), **kwargs)  # type: ignore[arg-type]
 
     # -- SupervisorHandle ------------------------------------------------------------------
+
+    restarts_refused: str = RESTART_REFUSED
+    """Why restarts are refused whatever the state: a viewer does not offer them."""
 
     @property
     def detachable(self) -> bool:
@@ -499,6 +510,7 @@ class TorchrunHandle:
             finished=self._finished is not None,
             tracking="process-tree",
             tracking_detail=f"attached to torchrun agent {job.agent_pid} (not our children)",
+            started_at=_started_at(job.agent_starttime),
         )
 
     # output

@@ -501,8 +501,9 @@ class RemoteHandle:
 def recent_output(rank: int, attempt: int, out: str, err: str,
                   lines: int) -> tuple[list[RankOutput], dict[str, int]]:
     """The last ``lines`` lines of a rank's two files, interleaved as they arrived (the
-    arrival index beside them), as RankOutput batches with their line numbers; and how many
-    complete lines each file held when read (live lines from there on are new)."""
+    arrival index beside them), as RankOutput batches with their line numbers, then each
+    file's unfinished last line; and how many complete lines each file held when read (live
+    lines from there on are new)."""
     source = MergedSource(out, err, arrival_path(out, err))
     try:
         rows = source.refresh()
@@ -522,6 +523,11 @@ def recent_output(rank: int, attempt: int, out: str, err: str,
             batches.append(RankOutput(rank, "stderr" if stream_no else "stdout",
                                       tuple(text), attempt=attempt, first_line=line))
             row += count
+        # The unfinished last line (a progress bar redrawn with \r) is part of what the
+        # rank shows now: a late viewer gets it too, after the complete lines.
+        for stream, partial in source.partials():
+            batches.append(RankOutput(rank, stream, (), partial, attempt=attempt,
+                                      first_line=counts[stream]))
         return batches, counts
     finally:
         source.close()

@@ -204,6 +204,10 @@ class RunHost:
             exitcode=self._exit_status() if self._sup.finished is not None else None,
             started=self.started_at,
         )
+        config = getattr(self._sup, "config", None)
+        typed = tuple(getattr(config, "invocation", ()) or ())
+        record["command"] = list(typed or info.command)
+        record["cwd"] = getattr(config, "cwd", None) or os.getcwd()
         return self._status_hook(record) if self._status_hook is not None else record
 
     def _write_status(self) -> None:

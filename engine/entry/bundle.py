@@ -10,8 +10,9 @@ What goes in, under one top folder named after the run:
   ``env.json``, earlier incarnations (``restart_<k>/``) included;
 - ``env/rank<r>.json``: each rank's environment, read from ``/proc/<pid>/environ`` while the
   rank runs, else the ``env.json`` recorded at its spawn; secrets redacted either way;
-- ``manifest.json``: the command line, the rankvisor, torch and Python versions, the
-  machine, and each file's size on disk and in the bundle.
+- ``manifest.json``: the command line typed and its directory, the rank's command line,
+  the rankvisor, torch and Python versions, the machine, and each file's size on disk and
+  in the bundle.
 
 Every file is capped (``max_file_bytes``, 10 MiB by default): a log keeps its end, where a
 failure is; ``events.ndjson`` keeps its first line (the run as it started) and its end.
@@ -55,6 +56,8 @@ class Bundle:
     ``included`` (bytes in the archive), ``truncated``."""
     environments: dict[int, str] = field(default_factory=dict)
     """rank -> where its environment came from: "proc", "env.json" or "none"."""
+    entries: int = 0
+    """Members of the archive: the files, each rank's environment and the manifest."""
 
     @property
     def truncated(self) -> list[str]:
@@ -186,6 +189,7 @@ def make_bundle(
             info.mtime = int(now)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
+            bundle.entries += 1
 
         for rel in sources:
             full = os.path.join(run_dir, rel)
@@ -226,7 +230,11 @@ def make_bundle(
             "run_id": (status or {}).get("run_id") or run.get("run_id"),
             "attempt": attempt,
             "state": effective_state(status) if status else None,
-            "command": run.get("command"),
+            # The line a person typed (status.json has it since it was recorded), and the
+            # rank's own; where it was typed.
+            "command": (status or {}).get("command") or run.get("command"),
+            "rank_command": run.get("command"),
+            "cwd": (status or {}).get("cwd"),
             "nprocs": run.get("nprocs"),
             "versions": {
                 "rankvisor": _version("rankvisor"),

@@ -113,11 +113,14 @@ def _report(
         # any stderr line; one about a signal repeats what the head says already.
         text = said if said and f.exitcode >= 0 else tail or said
     last = text[-1] if text else ""
+    suspect = getattr(finished, "suspect", None)
+    # A suspect named only for failing first is the root cause: its line would say the
+    # root cause's again (the rank, the error), so the root cause's line says it once.
+    same = suspect is not None and suspect.kind == "failure" and set(suspect.ranks) <= {rank}
     head = f"rankvisor: root cause: rank {rank} failed first ({_how(f)})"
     if last:
         head += f": {last.strip()}"
-    suspect = getattr(finished, "suspect", None)
-    if suspect is not None:
+    if suspect is not None and not same:
         head = f"rankvisor: suspect: {suspect.reason}\n{head}"
     if stopped:
         ranks = ", ".join(f"rank {r} ({_how(s)})" for r, s in sorted(stopped.items()))

@@ -4,10 +4,13 @@
 ``step N``, ``iter N`` / ``iteration N``, ``epoch N``, or a person's ``--progress-regex``
 (its group named ``step``, else its only or first group, else its whole match, must be a
 number; a group named ``total`` gives the end). The most specific wins: a step beats an
-epoch when a line has both. ``stragglers`` flags, relative to the other ranks (a slow job is
-not flagged), a rank far enough behind the median step (``step_threshold``: at least 2 steps
-and 5 % of the median, so that ranks a step apart in a collective's rhythm are not flagged),
-or silent ``k`` times its peers' median gap between lines.
+epoch when a line has both. Each reading names its source, the kind of line it came from
+(its text before the number, digits masked): a step quoted by a warning every 25 steps is
+not the step line printed every 10, and ranks are compared on one source only.
+``stragglers`` flags, relative to the other ranks (a slow job is not flagged), a rank far
+enough behind the median step (``step_threshold``: at least 2 steps and 5 % of the median,
+so that ranks a step apart in a collective's rhythm are not flagged), or silent ``k`` times
+its peers' median gap between lines.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import bisect
 import re
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "ProgressReader",
     "check_regex",
     "peers_gap",
+    "source_of",
     "step_threshold",
     "stragglers",
 ]
@@ -36,9 +40,16 @@ _PATTERNS: Final = (
     ("epoch", re.compile(r"\bepoch[\s:=#]*(\d+)", re.I)),
 )
 
-KINDS: Final = ("custom", "step", "iter", "tqdm", "epoch")
-"""Kinds of progress, the best to compare ranks by first: a person's pattern, then global
-counters, then a bar (tqdm's often restarts every epoch), then epochs (too coarse)."""
+KINDS: Final = ("custom", "tqdm", "step", "iter", "epoch")
+"""Kinds of progress, the best first: a person's pattern, then a bar (redrawn every step, so
+always current, where a counter in prose is printed every N steps and lags by up to N),
+then counters in prose, then epochs (too coarse)."""
+
+_BAR: Final = re.compile(r"%|\||it/s|s/it")
+"""What a progress bar's line has beside its N/M (tqdm's percentage, bar or rate)."""
+
+SOURCE_CHARS: Final = 60
+"""Of a line's text before its number, the part that names its source."""
 
 _NUMBER: Final = re.compile(r"[0-9]+")
 """ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses."""
@@ -94,6 +105,20 @@ class Progress:
     kind: str
     step: int
     total: int | None = None
+    source: str = field(default="", compare=False)
+    """The kind of line it was read from (``source_of``): only readings of one source are
+    compared, across ranks and within a rank."""
+
+
+def source_of(kind: str, line: str, start: int) -> str:
+    """``kind`` and the text before position ``start`` of ``line``, digits masked: the same
+    for every line a ``print(f"step {i} | loss ...")`` writes, on every rank (a tqdm bar's
+    text stops at its first ``|``: the bar itself grows)."""
+    before = line[:start]
+    if kind == "tqdm":
+        before = before.split("|", 1)[0]
+    before = _NUMBER.sub("#", before).strip(" \t\r")
+    return f"{kind}:{before[-SOURCE_CHARS:]}"
 
 
 class ProgressReader:
@@ -125,17 +150,17 @@ class ProgressReader:
                         int(total_text) if total_text and _NUMBER.fullmatch(total_text)
                         else None
                     )
-                    return Progress("custom", int(text), total)
+                    return Progress("custom", int(text), total, "custom")
         for kind, pattern in _PATTERNS:
             m = pattern.search(line)
             if m is None:
                 continue
             if kind == "tqdm":
                 step, total = int(m.group(1)), int(m.group(2))
-                if total == 0 or step > total:
-                    continue  # a date or a ratio, not a bar
-                return Progress(kind, step, total)
-            return Progress(kind, int(m.group(1)))
+                if total == 0 or step > total or not _BAR.search(line):
+                    continue  # a date, a ratio, "rank 0/4": not a bar
+                return Progress(kind, step, total, source_of(kind, line, m.start()))
+            return Progress(kind, int(m.group(1)), None, source_of(kind, line, m.start()))
         return None
 
 

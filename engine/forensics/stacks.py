@@ -46,8 +46,9 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
+from itertools import islice
 from typing import Any, Final
 
 from ..process.proc_table import find_descendants
@@ -68,6 +69,7 @@ __all__ = [
     "explain",
     "find_py_spy",
     "has_ptrace_capability",
+    "latest_dump",
     "list_dumps",
     "merge",
     "save_dump",
@@ -112,6 +114,9 @@ class Frame:
     name: str
     filename: str
     line: int = 0
+    code: str = field(default="", compare=False)
+    """The source line it is at, read where the rank runs when the dump is taken (as a
+    debugger does); "" for native frames and files that cannot be read."""
 
     @property
     def is_address(self) -> bool:
@@ -201,6 +206,8 @@ class StackGroup:
             at = self.lines[i] if i < len(self.lines) else (f.line,)
             where = ", ".join(str(n) for n in at if n)
             out.append(f"{f.name} ({f.short_filename}{':' + where if where else ''})")
+            if f.code:
+                out.append(f"    {f.code}")
         return out
 
 
@@ -262,7 +269,8 @@ class StackDump:
                                              "holds the GIL" if t.owns_gil else "") if x)
                 named = f': "{t.name}"' if t.name else ""
                 head.append(f"Thread {t.thread_id} ({flags}){named}")
-                head += [f"    {f.label()}" for f in t.frames]
+                for f in t.frames:
+                    head += [f"    {f.label()}"] + ([f"        {f.code}"] if f.code else [])
         return "\n".join(head) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
@@ -333,11 +341,32 @@ class StackDump:
 
 
 def _frame_dict(f: Frame) -> dict[str, Any]:
-    return {"name": f.name, "filename": f.filename, "line": f.line}
+    return {"name": f.name, "filename": f.filename, "line": f.line, "code": f.code}
 
 
 def _frame(d: Mapping[str, Any]) -> Frame:
-    return Frame(str(d.get("name", "?")), str(d.get("filename", "")), int(d.get("line") or 0))
+    return Frame(str(d.get("name", "?")), str(d.get("filename", "")), int(d.get("line") or 0),
+                 str(d.get("code") or ""))
+
+
+def source_line(pid: int, filename: str, line: int) -> str:
+    """Line ``line`` of ``filename`` as process ``pid`` sees it (its root and working
+    directory: a relative name, a container), stripped; "" when it cannot be read."""
+    if line <= 0 or not filename or filename.startswith("<"):
+        return ""
+    path = filename if os.path.isabs(filename) else os.path.join(f"/proc/{pid}/cwd", filename)
+    seen = f"/proc/{pid}/root{path}" if os.path.isabs(path) else path
+    for candidate in (seen, path):
+        try:  # read, not linecache: the supervisor lives long and the files change
+            with open(candidate, "rb") as f:
+                raw = next(islice(f, line - 1, line), b"")
+        except OSError:
+            continue
+        return raw.decode("utf-8", "replace").strip()[:_SOURCE_CHARS]
+    return ""
+
+
+_SOURCE_CHARS: Final = 160
 
 
 # -- merging --------------------------------------------------------------------------------
@@ -494,10 +523,14 @@ def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
         # never imported ``threading`` (a script run from a venv, whose site runs no .pth file
         # that imports it) has none. The thread whose id is the pid is the main thread.
         name = str(t.get("thread_name") or ("MainThread" if tid == pid else ""))
+        frames = [_frame(f) for f in t.get("frames") or () if isinstance(f, dict)]
         out.append(ThreadStack(
             thread_id=tid,
             name=name,
-            frames=tuple(_frame(f) for f in t.get("frames") or () if isinstance(f, dict)),
+            frames=tuple(
+                f if f.is_address else replace(f, code=source_line(pid, f.filename, f.line))
+                for f in frames
+            ),
             main=tid == pid or name == "MainThread",
             active=bool(t.get("active", False)),
             owns_gil=bool(t.get("owns_gil", False)),
@@ -611,7 +644,29 @@ def save_dump(dump: StackDump, run_dir: str, tz: tzinfo | None = None) -> StackD
     saved = _with_path(dump, path)
     with os.fdopen(fd, "w") as f:
         f.write(saved.full_text())
+    try:  # beside it, the dump as data: a viewer shows it again once no rank runs
+        with open(path[:-4] + ".json", "w") as f:
+            json.dump(saved.to_dict(), f)
+    except OSError:
+        pass  # the text is the record; without its data a viewer shows the text
     return saved
+
+
+def latest_dump(run_dir: str) -> StackDump | SavedDump | None:
+    """The run's newest saved dump: as data when it was saved with it (``save_dump``), else
+    as its text file's first lines (a dump saved before the data was); None without any."""
+    saved = list_dumps(run_dir)
+    if not saved:
+        return None
+    newest = saved[-1]
+    try:
+        with open(newest.path[:-4] + ".json", "rb") as f:
+            data = json.loads(f.read(1 << 24))
+        if isinstance(data, dict):
+            return StackDump.from_dict(data)
+    except (OSError, ValueError, TypeError):
+        pass
+    return newest
 
 
 def _with_path(dump: StackDump, path: str) -> StackDump:

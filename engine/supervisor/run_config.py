@@ -171,6 +171,9 @@ class SupervisorConfig:
     """The ranks' stdin (``--stdin``): "pipe" (one per incarnation, held by the supervisor:
     ``SendInput`` answers a prompt), "inherit" (ours: a terminal under ``--headless``, as
     torchrun) or "null" (/dev/null: a rank that reads gets EOF)."""
+    invocation: tuple[str, ...] = ()
+    """The command line a person typed (``rankvisor run ...``), for ``ls`` and bundles;
+    () when the run was not started from one (an API user's Supervisor)."""
 
     def __post_init__(self) -> None:
         if self.run_id is None:

@@ -11,9 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import psutil
 import pytest
 from rankvisor.engine.attach import (
     AttachError,
@@ -356,13 +358,14 @@ def test_follows_torchrun_to_its_next_attempt(torchrun: Any) -> None:
 
 async def test_the_app_shows_a_torchrun_jobs_panes(torchrun: Any) -> None:
     from rankvisor.tui.app import make_app
-    from rankvisor.tui.screens.confirm import QuitScreen
+    from rankvisor.tui.screens.confirm import ConfirmScreen, QuitScreen, RestartRankScreen
 
     from tests.tui.conftest import wait_for
 
     job = torchrun("--interval", "0.05")
     job.workers()
     handle = TorchrunHandle.attach(str(job.pid))
+    attached = time.time()
     app = make_app(handle)
     async with app.run_test(size=(120, 36)) as pilot:
         ranks = app.run_view.ranks
@@ -379,6 +382,17 @@ async def test_the_app_shows_a_torchrun_jobs_panes(torchrun: Any) -> None:
             log = pane.query_one("RankLog")
             rows = [log.render_line(y).text for y in range(log.size.height)]  # type: ignore[attr-defined]
             assert any(f"rank {rank} attempt 0 line" in row for row in rows), rows
+        # Issue 22: the clock counts from the job's start (the agent's, from /proc), not
+        # from the attach; restarts, which torchrun owns, are not offered to be refused.
+        agent_age = time.time() - psutil.Process(job.pid).create_time()
+        elapsed = app.summary_args()["elapsed"]
+        assert abs(elapsed - agent_age) < 2.0, (elapsed, agent_age)
+        assert elapsed > time.time() - attached + 0.5, elapsed  # torchrun took that to start
+        await pilot.press("r")
+        assert not isinstance(app.screen, (RestartRankScreen, ConfirmScreen))
+        assert "no restart here: torchrun owns these processes" in app.notices[-1].message
+        await pilot.press("R")
+        assert not isinstance(app.screen, (RestartRankScreen, ConfirmScreen))
         await pilot.press("q")
         # The job is torchrun's: quitting asks to detach (the default) or to end it.
         assert isinstance(app.screen, QuitScreen)

@@ -116,7 +116,12 @@ def test_a_bundle_of_a_finished_run_holds_its_files_capped_and_no_secret(
     assert env["env"]["RANK"] == "0" and env["env"]["WORLD_SIZE"] == "2"
 
     manifest = json.loads(files["manifest.json"])
+    # Issue 22: the line typed (not the rank's python3 -u ...), where, and honest counts.
+    assert manifest["command"][:3] == ["rankvisor", "run", "--headless"]
     assert manifest["command"][-1].endswith("spew.py") and manifest["attempt"] == 0
+    assert manifest["rank_command"][-1].endswith("spew.py") and manifest["cwd"]
+    size = out.stat().st_size
+    assert f"({size / 1024:.1f} KiB, {len(files)} files;" in done.stdout, done.stdout
     assert manifest["versions"]["python"] == sys.version.split()[0]
     assert set(manifest["versions"]) == {"rankvisor", "torch", "python"}
     truncated = {f["name"]: f for f in manifest["files"] if f["truncated"]}

@@ -23,6 +23,7 @@ from rankvisor.engine.forensics.progress import (
         ("iter: 5", Progress("iter", 5)),
         ("epoch 2 starting", Progress("epoch", 2)),
         ("saved 2024/05/06", None),
+        ("rank 0/4: gloo process group up", None),  # a ratio, not a bar
         ("loss 0.25", None),
     ],
 )
@@ -93,3 +94,14 @@ def test_a_rank_s_own_gap_is_left_out_of_its_peers_median() -> None:
     assert peers_gap(sorted(gaps.values()), 1.0) == 5.5
     assert peers_gap([1.0], 1.0) is None
     assert set(stragglers({}, {2: 4.0}, gaps)) == {2}
+
+
+def test_a_reading_names_the_kind_of_line_it_came_from() -> None:
+    reader = ProgressReader()
+    step_line = reader.read("\rstep   20 | loss 1.0")
+    warning = reader.read("UserWarning: rank 1: WARNING clipped to 1.0 (step 25)")
+    assert step_line is not None and warning is not None
+    assert step_line.source == reader.read("step 30 | loss 0.9").source  # type: ignore[union-attr]
+    assert warning.source != step_line.source
+    bar = reader.read("train  14%|██▊     | 29/200")
+    assert bar is not None and bar.source == reader.read("train  15%|███   | 30/200").source  # type: ignore[union-attr]

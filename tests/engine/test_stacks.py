@@ -127,6 +127,9 @@ def test_three_ranks_merged_the_odd_one_first_and_saved(job: Any) -> None:
     assert [(g.ranks, g.odd) for g in dump.groups] == [((1,), True), ((0, 2), False)]
     assert _names(dump.groups[0])[:2] == ["stuck_in_data_loader", "main"]
     assert _names(dump.groups[1])[:2] == ["wait_in_collective", "main"]
+    # Issue 22: each frame's source line, read as a debugger does (the file, where it runs).
+    assert dump.groups[0].frames[0].code == "time.sleep(60)"
+    assert "    time.sleep(60)" in dump.groups[0].frame_lines()
     assert dump.merged_text().splitlines()[0].startswith("odd  rank 1: stuck_in_data_loader")
     # Saved under the run directory: the merged view first, then every rank's threads.
     path = Path(dump.path)
@@ -135,6 +138,7 @@ def test_three_ranks_merged_the_odd_one_first_and_saved(job: Any) -> None:
     assert text.index("rank 1: stuck_in_data_loader") < text.index("--- rank 0 ")
     for r in range(3):
         assert f"--- rank {r} (pid {j.sup.snapshot().ranks[r].pid})" in text
+    assert "        time.sleep(60)" in text
     assert '"MainThread"' in text
     (saved,) = list_dumps(j.run_dir)
     assert saved.path == dump.path and saved.merged[0].startswith("odd  rank 1")

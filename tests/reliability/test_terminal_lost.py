@@ -9,6 +9,7 @@ terminal left to print it on). Without ``--foreground`` the run outlives its ter
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,10 @@ def test_killing_the_terminal_ends_rankvisor_its_guard_and_the_ranks(tmp_path: P
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     command = (
-        f"cd {ROOT} && exec {sys.executable} -m rankvisor.tui run --foreground --nproc-per-node 2 "
+        # A tmux server started before the test has its own environment: the state dir is
+        # passed on the command line, or the run would register in the user's own.
+        f"cd {ROOT} && exec env RANKVISOR_STATE_DIR={os.environ['RANKVISOR_STATE_DIR']} "
+        f"{sys.executable} -m rankvisor.tui run --foreground --nproc-per-node 2 "
         "--term-timeout 3 "
         f"--log-dir {tmp_path / 'logs'} {BIN / 'sv_rank.py'} --pid-dir {pid_dir}"
     )

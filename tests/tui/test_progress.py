@@ -117,3 +117,34 @@ async def test_the_grid_of_four_shows_each_rank_s_step() -> None:
         steps = [v.shown_progress.step if v.shown_progress else None for v in app.run_view.ranks]
         assert steps == [39, 38, 37, 39]  # rank 1's "(step 17)" warning is not progress
         assert "median step 38.5" in app.main_screen.strip.text.plain
+
+
+def test_the_demo_s_bars_are_compared_not_a_warning_s_step() -> None:
+    """Issue 22: the demo's four bars all read 29/200, ranks 0-2 printed "step 20" and ranks
+    1 and 3 a warning "(step 25)": nobody is behind, and each header shows its bar."""
+    run = RunView(scripted_info(4))
+    for view in run.ranks:
+        view.state = RankState.RUNNING
+    bar = "\rtrain  14%|██▊                 | 29/200 [2.9s<17.1s, 10.0it/s]"
+    warning = "UserWarning: rank {r}: WARNING grad norm 12 clipped to 1.0 (step 25)"
+    for r in range(4):
+        run.add_output(RankOutput(r, "stdout", (f"rank {r}/4: gloo process group up",)))
+        lines = ("\rstep   20 | loss 1.0312 | lr 0.05",) if r != 3 else ()
+        run.add_output(RankOutput(r, "stdout", lines, partial=bar))
+        if r in (1, 3):
+            run.add_output(RankOutput(r, "stderr", (warning.format(r=r),)))
+    run.update_progress(0.0)
+    assert run.progress_kind == "tqdm" and run.median_step == 29
+    assert [v.shown_progress for v in run.ranks] == [Progress("tqdm", 29, 200)] * 4
+    assert [v.straggler for v in run.ranks] == [""] * 4
+    # Without the bars, the step lines are compared, never the warning's step.
+    run = RunView(scripted_info(4))
+    for view in run.ranks:
+        view.state = RankState.RUNNING
+    for r in range(4):
+        run.add_output(RankOutput(r, "stdout", ("step   20 | loss 1.0",) if r != 3 else ()))
+        if r in (1, 3):
+            run.add_output(RankOutput(r, "stderr", (warning.format(r=r),)))
+    run.update_progress(0.0)
+    assert run.median_step == 20
+    assert [v.straggler for v in run.ranks] == [""] * 4

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from rankvisor.engine.forensics.stacks import find_py_spy, list_dumps
+from rankvisor.engine.handle import TerminateRanks
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
 from rankvisor.tui.app import RankvisorApp
+from rankvisor.tui.report import format_summary
 from rankvisor.tui.screens.errors import ErrorsScreen
 from rankvisor.tui.screens.stacks import StacksScreen
 from textual.widgets import Collapsible, Static
@@ -63,5 +65,24 @@ async def test_s_shows_the_merged_stacks_of_real_ranks(tmp_path: Path) -> None:
             text = str(errors.query_one(".stack-dumps", Static).render())
             assert "Stack dumps (2)" in text and "odd  rank 0: stuck_in_data_loader" in text
             assert Path(first).name in text
+
+            # Issue 22: once no rank runs, S showed "no running rank to dump" over a blank
+            # view: it shows the newest saved dump, when and why it was taken.
+            assert sup.execute(TerminateRanks()).ok
+            await wait_for(pilot, lambda: not app.run_view.alive, timeout=30)
+            await pilot.press("S")
+            stacks = app.screen
+            assert isinstance(stacks, StacksScreen)
+            await wait_for(pilot, lambda: stacks.dump is not None, timeout=10)
+            head = str(stacks.query_one("#stacks-head", Static).render())
+            assert head.startswith("no rank runs: the last dump saved, at "), head
+            assert ", asked: 3 rank(s)" in head, head
+            titles = [g.title for g in stacks.query(Collapsible)]
+            assert titles[0] == "odd · rank 0: stuck_in_data_loader <- main", titles
+            assert stacks.dump is not None and stacks.dump.path != first  # the newest
+            # The summary printed after quitting names the dumps taken during the run.
+            summary = format_summary(app.run_view)
+            assert f"  stacks saved: {first}\n" in summary
+            assert f"  stacks saved: {stacks.dump.path}\n" in summary
     finally:
         sup.shutdown(timeout_s=1.0)

@@ -108,3 +108,25 @@ async def test_filtered_both_search_finds_a_line_in_the_stderr_half(tmp_path: Pa
         await wait_for(pilot, lambda: err.current_match is not None or screen.status == "no match")
         assert err.current_match == 0
         assert screen.active_log() is err
+
+
+async def test_the_status_of_a_match_goes_when_o_shows_another_stream(tmp_path: Path) -> None:
+    """Issue 22: ``/WARNING``, ``n``, then ``o``: the title still said "match at line 4" over
+    a stream of 2 lines."""
+    engine = ScriptedSupervisor(
+        scripted_info(4, run_dir=tmp_path), running_script(4, steps=30), write_files=True
+    )
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l", "enter")  # rank 1: it writes warnings to stderr
+        log = app.screen.query_one("#both-log", FileLog)
+        await wait_for(pilot, lambda: log.line_count > 0)
+        await pilot.press("slash", *"WARNING", "enter")
+        await wait_for(pilot, lambda: "match at line" in app.screen.status)
+        await pilot.press("o")
+        assert app.screen.streams != "both"
+        assert "match at line" not in app.screen.status
+        assert app.screen.status == "n: find in this stream"
+        await pilot.press("n")
+        await wait_for(pilot, lambda: "match at line" in app.screen.status
+                       or "no match" in app.screen.status)

@@ -42,11 +42,16 @@ def bundle(sub: Subcommand, argv: list[str]) -> int:
         return EXIT_REFUSED
     size = os.path.getsize(made.path)
     envs = ", ".join(f"{r}: {s}" for r, s in sorted(made.environments.items())) or "none"
-    print(f"{made.path}  ({size / (1 << 20):.1f} MiB, {len(made.files)} files; "
+    print(f"{made.path}  ({_size(size)}, {made.entries} files; "
           f"environments from {envs}; secrets redacted)")
     if made.truncated:
         print(f"  kept the last {args.max_log_mb:g} MiB of: {', '.join(made.truncated)}")
     return EXIT_OK
+
+
+def _size(n: int) -> str:
+    """``153.2 KiB``, ``12.4 MiB``: never "0.0 MiB" for a small archive."""
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
 @on_a_run

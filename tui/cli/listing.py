@@ -17,7 +17,7 @@ from ...engine.control import registry
 from ...engine.control.registry import RunEntry
 from ...engine.control.status import FILENAME
 from ...engine.states import RankState
-from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, on_a_run, say
+from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say
 from .ranks import is_cluster
 from .run_args import PROG
 
@@ -34,12 +34,17 @@ def _started(t: object) -> str:
 
 # -- ls ---------------------------------------------------------------------------------
 
+COMMAND_CHARS: Final = 48
+"""Of a run's command, what ``ls`` shows (the script and its first arguments)."""
+
 
 def _row(entry: RunEntry) -> dict[str, Any]:
     state, status = registry.entry_state(entry)
     ranks = status.get("ranks") if status else None
     ranks = ranks if isinstance(ranks, list) else []
     live = sum(1 for r in ranks if isinstance(r, dict) and r.get("state") in _ALIVE)
+    command = status.get("command") if status else None
+    updated = status.get("updated") if status else None
     return {
         "run_id": entry.run_id,
         "state": state,
@@ -48,6 +53,9 @@ def _row(entry: RunEntry) -> dict[str, Any]:
         "attempt": status.get("attempt") if status else None,
         "exitcode": status.get("exitcode") if status else None,
         "started": entry.started,
+        "ended": updated if state != "running" and isinstance(updated, (int, float)) else None,
+        "command": command if isinstance(command, list) else None,
+        "cwd": status.get("cwd") if status else None,
         "run_dir": entry.run_dir,
         "socket": entry.socket,
         "supervisor_pid": entry.supervisor_pid,
@@ -55,27 +63,106 @@ def _row(entry: RunEntry) -> dict[str, Any]:
     }
 
 
+def _result(row: dict[str, Any]) -> str:
+    """ok, failed (exit N), running (live/total ranks) or stale."""
+    if row["state"] == "running":
+        return f"running {row['ranks_running']}/{row['ranks_total']}"
+    if row["state"] == "stale":
+        return "stale"
+    code = row["exitcode"]
+    if code == 0:
+        return "ok"
+    return "failed" if code is None else f"failed (exit {code})"
+
+
+def _failed(row: dict[str, Any]) -> bool:
+    return row["state"] == "finished" and row["exitcode"] != 0
+
+
+def _duration(row: dict[str, Any]) -> str:
+    end = row["ended"] if row["state"] != "running" else time.time()
+    if not isinstance(end, (int, float)) or not row["started"] or end < row["started"]:
+        return "-"
+    seconds = int(end - row["started"])
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def _command(row: dict[str, Any]) -> str:
+    """The script and its first arguments: ``train.py --lr 0.1``, ``demo``, ``-m pkg``."""
+    argv = [str(a) for a in row["command"] or []]
+    if argv[:1] == [PROG] and len(argv) > 1:
+        if argv[1] == "demo":
+            shown = ["demo"]
+        else:
+            shown = _script_and_args(argv[2:])
+            if shown and os.path.isabs(shown[0]):  # as typed, but a path as short as it goes
+                cwd = str(row["cwd"] or "")
+                inside = cwd and shown[0].startswith(cwd.rstrip("/") + "/")
+                shown[0] = os.path.relpath(shown[0], cwd) if inside else os.path.basename(
+                    shown[0])
+    elif argv:
+        shown = _script_and_args_of_rank(argv)
+    else:
+        return "-"
+    text = " ".join(shown)
+    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"
+
+
+def _script_and_args(args: list[str]) -> list[str]:
+    """The training script and its arguments of a ``rankvisor run`` line, as the run
+    parser reads them (its own flags left out)."""
+    from .run_args import build_run_parser
+
+    try:
+        parsed, _ = build_run_parser().parse_known_args(args)
+    except SystemExit:  # not a line the parser takes: show it as typed
+        return args
+    script = ["-m", parsed.training_script] if parsed.module else [parsed.training_script]
+    return script + list(parsed.training_script_args)
+
+
+def _script_and_args_of_rank(argv: list[str]) -> list[str]:
+    """A rank's own command line without its interpreter and the interpreter's flags."""
+    rest = argv[1:] if os.path.basename(argv[0]).startswith("python") else argv
+    while rest[:1] and rest[0].startswith("-") and rest[0] != "-m":
+        rest = rest[1:]
+    return rest or argv
+
+
 @on_a_run
 def ls(sub: Subcommand, argv: list[str]) -> int:
     p = sub.parser()
     p.add_argument("--json", action="store_true", help="a JSON list, one object per run")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--running", action="store_true", help="running runs only")
+    only.add_argument("--failed", action="store_true",
+                      help="finished runs that failed only (exit status other than 0)")
     args = p.parse_args(argv)
     problem = registry.state_dir_problem()
     if problem:
         say(sub.name, f"warning: {problem}")
-    rows = [_row(e) for e in registry.entries()]
+    rows = [_row(e) for e in registry.entries()]  # newest first
+    if args.running:
+        rows = [r for r in rows if r["state"] == "running"]
+    elif args.failed:
+        rows = [r for r in rows if _failed(r)]
     if args.json:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
     if not rows:
-        print(f"no runs (looked in {registry.runs_dir()})")
+        which = " running" if args.running else " failed" if args.failed else ""
+        print(f"no{which} runs (looked in {registry.runs_dir()})")
         return EXIT_OK
-    table = [("RUN ID", "STATE", "RANKS", "ATTEMPT", "STARTED", "RUN DIR")]
+    table = [("STARTED", "DURATION", "RESULT", "COMMAND", "RUN ID", "RUN DIR")]
     for r in rows:
-        ranks = f"{r['ranks_running']}/{r['ranks_total']}" if r["ranks_total"] else "-"
-        attempt = "-" if r["attempt"] is None else str(r["attempt"])
-        table.append((r["run_id"], r["state"], ranks, attempt, _started(r["started"]),
-                      r["run_dir"]))
+        table.append((_started(r["started"]), _duration(r), _result(r), _command(r),
+                      r["run_id"], r["run_dir"]))
     widths = [max(len(row[i]) for row in table) for i in range(5)]
     for row in table:
         print("  ".join(row[i].ljust(widths[i]) for i in range(5)) + "  " + row[5])
@@ -165,18 +252,63 @@ def status(sub: Subcommand, argv: list[str]) -> int:
 # -- rm ---------------------------------------------------------------------------------
 
 
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` -> seconds."""
+    number, unit = text[:-1], text[-1:].lower()
+    if unit not in _UNITS or not number.isdigit():
+        raise Usage(f"--older-than {text!r}: a number and a unit, as 7d, 12h, 30m or 90s")
+    return int(number) * _UNITS[unit]
+
+
 @on_a_run
 def rm(sub: Subcommand, argv: list[str]) -> int:
     p = sub.parser()
-    p.add_argument("run", metavar="RUN", help="a run dir, log dir or run id")
+    p.add_argument("run", nargs="?", metavar="RUN", help="a run dir, log dir or run id")
+    p.add_argument("--finished", action="store_true",
+                   help="every run that is not running (finished or stale) instead of one")
+    p.add_argument("--older-than", metavar="AGE", default=None,
+                   help="with --finished: only runs that ended longer ago than AGE (7d, 12h)")
     p.add_argument("--logs", action="store_true", help="remove the run directory too")
     args = p.parse_args(argv)
+    if bool(args.run) == args.finished:
+        raise Usage("give one RUN, or --finished for every run that is not running")
+    if args.older_than is not None and not args.finished:
+        raise Usage("--older-than goes with --finished")
+    if args.finished:
+        return _rm_finished(sub, _age(args.older_than) if args.older_than else 0.0, args.logs)
     entry = registry.resolve(args.run, running_only=False)
     state, status = registry.entry_state(entry)
     if state == "running":
         say(sub.name, f"run {entry.run_id} is running (supervisor pid {entry.supervisor_pid}): "
                       f"stop it first with `{PROG} stop {entry.run_dir}`")
         return EXIT_REFUSED
+    return EXIT_OK if _remove(sub, entry, state, status, logs=args.logs) else EXIT_REFUSED
+
+
+def _rm_finished(sub: Subcommand, older_than: float, logs: bool) -> int:
+    now, removed, ok = time.time(), 0, True
+    for entry in registry.entries():
+        state, status = registry.entry_state(entry)
+        if state == "running":
+            continue
+        ended = status.get("updated") if status else None
+        ended = ended if isinstance(ended, (int, float)) else entry.started
+        if now - ended < older_than:
+            continue
+        ok = _remove(sub, entry, state, status, logs=logs) and ok
+        removed += 1
+    if not removed:
+        print("no run to remove" + (" that ended that long ago" if older_than else ""))
+    return EXIT_OK if ok else EXIT_REFUSED
+
+
+def _remove(sub: Subcommand, entry: RunEntry, state: str, status: dict[str, Any] | None,
+            *, logs: bool) -> bool:
+    """Remove a run that is not running from the list (and its run dir with ``logs``);
+    False when its directory was kept because it does not look like a run's."""
     removed: list[str] = []
     if entry.key and registry.unregister(entry):
         removed.append("its entry")
@@ -185,16 +317,16 @@ def rm(sub: Subcommand, argv: list[str]) -> int:
             os.unlink(entry.socket)
         except OSError:
             pass
-    if args.logs and os.path.isdir(entry.run_dir):
+    if logs and os.path.isdir(entry.run_dir):
         if status is None:
             say(sub.name, f"{entry.run_dir} holds no {FILENAME}: not removing a directory "
                           "that does not look like a run's")
-            return EXIT_REFUSED
+            return False
         shutil.rmtree(entry.run_dir)
         removed.append(f"its run directory {entry.run_dir}")
     if removed:
         print(f"run {entry.run_id} ({state}): removed {' and '.join(removed)}")
     else:
         print(f"run {entry.run_id} ({state}) has no entry in the list; nothing removed"
-              + ("" if args.logs else " (--logs removes its run directory)"))
-    return EXIT_OK
+              + ("" if logs else " (--logs removes its run directory)"))
+    return True

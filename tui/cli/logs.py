@@ -1,4 +1,5 @@
-"""``rankvisor logs``: a rank's stdout or stderr file, printed, and with ``-f`` followed
+"""``rankvisor logs``: a rank's output, both streams in the order they arrived (logging and
+tqdm write to stderr, print to stdout) or one of them, printed, and with ``-f`` followed
 across its restarts until the run finishes.
 
 Into a pipe or a file the bytes go as the rank wrote them; on a terminal they are decoded
@@ -10,10 +11,11 @@ from __future__ import annotations
 import codecs
 import os
 import sys
-from typing import Any
+from typing import Any, Final
 
 from ...engine.control import registry
 from ...engine.control.status import FILENAME, current_attempt
+from ...engine.rundir.arrival import arrival_path, read_records
 from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say, stale_line
 from .ranks import Elsewhere, check_ranks, local_ranks, nprocs, world
 from .watch import watch
@@ -43,30 +45,55 @@ def current_log(run_dir: str, status: dict[str, Any] | None, rank: int, stream: 
 
 class _Copier:
     """Copies a log file's new bytes to stdout: exact bytes into a pipe or a file; on a
-    terminal, decoded and with every escape but colours neutralised (a rank writes anything)."""
+    terminal, decoded and with every escape but colours neutralised (a rank writes anything).
+    ``lines`` counts the complete lines copied, so that two files can be interleaved by
+    their arrival index (``_Merged``)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.offset = 0
+        self.lines = 0
         self._tty = sys.stdout.isatty()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def pump(self) -> int:
-        """Copy what was appended since the last call; returns the bytes copied."""
+    def pump(self, upto: int | None = None) -> int:
+        """Copy what was appended since the last call, or only up to the end of complete
+        line ``upto``; returns the bytes copied."""
+        if upto is not None and upto <= self.lines:
+            return 0
+        total = 0
         try:
             with open(self.path, "rb") as f:
                 if os.fstat(f.fileno()).st_size < self.offset:  # truncated: start again
-                    self.offset = 0
+                    self.offset = self.lines = 0
                 f.seek(self.offset)
-                total = 0
                 while chunk := f.read(1 << 16):
+                    if upto is not None:
+                        chunk = _first_lines(chunk, upto - self.lines)
                     self._write(chunk)
                     total += len(chunk)
+                    self.lines += chunk.count(b"\n")
+                    if upto is not None and self.lines >= upto:
+                        break
                 self.offset += total
         except FileNotFoundError:
             return 0
         sys.stdout.flush()
         return total
+
+    @property
+    def paths(self) -> list[str]:
+        return [self.path]
+
+    def drain(self, *, final: bool = False) -> None:
+        self.pump()
+
+    def pending(self) -> bool:
+        """Bytes on disk not copied yet."""
+        try:
+            return os.path.getsize(self.path) > self.offset
+        except OSError:
+            return False
 
     def _write(self, chunk: bytes) -> None:
         if not self._tty:
@@ -77,12 +104,55 @@ class _Copier:
         sys.stdout.write(sanitize(self._decoder.decode(chunk)))
 
 
+def _first_lines(chunk: bytes, count: int) -> bytes:
+    """``chunk`` up to the end of its ``count``-th line (all of it if it has fewer)."""
+    end = -1
+    for _ in range(count):
+        end = chunk.find(b"\n", end + 1)
+        if end < 0:
+            return chunk
+    return chunk[: end + 1]
+
+
+class _Merged:
+    """Both streams of a rank, in the order their lines arrived, as the zoomed view shows
+    them: the supervisor's arrival index (``engine.logfile.arrival``) says how many lines of
+    which file came next. Lines no record covers yet are copied once only one file has any
+    (their order is then plain), and at the end; without an index, each file's new bytes in
+    turn."""
+
+    def __init__(self, stdout_path: str, stderr_path: str) -> None:
+        self.copiers = (_Copier(stdout_path), _Copier(stderr_path))
+        self.index = arrival_path(stdout_path, stderr_path)
+        self._offset = 0
+
+    @property
+    def paths(self) -> list[str]:
+        return [c.path for c in self.copiers] + ([self.index] if self.index else [])
+
+    def drain(self, *, final: bool = False) -> None:
+        """Copy what the index says came next; with ``final`` (the run ended) the rest."""
+        if not self.index or not os.path.exists(self.index):
+            for copier in self.copiers:
+                copier.pump()
+            return
+        records, self._offset = read_records(self.index, self._offset)
+        for stream, lines_end, _ in records:
+            self.copiers[stream].pump(lines_end)
+        waiting = [c for c in self.copiers if c.pending()]
+        if final or len(waiting) == 1:
+            for copier in waiting:
+                copier.pump()
+
+
 @on_a_run
 def logs(sub: Subcommand, argv: list[str]) -> int:
     p = sub.parser()
     p.add_argument("run", nargs="?", metavar="RUN", help="a run dir, log dir or run id")
     p.add_argument("--rank", type=int, default=0, metavar="N", help="the global rank (default 0)")
-    p.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
+    one = p.add_mutually_exclusive_group()
+    one.add_argument("--stdout", action="store_true", help="stdout only")
+    one.add_argument("--stderr", action="store_true", help="stderr only")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing as the rank writes, until the run finishes")
     p.add_argument("--typed", action="store_true",
@@ -96,47 +166,62 @@ def logs(sub: Subcommand, argv: list[str]) -> int:
     if args.rank < 0:
         raise Usage(f"--rank must be 0 or more, not {args.rank}")
     check_ranks((args.rank,), world(status) if nprocs(status) is not None else None)
-    stream = "stderr" if args.stderr else "stdout"
     try:
         (local,) = local_ranks((args.rank,), status)  # this node's files, by local rank
     except Elsewhere as there:
         from .remote_rank import remote_logs
 
-        return remote_logs(sub.name, entry, there.node, there.host, there.local, stream,
-                           args.follow)
-    path = current_log(entry.run_dir, status, local, stream)
-    if not os.path.exists(path) and (not args.follow or state != "running"):
-        say(sub.name, f"rank {args.rank} has no {stream} file at {path} "
+        # Another node's rank: read through its door, one stream (stdout unless --stderr).
+        return remote_logs(sub.name, entry, there.node, there.host, there.local,
+                           "stderr" if args.stderr else "stdout", args.follow)
+    streams = ("stdout",) if args.stdout else ("stderr",) if args.stderr else _BOTH
+
+    def source(st: dict[str, Any] | None) -> _Merged | _Copier:
+        paths = [current_log(entry.run_dir, st, local, name) for name in streams]
+        return _Merged(*paths) if len(paths) == 2 else _Copier(paths[0])
+
+    copier = source(status)
+    paths = copier.paths
+    if not any(map(os.path.exists, paths)) and (not args.follow or state != "running"):
+        what = " or ".join(streams)
+        say(sub.name, f"rank {args.rank} has no {what} file in {os.path.dirname(paths[0])} "
                       "(its output may have gone to the console only)")
         return EXIT_REFUSED
     if args.typed:
         from ...engine.logfile.stdin_log import typed_view
         from ...engine.output.sanitize import sanitize
 
-        text = "\n".join(typed_view(path, 1 if args.stderr else 0)) + "\n"
+        # The typed lines among one stream's lines (stdout unless --stderr: pdb's is stdout).
+        one = streams[0] if len(streams) == 1 else "stdout"
+        path = current_log(entry.run_dir, status, local, one)
+        text = "\n".join(typed_view(path, 1 if one == "stderr" else 0)) + "\n"
         print(sanitize(text) if sys.stdout.isatty() else text, end="")
         return EXIT_OK
-    copier = _Copier(path)
-    copier.pump()
+    copier.drain(final=not args.follow or state != "running")
     if not args.follow:
         return EXIT_OK
-    outcome = {"state": state}
+    outcome = {"state": state, "copier": copier}
 
     def step() -> bool:
         # The state first, the bytes after: a run seen finished has written its last line,
         # so the copy that follows drains the file.
         now, st = registry.entry_state(entry)
-        newer = current_log(entry.run_dir, st, local, stream)
-        if newer != copier.path and os.path.exists(newer):
-            copier.pump()  # the rest of the old incarnation, then the new one from its start
-            print(f"==> {newer} <==", file=sys.stderr)
-            copier.path, copier.offset = newer, 0
-        copier.pump()
+        current = outcome["copier"]
+        newer = source(st)
+        first = newer.paths[0]
+        if first != current.paths[0] and any(map(os.path.exists, newer.paths)):
+            current.drain(final=True)  # the rest of the old incarnation, then the new one
+            print(f"==> {os.path.dirname(first)} <==", file=sys.stderr)
+            outcome["copier"] = current = newer
+        current.drain(final=now != "running")
         outcome["state"] = now
         return now != "running"
 
-    watch(lambda: [copier.path, os.path.join(entry.run_dir, FILENAME)], step)
+    watch(lambda: outcome["copier"].paths + [os.path.join(entry.run_dir, FILENAME)], step)
     if outcome["state"] == "stale":
         say(sub.name, stale_line(entry))
         return EXIT_STALE
     return EXIT_OK
+
+
+_BOTH: Final = ("stdout", "stderr")

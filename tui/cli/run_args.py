@@ -539,6 +539,7 @@ def parse_job(command: str, argv: list[str]) -> Job:
         config = config_from_args(args)
         if line:
             print(f"{PROG}: {line}", file=sys.stderr)
+    config.invocation = (PROG, command, *argv)
     modes = [flag for flag, on in (("--headless", args.headless),
                                    ("--foreground", args.foreground),
                                    ("--detach", args.detach)) if on]

@@ -20,7 +20,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
     Subcommand("serve", "serve the TUI in a browser (a viewer of a run)", serve.serve_command),
     Subcommand("attach", "the TUI on a running run (or a finished one, from its files)",
                attach.attach_command),
-    Subcommand("ls", "list your runs: running, finished and stale", listing.ls),
+    Subcommand("ls", "list your runs, newest first: when, how long, result, command",
+               listing.ls),
     Subcommand("status", "a run's state, ranks and root cause (--json for scripts)",
                listing.status),
     Subcommand("stop", "terminate every rank of a run (with escalation) and wait until they "
@@ -31,7 +32,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
                lifecycle.restart),
     Subcommand("wait", "wait until a run finishes; exit with its exit status", lifecycle.wait),
     Subcommand("logs", "print a rank's stdout or stderr (-f follows it)", logs.logs),
-    Subcommand("rm", "remove a finished run from the list (--logs: its run directory too)",
+    Subcommand("rm", "remove a finished run from the list, or --finished [--older-than 7d] "
+               "all of them (--logs: their run directories too)",
                listing.rm),
     Subcommand("bundle", "one .tar.gz of a run for a bug report: logs, errors, stacks, status, "
                "env", forensics.bundle),

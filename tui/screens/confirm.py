@@ -67,11 +67,14 @@ class RestartRankScreen(ModalScreen[str]):
         Binding("left,right,tab,h,l", "app.focus_next", "Switch", show=False),
     ]
 
-    def __init__(self, rank: int, nprocs: int, next_attempt: int) -> None:
+    def __init__(self, rank: int, nprocs: int, next_attempt: int, distributed: str = "") -> None:
         super().__init__(classes="dialog")
         self._rank = rank
         self._nprocs = nprocs
         self._next_attempt = next_attempt
+        self._distributed = distributed
+        """How the ranks showed they form a torch.distributed group ("" : they did not):
+        then restarting them all is the default."""
 
     def compose(self) -> ComposeResult:
         question = (
@@ -83,6 +86,11 @@ class RestartRankScreen(ModalScreen[str]):
             f"Restart all [a] stops every rank and starts attempt {self._next_attempt} "
             "together. Earlier logs stay on disk either way."
         )
+        if self._distributed:
+            question = (
+                f"This job's ranks form a torch.distributed group ({self._distributed}): "
+                "restarting them all is the default (enter).\n\n" + question
+            )
         with Vertical(id="dialog") as dialog:
             dialog.border_title = Text(f"Restart rank {self._rank} alone?")
             yield Static(Text(question), id="question")
@@ -93,7 +101,7 @@ class RestartRankScreen(ModalScreen[str]):
                 yield Button(Text("Cancel [n]"), variant="primary", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+        self.query_one("#all" if self._distributed else "#cancel", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

@@ -23,7 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...engine.forensics.stacks import STACKS_DIR, list_dumps
 from ..model import RunView
@@ -34,6 +34,7 @@ from ..widgets.failure_report import (
     render_suspect,
     stderr_tail,
 )
+from ..widgets.key_footer import KeyFooter
 from ..widgets.run_summary import RunSummary
 
 __all__ = ["ErrorsScreen", "stderr_tail"]
@@ -56,7 +57,7 @@ class ErrorsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield RunSummary()
         yield VerticalScroll(id="failures")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.on_run_changed(None)

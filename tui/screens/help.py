@@ -69,7 +69,8 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
             ("w  ← →", "zoomed or filtered view: wrap long lines / scroll sideways"),
             ("[  ]", "zoomed view: earlier / later incarnation of the rank"),
             ("c", "copy: the selection, the rank's visible lines, or (error view) the"
-             " root cause's traceback, to the terminal's clipboard"),
+             " root cause's traceback, sent to the terminal's clipboard (OSC 52; in tmux"
+             " it needs `set -g set-clipboard on`)"),
             ("m", "recent notices (the newest shows above the footer)"),
             ("ctrl+p", "command palette (every action is there)"),
             ("?", "this help"),

@@ -24,9 +24,10 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from ..widgets.file_log import FileLog
+from ..widgets.key_footer import KeyFooter
 from ..widgets.text_bar import TextBar
 
 __all__ = ["LogFilesScreen", "Streams", "parse_pattern"]
@@ -106,7 +107,7 @@ class LogFilesScreen(Screen[None]):
         )
         search.display = False
         yield search
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter()
 
     async def on_mount(self) -> None:
         search = self.query_one("#search", Input)
@@ -170,6 +171,9 @@ class LogFilesScreen(Screen[None]):
 
     def watch_streams(self) -> None:
         self._apply_streams()
+        # A match (or a search under way) was in the stream shown before: not in this one.
+        self._cancel_search()
+        self.status = "n: find in this stream" if self._search is not None else ""
         self.update_title()
 
     def action_cycle_streams(self) -> None:

@@ -17,11 +17,11 @@ from textual.binding import Binding
 from textual.containers import Container, Grid, Horizontal
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from ..clip import rank_log_lines
 from ..messages import RankSelected, ZoomRequested
 from ..model import RunView
+from ..widgets.key_footer import KeyFooter
 from ..widgets.notice_bar import NoticeBar
 from ..widgets.progress_strip import ProgressStrip
 from ..widgets.rank_pane import RankPane
@@ -106,7 +106,7 @@ class MainScreen(Screen[None]):
                 yield self.tiles
                 yield self.focus_pane
         yield self.notice_bar
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.ready = True

@@ -11,6 +11,7 @@ nonblocking dump, the one kind it may take: it never pauses a rank.
 
 from __future__ import annotations
 
+from datetime import datetime, tzinfo
 from typing import Any
 
 from rich.text import Text
@@ -20,11 +21,13 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Collapsible, Footer, Static
+from textual.widgets import Collapsible, Static
+from textual.widgets._collapsible import CollapsibleTitle
 
-from ...engine.forensics.stacks import StackDump, StackGroup
+from ...engine.forensics.stacks import SavedDump, StackDump, StackGroup, latest_dump
 from ...engine.handle import CommandResult, DumpStacks
 from ..model import RunView
+from ..widgets.key_footer import KeyFooter
 
 __all__ = ["StacksScreen", "group_title"]
 
@@ -48,8 +51,12 @@ class StacksScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("S,shift+s,r", "dump", "Dump again"),
-        Binding("j,down", "scroll(1)", "Scroll", show=False),
-        Binding("k,up", "scroll(-1)", "Scroll", show=False),
+        Binding("j,down", "group(1)", "Next group", show=False),
+        Binding("k,up", "group(-1)", "Previous group", show=False),
+        # enter on a group's title folds it (the title's own key); space does the same
+        # here, and never reaches the grid behind, where it pauses following.
+        Binding("enter", "fold", "Open/close"),
+        Binding("space", "fold", "Open/close", show=False),
     ]
 
     def __init__(self, run: RunView, *, nonblocking: bool = False) -> None:
@@ -64,16 +71,38 @@ class StacksScreen(Screen[None]):
         yield Static(id="stacks-head")
         yield VerticalScroll(id="stacks")
         yield Static(id="stacks-path")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.action_dump()
 
-    def action_scroll(self, lines: int) -> None:
-        self.query_one("#stacks").scroll_relative(y=lines, animate=False)
+    def _titles(self) -> list[CollapsibleTitle]:
+        return list(self.query(CollapsibleTitle).results(CollapsibleTitle))
+
+    def action_group(self, step: int) -> None:
+        """Move the cursor (the focused title) to the next or previous group."""
+        titles = self._titles()
+        if not titles:
+            self.query_one("#stacks").scroll_relative(y=step, animate=False)
+            return
+        at = titles.index(self.focused) if self.focused in titles else -1
+        target = titles[max(0, min(len(titles) - 1, at + step))] if at >= 0 else titles[0]
+        target.focus()
+        target.scroll_visible(animate=False)
+
+    def action_fold(self) -> None:
+        """Open or close the group under the cursor."""
+        focused = self.focused
+        if isinstance(focused, CollapsibleTitle) and isinstance(focused.parent, Collapsible):
+            focused.parent.collapsed = not focused.parent.collapsed
 
     def action_dump(self) -> None:
         if self.busy:
+            return
+        if not self.run.alive and self.run.log_dir:
+            # Nothing runs to dump: the newest dump saved during the run (before a SIGKILL,
+            # a person's S) is what there is to see.
+            self.show_saved(latest_dump(self.run.log_dir))
             return
         self.busy = True
         alive = len(self.run.alive)
@@ -96,26 +125,63 @@ class StacksScreen(Screen[None]):
         self.busy = False
         self.show_result(message.result)
 
+    def show_saved(self, saved: StackDump | SavedDump | None) -> None:
+        """No rank runs: show the newest saved dump, saying when and why it was taken."""
+        head = self.query_one("#stacks-head", Static)
+        box = self.query_one("#stacks", VerticalScroll)
+        box.remove_children()
+        if saved is None:
+            head.update(Text("no running rank to dump, and no dump was saved during the run",
+                             "bold red"))
+            self.query_one("#stacks-path", Static).update("")
+            return
+        if isinstance(saved, SavedDump):  # saved as text only: its header and merged lines
+            head.update(Text.assemble(("no rank runs: the last dump saved ", "bold"),
+                                      (saved.first_line, "dim")))
+            box.mount(Static(Text("\n".join(saved.merged)), classes="stack-error"))
+            self.query_one("#stacks-path", Static).update(
+                Text.assemble(("saved to ", "dim"), saved.path))
+            return
+        when = datetime.fromtimestamp(saved.time, self.app_time_zone()).strftime("%H:%M:%S")
+        why = f", {saved.reason}" if saved.reason else ""
+        self._show_dump(saved, Text.assemble(
+            ("no rank runs: ", "bold"),
+            (f"the last dump saved, at {when}{why}: {_ranks_said(saved)}", "bold"),
+            (" · odd first · ↑ ↓ move, enter opens", "dim"),
+        ))
+
+    def app_time_zone(self) -> tzinfo | None:
+        return getattr(self.app, "time_zone", None)
+
     def show_result(self, result: CommandResult) -> None:
         """Show a dump's answer: its groups, or why there is none."""
         head = self.query_one("#stacks-head", Static)
         box = self.query_one("#stacks", VerticalScroll)
         path = self.query_one("#stacks-path", Static)
-        box.remove_children()
         data: dict[str, Any] | None = result.data
         dump = StackDump.from_dict(data) if data is not None else None
         if not result.ok or dump is None:
+            box.remove_children()
             head.update(Text(result.message or "no stack dumped", "bold red"))
             path.update("")
             return
-        self.dump = dump
         mode = "nonblocking" if dump.nonblocking else ("native" if dump.native else "blocking")
-        ranks = len(dump.ranks)
-        head.update(Text.assemble(
-            (f"{ranks} rank(s), {len([g for g in dump.groups if g.frames])} stack(s)", "bold"),
-            (f" · py-spy {mode} · odd first · enter opens a group", "dim"),
+        self._show_dump(dump, Text.assemble(
+            (f"{_ranks_said(dump)}, {len([g for g in dump.groups if g.frames])} stack(s)",
+             "bold"),
+            (f" · py-spy {mode} · odd first · ↑ ↓ move, enter opens", "dim"),
         ))
+        if result.message:
+            self.notify(result.message, timeout=3)
+
+    def _show_dump(self, dump: StackDump, title: Text) -> None:
+        box = self.query_one("#stacks", VerticalScroll)
+        box.remove_children()
+        self.dump = dump
+        self.query_one("#stacks-head", Static).update(title)
         opened = False
+        # The odd group opens; when none stands out (one group: a dump of one rank), the first.
+        any_odd = any(g.odd for g in dump.groups if g.frames)
         for group in dump.groups:
             if not group.frames:
                 box.mount(Static(Text(group.summary(), "dim"), classes="stack-error"))
@@ -124,12 +190,18 @@ class StacksScreen(Screen[None]):
             section = Collapsible(
                 Static(frames, classes="stack-frames"),
                 title=group_title(group),
-                collapsed=not (group.odd and not opened),
+                collapsed=opened or not (group.odd or not any_odd),
                 classes="stack-group",
             )
-            opened = opened or group.odd
+            opened = opened or group.odd or not any_odd
             section.set_class(group.odd, "-odd")
             box.mount(section)
-        path.update(Text.assemble(("saved to ", "dim"), dump.path or "(not saved)"))
-        if result.message:
-            self.notify(result.message, timeout=3)
+        # The cursor on the first group (the odd one): arrows move it, enter folds.
+        self.call_after_refresh(self.action_group, 0)
+        self.query_one("#stacks-path", Static).update(
+            Text.assemble(("saved to ", "dim"), dump.path or "(not saved)"))
+
+
+def _ranks_said(dump: StackDump) -> str:
+    """``3 rank(s)``, or ``rank 3`` for a dump of one."""
+    return f"{len(dump.ranks)} rank(s)" if len(dump.ranks) != 1 else f"rank {dump.ranks[0].rank}"

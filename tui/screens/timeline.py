@@ -18,11 +18,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, RichLog, Static
+from textual.widgets import Input, RichLog, Static
 
 from ...engine.forensics.timeline import TimelineLine, merge_ranks
 from ..model import TYPED_MARK, RunView
 from ..widgets.ansi import display_text, plain_text
+from ..widgets.key_footer import KeyFooter
 
 __all__ = ["RANK_STYLES", "TimelineScreen", "rank_style"]
 
@@ -79,7 +80,7 @@ class TimelineScreen(Screen[None]):
         yield Static(id="timeline-title")
         yield RichLog(id="timeline", wrap=False, markup=False, highlight=False, max_lines=None)
         yield Input(id="timeline-input")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#timeline-input", Input).display = False

@@ -70,52 +70,88 @@ def summary_text(
     status: str = "",
     width: int | None = None,
 ) -> Text:
-    """The bar's text: ``trainer · 4 ranks · attempt 0 │ ● 3 running ✖ 1 failed │ ...``.
+    """The bar's text: ``rankvisor │ ● 3 running ✖ 1 failed │ finished │ 01:02 ...``.
 
-    With ``width``, the parts that matter less give way first when the bar is too narrow
-    (the run's name, then the elapsed time), so the root cause and the counts stay in sight
-    at 80 columns."""
+    What stays at any width: the counts by state, the run's state (finished, paused, a
+    status word) and the clock, with the suspect and the root cause. With ``width``, when
+    the bar is too narrow, the lowest priority first, the parts that may go (the run's name
+    and attempt) go and the others take their short form (``● 3`` for ``● 3 running``,
+    ``cause 2`` for ``root cause: rank 2``). A new word joins as one more ``_Part`` with a
+    short form and ``keep=True``."""
     root = run.root_cause()
-    # (priority, text): the lowest priority goes first when the line does not fit.
-    parts: list[tuple[int, Text]] = []
-    parts.append((9, Text.assemble((" rankvisor ", "bold reverse"))))
+    parts: list[_Part] = [_Part(9, Text.assemble((" rankvisor ", "bold reverse")),
+                                Text.assemble((" rv ", "bold reverse")))]
     suspect = run.suspect
     if suspect is not None:
         named = ", ".join(map(str, suspect.ranks or (suspect.rank,)))
-        parts.append((8, Text.assemble(
-            (f" suspect: rank {named} ", "bold yellow"), ("│", "dim")
-        )))
+        parts.append(_Part(
+            8, Text.assemble((f" suspect: rank {named} ", "bold yellow"), _BAR),
+            Text.assemble((f" suspect {named} ", "bold yellow"), _BAR),
+        ))
     if root is not None:
-        parts.append((8, Text.assemble((f" root cause: rank {root} ", "bold red"), ("│", "dim"))))
-    parts.append((2, Text.assemble(
+        parts.append(_Part(
+            8, Text.assemble((f" root cause: rank {root} ", "bold red"), _BAR),
+            Text.assemble((f" cause {root} ", "bold red"), _BAR),
+        ))
+    parts.append(_Part(2, Text.assemble(
         f" {run.name}{f' · {run.node}' if run.node else ''} · {run.nprocs} ranks"
-        f" · attempt {run.attempt} ", ("│", "dim")
-    )))
-    counts = Text()
+        f" · attempt {run.attempt} ", _BAR
+    ), keep=False))
+    counts, short = Text(), Text()
     for glyph, count, words, style in _counts(run):
         counts.append(f" {glyph} {count} {words}", style)
+        short.append(f" {glyph}{count}", style)
     counts.append(" │", "dim")
-    parts.append((7, counts))
+    short.append(" │", "dim")
+    parts.append(_Part(7, counts, short))
     waiting = sum(1 for v in run.ranks if v.input_wait is not None)
-    if waiting:
-        parts.append((8, Text.assemble(
-            (f" ⌨ {waiting} at a prompt (p: list, i: answer) ", "bold magenta"), ("│", "dim")
-        )))
+    if waiting:  # a person is asked something: stays at any width, in a short form
+        parts.append(_Part(
+            8,
+            Text.assemble((f" ⌨ {waiting} at a prompt (p: list, i: answer) ", "bold magenta"),
+                          ("│", "dim")),
+            Text.assemble((f" ⌨{waiting} ", "bold magenta"), ("│", "dim")),
+        ))
     if run.finished:
-        parts.append((6, Text.assemble((" finished ", "bold"), ("│", "dim"))))
+        parts.append(_Part(6, Text.assemble((" finished ", "bold"), _BAR)))
     if paused:
-        parts.append((5, Text.assemble((" ⏸ paused ", "bold yellow"), ("│", "dim"))))
+        parts.append(_Part(5, Text.assemble((" ⏸ paused ", "bold yellow"), _BAR),
+                           Text.assemble((" ⏸ ", "bold yellow"), _BAR)))
     if status:
-        parts.append((5, Text.assemble((f" {status} ", "bold yellow"), ("│", "dim"))))
-    parts.append((3, Text(f" {_elapsed(elapsed)}", "dim")))
+        parts.append(_Part(5, Text.assemble((f" {status} ", "bold yellow"), _BAR)))
+    parts.append(_Part(3, Text(f" {_elapsed(elapsed)}", "dim")))
     if width is not None:
-        while len(parts) > 1 and sum(p.cell_len for _, p in parts) > width:
-            lowest = min(range(len(parts)), key=lambda i: parts[i][0])
-            del parts[lowest]
+        _fit(parts, width)
     text = Text(no_wrap=True, overflow="ellipsis")
-    for _, part in parts:
-        text.append_text(part)
+    for part in parts:
+        text.append_text(part.text)
     return text
+
+
+_BAR = ("│", "dim")
+
+
+class _Part:
+    """One part of the bar: its text, a shorter form for a narrow terminal, and whether it
+    stays at any width (``keep``) or may go."""
+
+    __slots__ = ("keep", "priority", "short", "text")
+
+    def __init__(self, priority: int, text: Text, short: Text | None = None, *,
+                 keep: bool = True) -> None:
+        self.priority, self.text, self.short, self.keep = priority, text, short, keep
+
+
+def _fit(parts: list[_Part], width: int) -> None:
+    """The lowest priority first, until the parts fit ``width``: a part with a short form
+    takes it, one that may go goes."""
+    for part in sorted(parts, key=lambda p: p.priority):
+        if sum(p.text.cell_len for p in parts) <= width:
+            return
+        if part.short is not None:
+            part.text = part.short
+        elif not part.keep:
+            parts.remove(part)
 
 
 class RunSummary(TextBar):
