@@ -193,7 +193,8 @@ class Suspect:
     """One line per rank named (``reason`` joins them)."""
     kind: str = ""
     """What named ``rank``: "silence", "signal", "paused" (a person at its prompt),
-    "failure", "outlived" or "knock-on"."""
+    "failure", "collective" (torch's Flight Recorder: it never entered a
+    collective its peers waited in), "outlived" or "knock-on"."""
     first_failure_ns: int = 0
     """When the first failure happened (``time.time_ns()``)."""
     last_line: str = ""

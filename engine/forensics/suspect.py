@@ -23,6 +23,12 @@ evidence read here needs nothing from the training code:
   stopped counts here only when it had recorded its own error (torch's error file) before
   the teardown's signal reached it.
 
+Strongest of all, when the ranks serve it: *what torch recorded of the collectives* (its
+Flight Recorder, ``engine.forensics.collectives``): a rank that never entered collective #N
+of a process group while its peers waited in it is named before any silence, whatever
+every rank printed meanwhile (a heartbeat thread, a progress bar). A person's signal or pause
+of that rank, or its own failure, still tells its story in its own words.
+
 Each piece of evidence has a time (the last output, the signal, the exit); the earliest
 wins, and any other within ``TOGETHER_S`` of it is named too, the earlier first. Being
 stopped by rankvisor (teardown, escalation) is never evidence, but what the rank did before
@@ -42,6 +48,7 @@ from typing import Final
 from ..events import Suspect
 from ..process.signals import exit_signal_name
 from .activity import RankActivity
+from .collectives import Verdict
 from .knockon import knock_on_reason
 from .pauses import Pause
 
@@ -153,10 +160,11 @@ def find_suspect(
     silence_factor: float = DEFAULT_SILENCE_FACTOR,
     silence_min_s: float = DEFAULT_SILENCE_MIN_S,
     tz: tzinfo | None = None,
+    collectives: Sequence[Verdict] = (),
 ) -> Suspect | None:
     """The suspect of an attempt (see the module docstring); None when no rank failed on
     its own (success, or a run rankvisor stopped). ``pauses``: those in force at the first
-    failure (``PauseLog.at``)."""
+    failure (``PauseLog.at``); ``collectives``: the Flight Recorder's verdicts."""
     by_rank = {f.rank: f for f in facts}
     real = [f for f in facts if f.failed and f.exit_time_ns is not None]
     if not real:
@@ -256,6 +264,23 @@ def find_suspect(
             for e in evidence
             if not (e.kind == "silence" and e.rank in signalled)
         ]
+    missing: dict[int, Verdict] = {}
+    for v in collectives:
+        for r in v.missing:
+            if r in by_rank:
+                missing.setdefault(r, v)
+    if missing:
+        # torch's own record names them; a person's action on them, or their own failure,
+        # is the better story where there is one.
+        told = sorted((e for e in evidence if e.rank in missing
+                       and e.kind in ("signal", "paused", "failure")),
+                      key=lambda e: (e.t_ns, e.rank))
+        named = []
+        for r, v in missing.items():
+            mine = [e for e in told if e.rank == r]
+            named.append(mine[0] if mine else _Evidence(first_ns, r, "collective",
+                                                        v.suspect_words(r)))
+        return _suspect(named, by_rank, first_ns)
     if evidence:
         evidence.sort(key=lambda e: (e.t_ns, e.rank))
         start = evidence[0].t_ns

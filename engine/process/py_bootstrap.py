@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,8 +33,10 @@ __all__ = [
     "ENV_DEBUGPY",
     "ENV_DEBUGPY_WAIT",
     "ENV_POST_MORTEM",
+    "ENV_WORKER_SOCKET",
     "HOLD_FILE",
     "hold_path",
+    "is_python_rank",
     "main",
     "post_mortem",
     "read_hold",
@@ -47,6 +50,9 @@ ENV_DEBUGPY: Final = "RANKVISOR_DEBUGPY"
 """``host:port``: listen for a debugpy (DAP) client there before the user's code runs."""
 ENV_DEBUGPY_WAIT: Final = "RANKVISOR_DEBUGPY_WAIT"
 """Set: ... and wait until a client attaches."""
+ENV_WORKER_SOCKET: Final = "RANKVISOR_WORKER_SOCKET"
+"""A unix socket path: once the script imports ``torch.distributed``, serve torch's worker
+server there (the Flight Recorder's entries, stacks: ``engine.forensics.worker_server``)."""
 HOLD_FILE: Final = "debug_hold"
 """Beside the rank's error.json while a person is at its post-mortem prompt: the debug hold
 (the supervisor's teardown of the other ranks waits while it exists and the rank lives)."""
@@ -123,6 +129,21 @@ def wrap_python_args(args: Sequence[str]) -> tuple[str, ...]:
     return (*opts, "-c", _code(), *target)
 
 
+_PYTHON: Final = re.compile(r"python[0-9.]*$")
+
+
+def is_python_rank(argv: Sequence[str]) -> bool:
+    """Whether a command line (interpreter first) is a Python script or ``-m`` module that
+    the bootstrap can run (not ``-c CODE``, stdin, or another program)."""
+    if not argv or not _PYTHON.match(os.path.basename(argv[0])):
+        return False
+    try:
+        split_python_args(argv[1:])
+    except ValueError:
+        return False
+    return True
+
+
 def hold_path(error_file: str) -> str:
     """The debug hold's file of the rank whose error.json is ``error_file``."""
     return os.path.join(os.path.dirname(error_file), HOLD_FILE)
@@ -148,8 +169,11 @@ def main() -> None:
     post = os.environ.pop(ENV_POST_MORTEM, None) is not None
     listen = os.environ.pop(ENV_DEBUGPY, "")
     wait = os.environ.pop(ENV_DEBUGPY_WAIT, None) is not None
+    worker_socket = os.environ.pop(ENV_WORKER_SOCKET, "")
     argv = sys.argv[1:]  # sys.argv is ["-c", target...]
     _restore_orig_argv()
+    if worker_socket:
+        _after_import("torch.distributed", lambda: _serve_worker(worker_socket))
     if listen:
         _listen(listen, wait)
     try:
@@ -229,6 +253,81 @@ def _run_module(module: str, args: list[str]) -> None:
     sys.path[0] = os.getcwd()
     _fresh_main()
     runpy._run_module_as_main(module, alter_argv=True)  # what ``python -m`` itself calls
+
+
+_SERVERS: list[Any] = []
+"""The worker server started for the script (kept alive until the interpreter ends)."""
+
+
+class _AfterImport:
+    """A one-shot import hook: ``then()`` runs right after ``name`` is first imported.
+
+    It leaves ``sys.meta_path`` at once (the first time ``name`` is looked up), so a
+    script that never imports ``name`` pays nothing and one that does sees the import
+    system as it was; the loader's own ``exec_module`` does the import.
+    """
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self._name = name
+        self._then = then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self._name:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+        then = self._then
+
+        def exec_module(module: Any) -> None:
+            try:
+                run(module)
+            finally:
+                try:
+                    del loader.exec_module  # the loader as it was
+                except AttributeError:
+                    pass
+            then()
+
+        try:
+            loader.exec_module = exec_module
+        except AttributeError:  # a loader that takes no attributes: left without
+            pass
+        return spec
+
+
+def _after_import(name: str, then: Callable[[], None]) -> None:
+    if name in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _serve_worker(path: str) -> None:
+    """torch's worker server on ``path``, as ``worker_main()`` starts it; a torch without
+    one (before 2.4) or a socket that cannot be made leaves the rank as it was."""
+    try:
+        from torch._C._distributed_c10d import _WorkerServer
+    except ImportError:
+        return
+    try:
+        if os.path.exists(path):
+            os.unlink(path)  # an earlier incarnation's: torch refuses a path that exists
+        _SERVERS.append(_WorkerServer(path))
+    except Exception:  # noqa: BLE001 - never the rank's failure
+        pass
 
 
 def _listen(where: str, wait: bool) -> None:

@@ -74,6 +74,7 @@ from ..process import cgroups as _cgroups
 from ..process.guard import Guard
 from ..std import Std
 from .agent_env import EnvOptions, free_port, log_line_prefixes
+from .collective_watch import CollectiveWatch
 from .commands import CommandHandler
 from .debug_options import debugpy_banner, write_launch
 from .launcher import Launcher
@@ -131,9 +132,15 @@ class Supervisor:
         # The run's own events tell who a person paused (a prompt, a SIGSTOP): the suspect's.
         self._events.subscribe(self._state.pauses.observe)
         self._stacks = StackCapture(lambda: self._logs.run_log_dir, self._say_capture)
+        self.collectives: CollectiveWatch | None = (
+            CollectiveWatch(self._state, lambda: self._logs.run_log_dir)
+            if any(config.serves_collectives(r) for r in range(config.nprocs)) else None
+        )
+        """Every rank's Flight Recorder, read live (None: no rank serves it)."""
         self._stopper = Stopper(
             self._state, self._events, kill_wait_s=config.kill_wait_s,
-            before_kill=self._before_kill if config.stack_on_kill else None,
+            before_kill=(self._before_kill
+                         if config.stack_on_kill or self.collectives is not None else None),
             captures=CaptureSchedule(),
         )
         self._pump = PumpLink(
@@ -178,7 +185,7 @@ class Supervisor:
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,
-            self._wakeup, self._guard,
+            self._wakeup, self._guard, collectives=self.collectives,
         )
 
     # -- events and commands --------------------------------------------------------------
@@ -244,6 +251,8 @@ class Supervisor:
         self._monitor.start()  # a first pass at once: ranks may have exited (or failed) already
         if self.config.sample_interval:
             self._sampler.start()
+        if self.collectives is not None:
+            self.collectives.start()
 
     def _say_debugpy(self) -> None:
         """``--debugpy``: write the VS Code attach configuration into the run dir and say
@@ -300,6 +309,8 @@ class Supervisor:
         self._wakeup.wake()
         self._monitor.join(timeout=5.0)
         self._stacks.join(timeout_s=2.0)  # each ended before its SIGKILL deadline anyway
+        if self.collectives is not None:
+            self.collectives.stop()
         self._pump.run_ops()
         self._sampler.stop()
         self._pump.stop()
@@ -517,7 +528,13 @@ class Supervisor:
         """The Stopper's hook (lock held): dump ``targets`` before their SIGKILL, the dump
         naming the ranks as a person knows them (global on many nodes)."""
         shown = {self._state.shown(rank): pid for rank, pid in targets.items()}
-        self._stacks.before_kill(shown, deadline, why)
+        if self.config.stack_on_kill:
+            self._stacks.before_kill(shown, deadline, why)
+        if self.collectives is not None:
+            paths = self.collectives.live_paths(targets)
+            left = deadline - time.monotonic() - 0.1
+            if paths and left > 0.05:
+                self.collectives.capture_later(f"before SIGKILL ({why})", paths, min(1.0, left))
 
     def _say_capture(self, message: str) -> None:
         """A capture's notice, from its own thread."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from ..cluster.options import ClusterOptions
+from ..process.py_bootstrap import is_python_rank, wrap_python_args
 from ..process.signals import check_stop_signal
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use
@@ -122,6 +123,12 @@ class SupervisorConfig:
             usual shapes (step N, iter N, epoch N, tqdm's N/M). None: only those.
         debug: ``--post-mortem`` and ``--debugpy``: the Python ranks run under rankvisor's
             bootstrap (``DebugOptions``); None runs every rank as given.
+        collectives: Every Python rank runs under the bootstrap, which serves torch's
+            worker server in the rank once it imports ``torch.distributed``, with torch's
+            Flight Recorder on (``TORCH_FR_BUFFER_SIZE``, unless set already): the suspect
+            and ``rankvisor collectives`` read which rank never entered a collective
+            (``--no-collectives`` turns it off). A rank that is not a Python script or
+            module runs as given.
     """
 
     entrypoint: str
@@ -162,6 +169,7 @@ class SupervisorConfig:
     """Multi-node (``--nnodes`` not 1): how this node finds the others (engine.cluster)."""
     progress_regex: str | None = None
     debug: DebugOptions | None = None
+    collectives: bool = True
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -174,9 +182,18 @@ class SupervisorConfig:
         return (self.entrypoint, *self.rank_args.get(rank, self.args))
 
     def launch_argv(self, rank: int) -> tuple[str, ...]:
-        """What is started for ``rank``: ``argv``, under the bootstrap if ``debug`` asks."""
+        """What is started for ``rank``: ``argv``, under the bootstrap if ``debug`` or
+        ``collectives`` asks."""
         argv = self.argv(rank)
-        return self.debug.argv(rank, argv) if self.debug is not None else argv
+        if self.debug is not None and self.debug.bootstrapped(rank):
+            return self.debug.argv(rank, argv)
+        if self.collectives and is_python_rank(argv):
+            return (argv[0], *wrap_python_args(argv[1:]))
+        return argv
+
+    def serves_collectives(self, rank: int) -> bool:
+        """Whether ``rank`` runs under the bootstrap with its worker server on."""
+        return self.collectives and is_python_rank(self.argv(rank))
 
     def console(self, rank: int) -> tuple[bool, bool]:
         """Whether ``rank``'s (stdout, stderr) appear on the console, as under torchrun.

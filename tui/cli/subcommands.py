@@ -37,6 +37,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
                "env", forensics.bundle),
     Subcommand("stack", "dump every rank's Python stack (py-spy), merged: the odd ranks first",
                forensics.stack),
+    Subcommand("collectives", "each rank's last collectives (torch's Flight Recorder) and "
+               "which rank did not enter one", forensics.collectives),
 )
 
 BY_NAME: Final = {sub.name: sub for sub in SUBCOMMANDS}
