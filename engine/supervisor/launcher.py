@@ -206,6 +206,12 @@ class Launcher:
         self._sampler.untrack(slot.rank)
         self._guard.forget(proc.pid)
         self._pump.remove(slot)
+        sock = slot.env.get(ENV_WORKER_SOCKET)
+        if sock:
+            try:
+                os.unlink(sock)  # its server is gone with it
+            except OSError:
+                pass
         try:
             proc.close()
         except RuntimeError:
