@@ -82,6 +82,19 @@ def test_while_it_hangs_rankvisor_collectives_has_the_verdict(tmp_path: Path) ->
                               env=env, capture_output=True, text=True, timeout=60).stdout
         assert ("all_reduce #5 on pg 0 (default_pg): ranks 0 and 2 entered it; rank 1 did not "
                 "(its last was #4)") in text
+
+        # Every rank still prints, nothing failed: the live suspect is in status.json.
+        def live() -> dict | None:
+            status = json.loads(Path(run_dir, "status.json").read_text())
+            s = status.get("suspect")
+            return status if s and s.get("live") else None
+
+        status = wait_until(live, timeout=60)
+        assert status["suspect"]["rank"] == 1 and status["suspect"]["kind"] == "collective"
+        assert status["suspect"]["reason"].startswith(REASON)
+        assert all(Path(p).exists() for p in status["suspect"]["dumps"])
+        assert all(r["step"] == 4 for r in status["ranks"]), status["ranks"]
+        assert all(isinstance(r["last_output_age_s"], float) for r in status["ranks"])
     finally:
         run.send_signal(signal.SIGINT)
         try:
@@ -89,6 +102,26 @@ def test_while_it_hangs_rankvisor_collectives_has_the_verdict(tmp_path: Path) ->
         except subprocess.TimeoutExpired:
             run.kill()
             run.wait()
+
+
+@pytest.mark.parametrize("fr", [True, False], ids=["flight-recorder", "stacks-only"])
+def test_a_hang_before_any_timeout_names_a_live_suspect(tmp_path: Path, fr: bool) -> None:
+    config = _config(tmp_path, "--skip", "1", "--timeout", "120")
+    config.collectives = fr
+    config.live_quiet_s = 2.0
+    with Supervisor(config) as sup:
+        reading = wait_until(lambda: (r := sup.live_suspect) is not None and r.suspect and r,
+                             timeout=90)
+        s = reading.suspect  # type: ignore[union-attr]
+        assert s.rank == 1, s
+        if fr:
+            assert s.kind == "collective" and s.reason.startswith(REASON)
+        else:
+            assert s.kind == "stack"
+            assert s.reason.startswith("rank 1: its main thread is outside any collective")
+            assert "while ranks 0 and 2 wait in all_reduce" in s.reason
+        assert reading.dumps and all(os.path.exists(p) for p in reading.dumps)  # type: ignore[union-attr]
+        sup.shutdown(5)
 
 
 @pytest.mark.parametrize("worker_main", [False, True], ids=["plain", "worker_main"])

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..events import Event, RankOutput, RankStats, RunFinished
 from . import registry, status, wire
+from .live_status import add_live
 from .server import ControlServer
 
 if TYPE_CHECKING:
@@ -204,6 +205,7 @@ class RunHost:
             exitcode=self._exit_status() if self._sup.finished is not None else None,
             started=self.started_at,
         )
+        record = add_live(record, self._sup)
         return self._status_hook(record) if self._status_hook is not None else record
 
     def _write_status(self) -> None:

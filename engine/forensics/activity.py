@@ -103,6 +103,12 @@ class OutputActivity:
         with self._lock:
             return self._cutoff_ns
 
+    def recent_lines(self, rank: int) -> list[str]:
+        """``rank``'s last few lines (unfinished ones included), oldest first."""
+        with self._lock:
+            data = self._ranks.get(rank)
+            return [x[3] for x in data.lines] if data is not None else []
+
     def reading(self, rank: int, until_ns: int | None = None) -> RankActivity:
         """What ``rank`` wrote up to ``until_ns`` (default: the cutoff, else now)."""
         with self._lock:

@@ -99,6 +99,8 @@ class Verdict:
     """Each missing rank's last enqueued sequence number in that group (0: none)."""
     unknown: tuple[int, ...] = ()
     """Ranks whose only answer is from before the others entered it: not blamed."""
+    entered_ns: int = 0
+    """When the first of ``entered`` entered it (0: not known)."""
 
     def where(self) -> str:
         desc = f" ({self.desc})" if self.desc else ""
@@ -235,7 +237,7 @@ def verdicts(ranks: Iterable[RankCollectives]) -> list[Verdict]:
             continue
         op = next((c.op for c in colls if c.op != "?"), "?")
         out.append(Verdict(pg, desc, op, top, tuple(entered), missing,
-                           {r: last[r][0] for r in missing}, unknown))
+                           {r: last[r][0] for r in missing}, unknown, since))
     return out
 
 

@@ -25,8 +25,9 @@ from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snap
 from ..forensics.worker_server import Answer, ask_all
 from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from .state import RunState
+from .ticker import Ticker
 
-__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "CollectiveWatch", "recorder_env"]
+__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "CollectiveWatch", "recorder_env", "saved_captures"]
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +57,8 @@ class CollectiveWatch:
         self._last: dict[int, tuple[str, Answer]] = {}
         """rank -> (socket path, its last good answer)."""
         self._errors: dict[int, tuple[str, str]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="rankvisor-collectives",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll)
+        self.start, self.stop = self._ticker.start, self._ticker.stop
 
     def live_paths(self, only: Container[int] | None = None) -> dict[int, str]:
         """The live ranks' sockets (rank -> path), of ``only`` if given; the caller holds
@@ -75,12 +66,11 @@ class CollectiveWatch:
         return {s.rank: s.env[ENV_WORKER_SOCKET] for s in self._state.live()
                 if s.env.get(ENV_WORKER_SOCKET) and (only is None or s.rank in only)}
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            with self._state.lock:
-                paths = self.live_paths()
-            if paths:
-                self.ask(paths, timeout_s=min(2.0, self._interval * 2))
+    def _poll(self) -> None:
+        with self._state.lock:
+            paths = self.live_paths()
+        if paths:
+            self.ask(paths, timeout_s=min(2.0, self._interval * 2))
 
     def ask(self, paths: Mapping[int, str], timeout_s: float) -> None:
         """Ask ``paths`` (rank -> socket) now and keep what they said."""
@@ -154,6 +144,17 @@ class CollectiveWatch:
             log.warning("collectives not saved under %s: %s", folder, e)
             return ""
         return path
+
+
+def saved_captures(run_dir: str) -> list[str]:
+    """The captures saved for a run (``<run_dir>/collectives/<time>.json``), oldest first."""
+    folder = os.path.join(run_dir, DIR)
+    try:
+        names = sorted(n for n in os.listdir(folder)
+                       if n.endswith(".json") and n[:1].isdigit())
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names]
 
 
 def _write(path: str, data: bytes) -> None:

@@ -68,6 +68,7 @@ from typing import Union
 
 from ..errors import ProcessFailure
 from ..events import EventSink, RunFinished, TimerExpired
+from ..forensics.progress import ProgressReader
 from ..handle import Command, CommandResult, RunInfo
 from ..logs_specs import DefaultLogsSpecs
 from ..process import cgroups as _cgroups
@@ -78,6 +79,7 @@ from .collective_watch import CollectiveWatch
 from .commands import CommandHandler
 from .debug_options import debugpy_banner, write_launch
 from .launcher import Launcher
+from .live_suspect import LiveReading, LiveSuspect
 from .monitor import Monitor, held_ranks
 from .publisher import Publisher
 from .pump_link import PumpLink
@@ -137,6 +139,12 @@ class Supervisor:
             if any(config.serves_collectives(r) for r in range(config.nprocs)) else None
         )
         """Every rank's Flight Recorder, read live (None: no rank serves it)."""
+        self._progress_reader = ProgressReader(config.progress_regex)
+        self._live = LiveSuspect(
+            self._state, self._stacks, self.collectives, self._say_live,
+            silence_factor=config.suspect_silence_factor,
+            silence_min_s=max(config.suspect_silence_min_s, config.live_quiet_s),
+        ) if config.live_quiet_s > 0 else None
         self._stopper = Stopper(
             self._state, self._events, kill_wait_s=config.kill_wait_s,
             before_kill=(self._before_kill
@@ -253,6 +261,8 @@ class Supervisor:
             self._sampler.start()
         if self.collectives is not None:
             self.collectives.start()
+        if self._live is not None:
+            self._live.start()
 
     def _say_debugpy(self) -> None:
         """``--debugpy``: write the VS Code attach configuration into the run dir and say
@@ -309,6 +319,8 @@ class Supervisor:
         self._wakeup.wake()
         self._monitor.join(timeout=5.0)
         self._stacks.join(timeout_s=2.0)  # each ended before its SIGKILL deadline anyway
+        if self._live is not None:
+            self._live.stop()
         if self.collectives is not None:
             self.collectives.stop()
         self._pump.run_ops()
@@ -515,6 +527,30 @@ class Supervisor:
         """The MASTER_PORT the ranks got."""
         return self._port
 
+    def progress_now(self) -> dict[int, dict[str, object]]:
+        """Each rank's step (the last its recent lines report, None if none) and the age of
+        its last output in seconds (None if it wrote nothing): a cron check sees a stall."""
+        reader = self._progress_reader
+        now = time.time_ns()
+        out: dict[int, dict[str, object]] = {}
+        activity = self._state.activity
+        for rank in list(self._state.slots):
+            last = activity.reading(rank, until_ns=now).last_ns
+            step = None
+            for line in reversed(activity.recent_lines(rank)):
+                found = reader.read(line)
+                if found is not None:
+                    step = found.step
+                    break
+            out[rank] = {"step": step,
+                         "last_output_age_s": round((now - last) / 1e9, 1) if last else None}
+        return out
+
+    @property
+    def live_suspect(self) -> LiveReading | None:
+        """The suspect named while every rank hangs, with its dumps (None: none now)."""
+        return self._live.reading if self._live is not None else None
+
     @property
     def guard_pid(self) -> int | None:
         """The guard process's pid (for tests and diagnostics)."""
@@ -536,11 +572,14 @@ class Supervisor:
             if paths and left > 0.05:
                 self.collectives.capture_later(f"before SIGKILL ({why})", paths, min(1.0, left))
 
-    def _say_capture(self, message: str) -> None:
+    def _say_capture(self, message: str, severity: str = "information") -> None:
         """A capture's notice, from its own thread."""
         with self._state.lock:
-            self._events.notice(message, "information")
+            self._events.notice(message, severity)
         self._events.flush()
+
+    def _say_live(self, message: str) -> None:
+        self._say_capture(message, "warning")
 
     def _on_timer_expired(self, pid: int, scope: str) -> None:
         with self._state.lock:

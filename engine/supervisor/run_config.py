@@ -170,6 +170,9 @@ class SupervisorConfig:
     progress_regex: str | None = None
     debug: DebugOptions | None = None
     collectives: bool = True
+    live_quiet_s: float = 4.0
+    """A live suspect is looked for once every rank has been quiet this long (and past its
+    cadence), or a collective has been waited in this long (0: never while it runs)."""
 
     def __post_init__(self) -> None:
         if self.run_id is None:
