@@ -52,6 +52,8 @@ from typing import Any, Final
 
 from ..process.proc_table import find_descendants
 
+_BOOTSTRAP_TAIL: Final = os.path.join("process", "py_bootstrap.py")
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "KILL_DUMP_BUDGET_S",
@@ -483,6 +485,23 @@ def _py_spy(
     return data, ""
 
 
+def without_bootstrap(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """A stack without the outermost frames of rankvisor's bootstrap of a Python rank
+    (``engine.process.py_bootstrap``: its ``-c`` line and the frames that run the script),
+    so that a rank's stack reads as it would without it."""
+    end = len(frames)
+    if end >= 2 and frames[-1].filename == "<string>" and _is_bootstrap(frames[-2]):
+        end -= 1  # the -c line that loads it
+    while end and _is_bootstrap(frames[end - 1]):
+        end -= 1
+    return frames[:end] if end else frames
+
+
+def _is_bootstrap(f: Frame) -> bool:
+    return f.filename.endswith(_BOOTSTRAP_TAIL) and f.name in ("main", "_run_script",
+                                                               "_run_module")
+
+
 def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
     out = []
     for t in data:
@@ -490,10 +509,16 @@ def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
             continue
         tid = int(t.get("os_thread_id") or t.get("thread_id") or 0)
         name = str(t.get("thread_name") or "")
+        if not name and tid == pid:
+            # py-spy names it from ``threading`` when it finds that module's record, which
+            # it misses in a rank under rankvisor's bootstrap: Python's main thread.
+            name = "MainThread"
         out.append(ThreadStack(
             thread_id=tid,
             name=name,
-            frames=tuple(_frame(f) for f in t.get("frames") or () if isinstance(f, dict)),
+            frames=without_bootstrap(
+                tuple(_frame(f) for f in t.get("frames") or () if isinstance(f, dict))
+            ),
             main=tid == pid or name == "MainThread",
             active=bool(t.get("active", False)),
             owns_gil=bool(t.get("owns_gil", False)),
