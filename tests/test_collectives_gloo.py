@@ -53,6 +53,23 @@ def test_the_rank_that_never_entered_is_the_suspect(tmp_path: Path, heartbeat: b
     assert sorted(os.listdir(Path(run_dir, "collectives", "fr"))) == ["0.json", "1.json", "2.json"]
 
 
+@pytest.mark.parametrize("case", ["mismatch", "barrier"])
+def test_torch_s_own_texts_name_the_odd_rank(tmp_path: Path, case: str) -> None:
+    if case == "mismatch":
+        config = _config(tmp_path, "--mismatch", "1", "--timeout", "5")
+        config.env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+        words = "rank 1: ran BROADCAST where ranks 0 and 2 ran ALLREDUCE"
+    else:
+        config = _config(tmp_path, "--barrier", "1", "--timeout", "4")
+        words = "rank 1: failed to pass monitored_barrier (torch's own check, in rank 0's error)"
+    with Supervisor(config) as sup:
+        finished = sup.wait(timeout=120)
+    assert isinstance(finished, RunFinished)
+    s = finished.suspect
+    assert s is not None and s.rank == 1 and s.ranks == (1,), s
+    assert s.reason.startswith(words), s.reason
+
+
 def test_while_it_hangs_rankvisor_collectives_has_the_verdict(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}

@@ -159,7 +159,9 @@ def parse_fr(rank: int, data: Mapping[str, Any], at_ns: int = 0) -> RankCollecti
         if not isinstance(e, Mapping) or e.get("is_p2p"):
             continue
         pg_field = e.get("process_group") or ()
-        pg = str(pg_field[0]) if pg_field else str(e.get("pg_id", ""))
+        # A wrapped group (TORCH_DISTRIBUTED_DEBUG=DETAIL) records its entries under the
+        # name "": its id says which group they belong to.
+        pg = str(pg_field[0]) if pg_field and pg_field[0] else str(e.get("pg_id", ""))
         if len(pg_field) > 1 and pg_field[1]:
             descs[pg] = str(pg_field[1])
         seq = _int(e.get("collective_seq_id"))
@@ -230,6 +232,12 @@ def verdicts(ranks: Iterable[RankCollectives]) -> list[Verdict]:
             continue
         colls = [c for rank, (_, c) in last.items() if rank in entered and c is not None]
         since = min((c.created_ns for c in colls if c.created_ns), default=0)
+        waiting = [r.rank for r in known if r.rank in entered and (g := r.group(pg)) is not None
+                   and (g.last_completed is None or g.last_completed.seq < top)]
+        if not since and not waiting:
+            # When they entered it is not known, and whoever did has completed it (a
+            # timeout retires it too): nothing says the others were asked too early.
+            continue
         at = {r.rank: r.at_ns for r in known}
         missing = tuple(r for r in behind if not since or at.get(r, 0) >= since)
         unknown = tuple(r for r in behind if r not in missing)

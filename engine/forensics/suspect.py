@@ -26,8 +26,10 @@ evidence read here needs nothing from the training code:
 Strongest of all, when the ranks serve it: *what torch recorded of the collectives* (its
 Flight Recorder, ``engine.forensics.collectives``): a rank that never entered collective #N
 of a process group while its peers waited in it is named before any silence, whatever
-every rank printed meanwhile (a heartbeat thread, a progress bar). A person's signal or pause
-of that rank, or its own failure, still tells its story in its own words.
+every rank printed meanwhile (a heartbeat thread, a progress bar); then *what torch printed*
+about it (``engine.forensics.torch_texts``: a collective mismatch under
+TORCH_DISTRIBUTED_DEBUG=DETAIL, a monitored barrier, NCCL's watchdog). A person's signal or
+pause of that rank, or its own failure, still tells its story in its own words.
 
 Each piece of evidence has a time (the last output, the signal, the exit); the earliest
 wins, and any other within ``TOGETHER_S`` of it is named too, the earlier first. Being
@@ -51,6 +53,7 @@ from .activity import RankActivity
 from .collectives import Verdict
 from .knockon import knock_on_reason
 from .pauses import Pause
+from .torch_texts import torch_named
 
 __all__ = [
     "DEFAULT_SILENCE_FACTOR",
@@ -264,22 +267,29 @@ def find_suspect(
             for e in evidence
             if not (e.kind == "silence" and e.rank in signalled)
         ]
-    missing: dict[int, Verdict] = {}
+    # What torch recorded (the Flight Recorder), else what it printed (a collective
+    # mismatch, a monitored barrier, NCCL's watchdog), names ranks above any silence.
+    kind = "collective"
+    named_by: dict[int, str] = {}
     for v in collectives:
         for r in v.missing:
             if r in by_rank:
-                missing.setdefault(r, v)
-    if missing:
-        # torch's own record names them; a person's action on them, or their own failure,
-        # is the better story where there is one.
-        told = sorted((e for e in evidence if e.rank in missing
+                named_by.setdefault(r, v.suspect_words(r))
+    if not named_by:
+        kind = "torch"
+        texts = {f.rank: f.message for f in facts if f.message}
+        named_by = {r: w for r, w in torch_named(texts).items() if r in by_rank}
+    if named_by:
+        # A person's action on them, or their own failure, is the better story where
+        # there is one (not a collective error their peers' would share).
+        told = sorted((e for e in evidence if e.rank in named_by
                        and e.kind in ("signal", "paused", "failure")),
                       key=lambda e: (e.t_ns, e.rank))
         named = []
-        for r, v in missing.items():
-            mine = [e for e in told if e.rank == r]
-            named.append(mine[0] if mine else _Evidence(first_ns, r, "collective",
-                                                        v.suspect_words(r)))
+        for r, words in named_by.items():
+            mine = [e for e in told
+                    if e.rank == r and (kind == "collective" or e.kind != "failure")]
+            named.append(mine[0] if mine else _Evidence(first_ns, r, kind, words))
         return _suspect(named, by_rank, first_ns)
     if evidence:
         evidence.sort(key=lambda e: (e.t_ns, e.rank))

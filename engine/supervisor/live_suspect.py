@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..events import Suspect
+from ..events import LIVE_SUSPECT_PREFIX, Suspect
 from ..forensics.stack_evidence import outside_collective
 from ..states import RankState
 from .collective_watch import CollectiveWatch
@@ -134,6 +134,6 @@ class LiveSuspect:
         self.reading = LiveReading(suspect, since, tuple(dumps))
         taken = f" (dumps: {', '.join(dumps)})" if dumps else ""
         if suspect is not None:
-            self._say(f"live suspect: {suspect.reason}{taken}")
+            self._say(f"{LIVE_SUSPECT_PREFIX}{suspect.reason}{taken}")
         else:
             self._say(f"every rank is quiet; no rank stands out{taken}")

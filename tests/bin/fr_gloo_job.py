@@ -5,6 +5,9 @@
   --heartbeat     every rank prints ``heartbeat`` from a thread every 0.4 s, the hung one too
                   (as logging and progress threads do)
   --worker-main   the loop runs inside torch's ``worker_main()``
+  --mismatch R    rank R calls broadcast where the others call all_reduce #AT (run it with
+                  TORCH_DISTRIBUTED_DEBUG=DETAIL: torch names the mismatch)
+  --barrier R     at step AT every rank calls monitored_barrier, rank R only after sleeping
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ def loop(a: argparse.Namespace) -> None:
     for i in range(1, a.steps + 1):
         if rank == a.skip and i == a.at:
             time.sleep(3600)
-        dist.all_reduce(t)
+        if i == a.at and a.barrier >= 0:
+            if rank == a.barrier:
+                time.sleep(3600)
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=a.timeout))
+        if i == a.at and rank == a.mismatch:
+            dist.broadcast(t, src=0)
+        else:
+            dist.all_reduce(t)
         print(f"step {i}", flush=True)
         time.sleep(a.step_s)
     dist.destroy_process_group()
@@ -48,6 +58,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--mismatch", type=int, default=-1)
+    p.add_argument("--barrier", type=int, default=-1)
     p.add_argument("--heartbeat", action="store_true")
     p.add_argument("--worker-main", action="store_true")
     a = p.parse_args()

@@ -85,6 +85,12 @@ def summary_text(
         parts.append((8, Text.assemble(
             (f" suspect: rank {named} ", "bold yellow"), ("│", "dim")
         )))
+    elif run.live_suspect:
+        # "rank 1: never entered ..." -> "rank 1": the reason is in the error view.
+        who = run.live_suspect.split(":", 1)[0]
+        parts.append((8, Text.assemble(
+            (f" live suspect: {who} ", "bold yellow"), ("│", "dim")
+        )))
     if root is not None:
         parts.append((8, Text.assemble((f" root cause: rank {root} ", "bold red"), ("│", "dim"))))
     parts.append((2, Text.assemble(
