@@ -1,16 +1,23 @@
 """Stacks as evidence: one rank's main thread outside any collective while its peers wait in
 one. A py-spy dump (``stacks.StackDump``) taken while a job hangs shows it directly; the
 frame that says "in a collective" is one of ``torch.distributed``'s collective functions (or
-any frame of ``distributed_c10d.py``), found anywhere in the main thread's stack."""
+any frame of ``distributed_c10d.py``), found anywhere in the main thread's stack.
+
+With the Flight Recorder beside it, ranks in the same frame at different collective numbers
+(two in all_reduce #5, one still in #4) are not one group: ``regrouped`` splits them, and each
+group names its collective."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Final
 
-from .stacks import RankStack, StackDump
+from .collectives import RankCollectives, ranks_words
+from .stacks import RankStack, StackDump, merge
 
-__all__ = ["OutsideCollective", "collective_of", "outside_collective"]
+__all__ = ["OutsideCollective", "collective_labels", "collective_of", "outside_collective",
+           "regrouped"]
 
 _OPS: Final = frozenset({
     "all_reduce", "broadcast", "barrier", "all_gather", "all_gather_into_tensor",
@@ -28,8 +35,6 @@ class OutsideCollective:
     """The odd rank's innermost frame ("job.py:12 in train")."""
 
     def words(self) -> str:
-        from .collectives import ranks_words
-
         return (f"rank {self.rank}: its main thread is outside any collective (at "
                 f"{self.where}) while {ranks_words(self.waiting)} wait in {self.op} "
                 "(py-spy stacks)")
@@ -65,3 +70,29 @@ def outside_collective(dump: StackDump) -> OutsideCollective | None:
     waiting = tuple(sorted(r for r in ops if r != odd.rank))
     op = next(op for r, op in sorted(ops.items()) if op is not None)
     return OutsideCollective(odd.rank, waiting, op, where)
+
+
+def collective_labels(dump: StackDump, readings: Iterable[RankCollectives]) -> dict[int, str]:
+    """rank -> the collective its main thread waits in, by number ("all_reduce #5 on pg
+    0"), for the ranks whose stack is in a collective and whose Flight Recorder answered."""
+    by_rank = {r.rank: r for r in readings if not r.error}
+    out: dict[int, str] = {}
+    for s in dump.ranks:
+        op = collective_of(s) if not s.error else None
+        fr = by_rank.get(s.rank)
+        if op is None or fr is None:
+            continue
+        pending = [(g.last_enqueued.created_ns, g.pg, g.last_enqueued) for g in fr.groups
+                   if g.last_enqueued is not None]
+        if pending:
+            _, pg, c = max(pending, key=lambda x: (x[0], x[2].seq))
+            out[s.rank] = f"{c.op} #{c.seq} on pg {pg}"
+    return out
+
+
+def regrouped(dump: StackDump, readings: Iterable[RankCollectives]) -> StackDump:
+    """``dump`` with its groups split by the collective each rank waits in."""
+    labels = collective_labels(dump, readings)
+    if not labels:
+        return dump
+    return replace(dump, groups=merge(dump.ranks, labels))

@@ -180,10 +180,14 @@ class StackGroup:
     lines: tuple[tuple[int, ...], ...] = ()
     """Per frame, every line the group's ranks are at (two when they differ)."""
     error: str = ""
+    collective: str = ""
+    """The collective its ranks wait in ("all_reduce #5 on pg 0"), when torch's Flight
+    Recorder says: ranks in the same frame at different collective numbers are two groups."""
 
     def who(self) -> str:
         head = "rank" if len(self.ranks) == 1 else "ranks"
-        return f"{head} {', '.join(map(str, self.ranks))}"
+        at = f" (in {self.collective})" if self.collective else ""
+        return f"{head} {', '.join(map(str, self.ranks))}{at}"
 
     def summary(self) -> str:
         """``ranks 0, 2, 3: all_reduce <- train_step <- main``."""
@@ -278,7 +282,7 @@ class StackDump:
             "groups": [
                 {"ranks": list(g.ranks), "odd": g.odd, "summary": g.summary(),
                  "error": g.error, "frames": [_frame_dict(f) for f in g.frames],
-                 "lines": [list(x) for x in g.lines]}
+                 "lines": [list(x) for x in g.lines], "collective": g.collective}
                 for g in self.groups
             ],
             "ranks": [
@@ -303,6 +307,7 @@ class StackDump:
                 odd=bool(g.get("odd", False)),
                 lines=tuple(tuple(int(n) for n in x) for x in g.get("lines", ())),
                 error=str(g.get("error", "")),
+                collective=str(g.get("collective", "")),
             )
             for g in data.get("groups", ())
         )
@@ -344,17 +349,21 @@ def _frame(d: Mapping[str, Any]) -> Frame:
 # -- merging --------------------------------------------------------------------------------
 
 
-def merge(ranks: Sequence[RankStack]) -> tuple[StackGroup, ...]:
+def merge(
+    ranks: Sequence[RankStack], collectives: Mapping[int, str] | None = None
+) -> tuple[StackGroup, ...]:
     """Group ranks by their main thread's stack; the odd (smallest) groups first, marked.
 
     Ranks without a stack are grouped by their error, after the others, and are never odd:
-    a rank that exited is no evidence of where the others are stuck.
+    a rank that exited is no evidence of where the others are stuck. ``collectives``
+    (rank -> the collective it waits in) splits a group whose ranks wait in different ones.
     """
-    by_key: dict[tuple[tuple[str, str], ...], list[RankStack]] = {}
+    labels = collectives or {}
+    by_key: dict[tuple[Any, ...], list[RankStack]] = {}
     by_error: dict[str, list[int]] = {}
     for r in sorted(ranks, key=lambda r: r.rank):
         if r.threads:
-            by_key.setdefault(r.key(), []).append(r)
+            by_key.setdefault((r.key(), labels.get(r.rank, "")), []).append(r)
         else:
             by_error.setdefault(r.error or "no thread", []).append(r.rank)
     groups = []
@@ -365,12 +374,14 @@ def merge(ranks: Sequence[RankStack]) -> tuple[StackGroup, ...]:
             tuple(sorted({m.threads[0].frames[i].line for m in members}))
             for i in range(len(main.frames))
         )
-        groups.append(StackGroup(tuple(m.rank for m in members), main.frames, lines=lines))
+        groups.append(StackGroup(tuple(m.rank for m in members), main.frames, lines=lines,
+                                 collective=labels.get(members[0].rank, "")))
     sizes = [len(g.ranks) for g in groups]
     smallest = min(sizes, default=0)
     standout = bool(sizes) and smallest < max(sizes)
     groups = [
-        StackGroup(g.ranks, g.frames, odd=standout and len(g.ranks) == smallest, lines=g.lines)
+        StackGroup(g.ranks, g.frames, odd=standout and len(g.ranks) == smallest, lines=g.lines,
+                   collective=g.collective)
         for g in groups
     ]
     groups.sort(key=lambda g: (len(g.ranks), g.ranks[0]))

@@ -133,7 +133,10 @@ class Supervisor:
         self._events = Publisher(self._state)
         # The run's own events tell who a person paused (a prompt, a SIGSTOP): the suspect's.
         self._events.subscribe(self._state.pauses.observe)
-        self._stacks = StackCapture(lambda: self._logs.run_log_dir, self._say_capture)
+        self._stacks = StackCapture(
+            lambda: self._logs.run_log_dir, self._say_capture,
+            readings=lambda: self.collectives.readings() if self.collectives else (),
+        )
         self.collectives: CollectiveWatch | None = (
             CollectiveWatch(self._state, lambda: self._logs.run_log_dir)
             if any(config.serves_collectives(r) for r in range(config.nprocs)) else None

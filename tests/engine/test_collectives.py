@@ -135,3 +135,39 @@ def test_a_deep_directory_gets_a_short_socket_path_both_sides_agree_on(tmp_path:
     path = socket_path(deep)
     assert len(path.encode()) <= 100 and path == socket_path(deep)
     assert os.path.basename(path).endswith(".sock")
+
+
+def _stack(rank: int, *names: str) -> object:
+    from rankvisor.engine.forensics.stacks import Frame, RankStack, ThreadStack
+
+    frames = tuple(Frame(n, "/x/torch/distributed/distributed_c10d.py" if n == "all_reduce"
+                         else "/job/train.py", 10) for n in names)
+    return RankStack(rank, 100 + rank, (ThreadStack(100 + rank, "MainThread", frames, True),))
+
+
+def test_ranks_in_one_frame_at_different_collective_numbers_are_two_groups() -> None:
+    from rankvisor.engine.forensics.collectives import Collective, GroupState
+    from rankvisor.engine.forensics.stack_evidence import outside_collective, regrouped
+    from rankvisor.engine.forensics.stacks import StackDump, merge
+
+    ranks = tuple(_stack(r, "all_reduce", "loop", "main") for r in range(3))
+    dump = StackDump(0.0, ranks, merge(ranks))  # type: ignore[arg-type]
+    assert [g.ranks for g in dump.groups] == [(0, 1, 2)]
+
+    def fr(rank: int, seq: int) -> RankCollectives:
+        c = Collective("all_reduce", seq, ((4,),), created_ns=seq)
+        return RankCollectives(rank, (GroupState("0", "default_pg", c, None,
+                                                 Collective("all_reduce", seq - 1)),), at_ns=9)
+
+    split = regrouped(dump, [fr(0, 5), fr(1, 5), fr(2, 4)])
+    assert [(g.ranks, g.collective, g.odd) for g in split.groups] == [
+        ((2,), "all_reduce #4 on pg 0", True), ((0, 1), "all_reduce #5 on pg 0", False)]
+    assert split.groups[0].who() == "rank 2 (in all_reduce #4 on pg 0)"
+    assert StackDump.from_dict(split.to_dict()).groups[0].collective == "all_reduce #4 on pg 0"
+    # One rank outside any collective while the others wait in one: said in words.
+    odd_ranks = (_stack(0, "all_reduce", "loop"), _stack(1, "loop"),
+                 _stack(2, "all_reduce", "loop"))
+    odd = outside_collective(StackDump(0.0, odd_ranks, merge(odd_ranks)))  # type: ignore[arg-type]
+    assert odd is not None and odd.words() == (
+        "rank 1: its main thread is outside any collective (at train.py:10 in loop) while "
+        "ranks 0 and 2 wait in all_reduce (py-spy stacks)")

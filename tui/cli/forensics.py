@@ -87,10 +87,14 @@ def stack(sub: Subcommand, argv: list[str]) -> int:
 
 def _stack_text(data: dict[str, Any]) -> str:
     """The merged view, each group's frames, and where the whole dump was saved."""
+    from ...engine.forensics.stack_evidence import outside_collective
     from ...engine.forensics.stacks import StackDump
 
     dump = StackDump.from_dict(data)
     lines = [dump.merged_text()]
+    odd = outside_collective(dump)
+    if odd is not None:
+        lines += ["", odd.words()]
     for group in dump.groups:
         if group.frames:
             lines += ["", f"{group.who()}:", *(f"    {f}" for f in group.frame_lines())]
