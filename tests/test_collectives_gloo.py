@@ -13,10 +13,12 @@ import json
 import os
 import signal
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 from rankvisor.engine.events import RunFinished
+from rankvisor.engine.forensics.bundle import make_bundle
 from rankvisor.engine.forensics.collectives_run import read_run
 from rankvisor.engine.forensics.worker_server import ask, socket_path
 from rankvisor.engine.handle import RestartRank
@@ -49,8 +51,18 @@ def test_the_rank_that_never_entered_is_the_suspect(tmp_path: Path, heartbeat: b
     assert s.reason.startswith(REASON)
     saved = json.loads(Path(run_dir, "collectives", "latest.json").read_text())
     assert [(v["seq"], v["missing"]) for v in saved["verdicts"]] == [(5, [1])]
-    # torch's dumps as it wrote them, one per rank, for the bundle.
+    # torch's dumps as it wrote them, one per rank, and in the bundle as torchfrtrace reads
+    # them (a gloo dump as written makes it fail: its pg_config is keyed "").
     assert sorted(os.listdir(Path(run_dir, "collectives", "fr"))) == ["0.json", "1.json", "2.json"]
+    if heartbeat:
+        made = make_bundle(run_dir, str(tmp_path / "b.tar.gz"))
+        with tarfile.open(made.path) as tar:
+            tar.extractall(tmp_path / "b", filter="data")
+        (folder,) = (tmp_path / "b").glob("*/collectives/torchfrtrace")
+        out = subprocess.run([PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace",
+                              str(folder), "--prefix", "rank_"],
+                             capture_output=True, text=True, timeout=120)
+        assert "missing ranks: {1}" in out.stdout + out.stderr, out
 
 
 @pytest.mark.parametrize("case", ["mismatch", "barrier"])

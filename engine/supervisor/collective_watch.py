@@ -22,6 +22,7 @@ from collections.abc import Callable, Container, Mapping
 from typing import Final
 
 from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snapshot_json, verdicts
+from ..forensics.fr_dump import write_for_torchfrtrace
 from ..forensics.worker_server import Answer, ask_all
 from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from .state import RunState
@@ -133,8 +134,15 @@ class CollectiveWatch:
             os.makedirs(os.path.join(folder, "fr"), exist_ok=True)
             with self._lock:
                 raw = {r: a.body for r, (_, a) in self._last.items()}
+            parsed = {}
             for rank, body in raw.items():
                 _write(os.path.join(folder, "fr", f"{rank}.json"), body)
+                try:
+                    parsed[rank] = json.loads(body)
+                except ValueError:
+                    pass
+            if parsed:
+                write_for_torchfrtrace(os.path.join(folder, "torchfrtrace"), parsed)
             stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{time.time_ns() % 10**9:09d}"
             data = json.dumps(record, indent=1).encode() + b"\n"
             path = os.path.join(folder, f"{stamp}.json")

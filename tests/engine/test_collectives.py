@@ -171,3 +171,20 @@ def test_ranks_in_one_frame_at_different_collective_numbers_are_two_groups() -> 
     assert odd is not None and odd.words() == (
         "rank 1: its main thread is outside any collective (at train.py:10 in loop) while "
         "ranks 0 and 2 wait in all_reduce (py-spy stacks)")
+
+
+def test_gloo_dumps_are_normalised_for_torchfrtrace(tmp_path: Path) -> None:
+    import pickle
+
+    from rankvisor.engine.forensics.fr_dump import write_for_torchfrtrace
+
+    dumps = _dumps()
+    assert set(dumps[0]["pg_config"]) == {""}  # as gloo writes it
+    paths = write_for_torchfrtrace(str(tmp_path), dumps)
+    assert [os.path.basename(p) for p in paths] == ["rank_0", "rank_1", "rank_2"]
+    with open(paths[0], "rb") as f:
+        fixed = pickle.load(f)
+    assert fixed["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}
+    assert all(e["frames"] == [] for e in fixed["entries"])
+    assert [e["collective_seq_id"] for e in fixed["entries"]] == [
+        e["collective_seq_id"] for e in dumps[0]["entries"]]
