@@ -153,6 +153,21 @@ def test_a_hang_before_any_timeout_names_a_live_suspect(tmp_path: Path, fr: bool
         sup.shutdown(5)
 
 
+def test_a_person_s_restart_of_one_rank_is_named_not_its_peers(tmp_path: Path) -> None:
+    # The others' collective breaks when rank 1 goes ("Connection closed by peer"): the
+    # rank the person restarted is the first domino, as a signal would be.
+    config = _config(tmp_path, "--steps", "100000", "--step-s", "0.05", "--timeout", "10")
+    with Supervisor(config) as sup:
+        rank1 = sup.snapshot().ranks[1]
+        wait_until(lambda: "step 3\n" in Path(rank1.stdout_path).read_text(), timeout=90)
+        assert sup.execute(RestartRank(1)).ok
+        finished = sup.wait(timeout=120)
+    assert isinstance(finished, RunFinished)
+    s = finished.suspect
+    assert s is not None and s.rank == 1 and s.kind == "signal", s
+    assert s.reason.startswith("rank 1: restarted by your SIGTERM at "), s.reason
+
+
 @pytest.mark.parametrize("worker_main", [False, True], ids=["plain", "worker_main"])
 def test_a_rank_serves_with_or_without_worker_main_and_again_after_a_restart(
     tmp_path: Path, worker_main: bool

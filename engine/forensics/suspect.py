@@ -211,7 +211,7 @@ def find_suspect(
             ended = (
                 not target.failed and target.stopped_by is not None
                 and target.exit_time_ns is not None and target.exit_time_ns <= first_ns
-            )
+            ) or s.reason == "restart"  # a person's restart ended that incarnation
             if not (ended or s.signal_name in _STOPS or r in silent):
                 continue  # a SIGUSR1 for a stack dump, after which it went on
             signalled.add(r)

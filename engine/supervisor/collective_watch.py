@@ -126,8 +126,8 @@ class CollectiveWatch:
     def save(self, reason: str) -> str:
         run_dir = self._run_dir()
         readings = self.readings()
-        if not run_dir or not readings:
-            return ""
+        if not run_dir or all(r.error for r in readings):
+            return ""  # no rank answered (none imported torch.distributed): nothing to keep
         record = {"reason": reason, "time": time.time(), **snapshot_json(readings)}
         folder = os.path.join(run_dir, DIR)
         try:

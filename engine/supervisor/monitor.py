@@ -32,6 +32,7 @@ import time
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
+from ..forensics.own_traceback import own_traceback_before
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..logfile.tail import last_lines
 from ..process.guard import Guard
@@ -208,6 +209,8 @@ class Monitor:
         # rank that failed by itself during a teardown, or before our signal reached it, is
         # a real failure and may be the root cause.
         caused = slot.exit_caused_by_us(code, slot.exit_time_ns)
+        if caused and code < 0 and own_traceback_before(slot.stderr_path, slot.stop_signal_ns):
+            caused = False  # it had raised before our signal cut its shutdown short
         slot.caused_by_us = caused
         if caused and slot.stop_reason is None:
             slot.stop_reason = "signal"

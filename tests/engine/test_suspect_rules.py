@@ -103,3 +103,22 @@ def test_activity_keeps_what_came_before_the_cutoff() -> None:
     assert act.reading(0, until_ns=T0 + 3 * S).last_line == "step 3"
     act.new_attempt(1)
     assert act.reading(0).last_ns is None
+
+
+def test_a_person_s_restart_of_one_rank_is_the_first_domino() -> None:
+    # Rank 1 restarted alone (its new incarnation runs, without an error); its old peers'
+    # collective broke: "Connection closed by peer" on ranks 2 and 3, rank 0 still running.
+    closed = "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer"
+    facts = [
+        _facts(rank=0, stopped_by=None, activity=_act(0, 9.0)),
+        _facts(rank=1, stopped_by=None, activity=_act(1, 9.5)),
+        _facts(rank=2, failed=True, exitcode=1, exit_time_ns=T0 + 10 * S, stopped_by=None,
+               message=closed, activity=_act(2, 9.9)),
+        _facts(rank=3, failed=True, exitcode=1, exit_time_ns=T0 + 10 * S + 1000,
+               stopped_by=None, message=closed, activity=_act(3, 9.9)),
+    ]
+    restart = SignalRecord((1,), "SIGTERM", "person", "restart", T0 + 8 * S)
+    s = find_suspect(facts, [restart])
+    assert s is not None and (s.rank, s.kind, s.ranks) == (1, "signal", (1,)), s
+    assert s.reason.startswith("rank 1: restarted by your SIGTERM at ")
+    assert s.reason.endswith("; the others failed after")
