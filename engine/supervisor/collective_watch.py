@@ -23,6 +23,7 @@ from typing import Final
 
 from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snapshot_json, verdicts
 from ..forensics.fr_dump import write_for_torchfrtrace
+from ..forensics.nccl_dumps import read_dumps
 from ..forensics.worker_server import Answer, ask_all
 from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from .state import RunState
@@ -84,8 +85,24 @@ class CollectiveWatch:
                 else:
                     self._errors[rank] = (paths[rank], a.error)
 
+    def read_nccl_dumps(self) -> None:
+        """Take in the FR dumps NCCL ranks wrote (on a timeout, or asked through their pipe)
+        where they are newer than the rank's last answer."""
+        with self._state.lock:
+            dirs = {s.rank: os.path.dirname(s.error_file) for s in self._state.slots.values()
+                    if s.error_file}
+        for rank, where in dirs.items():
+            for data, mtime in read_dumps(where):
+                body = json.dumps(data, default=str).encode()
+                with self._lock:
+                    seen = self._last.get(rank)
+                    if seen is None or seen[1].at_ns < mtime:
+                        self._last[rank] = (where, Answer(body=body, at_ns=mtime))
+                        self._errors.pop(rank, None)
+
     def readings(self) -> list[RankCollectives]:
         """Every rank's last reading (an error for a rank never answered)."""
+        self.read_nccl_dumps()
         with self._lock:
             last = dict(self._last)
             errors = dict(self._errors)

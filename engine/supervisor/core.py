@@ -68,6 +68,7 @@ from typing import Union
 
 from ..errors import ProcessFailure
 from ..events import EventSink, RunFinished, TimerExpired
+from ..forensics.nccl_dumps import poke
 from ..forensics.progress import ProgressReader
 from ..handle import Command, CommandResult, RunInfo
 from ..logs_specs import DefaultLogsSpecs
@@ -570,6 +571,9 @@ class Supervisor:
         if self.config.stack_on_kill:
             self._stacks.before_kill(shown, deadline, why)
         if self.collectives is not None:
+            for slot in self._state.live():
+                if slot.rank in targets and slot.error_file:
+                    poke(os.path.dirname(slot.error_file))  # NCCL ranks: dump your FR now
             paths = self.collectives.live_paths(targets)
             left = deadline - time.monotonic() - 0.1
             if paths and left > 0.05:

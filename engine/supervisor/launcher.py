@@ -20,6 +20,7 @@ from ..errors import ProcessFailure
 from ..events import AttemptStarted, RankRestarted
 from ..forensics.environ import write_rank_envs_later
 from ..forensics.exit_cause import ExitCause
+from ..forensics.nccl_dumps import nccl_env
 from ..forensics.worker_server import prepare, socket_path
 from ..logs_specs import DefaultLogsSpecs
 from ..process.cgroups import RunCgroups
@@ -187,12 +188,17 @@ class Launcher:
         path left by an earlier one would make torch refuse to start the server)."""
         if not self._config.serves_collectives(slot.rank) or not slot.error_file:
             return
-        path = socket_path(os.path.dirname(slot.error_file))
+        where = os.path.dirname(slot.error_file)
+        path = socket_path(where)
         try:
             prepare(path)
         except OSError:
             return  # the rank runs without it
         slot.env[ENV_WORKER_SOCKET] = path
+        # An NCCL group dumps its FR there on a timeout, or when its pipe is written to.
+        # (Checked against the job's own variables: slot.env holds the last incarnation's.)
+        job = {**self._config.env, **self._config.rank_env.get(slot.rank, {})}
+        slot.env.update(nccl_env(where, job))
 
     def _record_envs(self) -> None:
         records, self._env_records = self._env_records, []
