@@ -5,6 +5,10 @@ then the ranks rankvisor stopped (listed apart: they did not fail).
 
 from __future__ import annotations
 
+import os
+
+from ..engine.forensics.collectives_run import saved_captures
+from ..engine.forensics.stacks import list_dumps
 from ..engine.states import RankState
 from .model import RunView
 from .widgets.ansi import plain_text
@@ -66,6 +70,20 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
     if any(v.state is RankState.SUCCEEDED for v in run.ranks) and (failures or stopped):
         ok = [str(v.rank) for v in run.ranks if v.state is RankState.SUCCEEDED]
         out.append(f"  succeeded: rank {', '.join(ok)}")
+    if run.live_suspect and (run.suspect is None or not failures):
+        out.append(f"  live suspect (while it hung): {plain_text(run.live_suspect)}")
     if run.log_dir:
+        # The stacks and collectives taken for the run, newest last (the suspect's among them).
+        for path in saved_dumps(run.log_dir)[-_DUMPS_SHOWN:]:
+            out.append(f"  saved: {path}")
         out.append(f"  logs: {run.log_dir}")
     return "\n".join(out) + "\n"
+
+
+_DUMPS_SHOWN = 4
+
+
+def saved_dumps(run_dir: str) -> list[str]:
+    """The stack dumps and collectives captures saved in ``run_dir``, oldest first."""
+    stacks = [d.path for d in list_dumps(run_dir)]
+    return sorted(stacks + saved_captures(run_dir), key=os.path.basename)

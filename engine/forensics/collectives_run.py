@@ -16,9 +16,21 @@ from typing import Any
 from .collectives import RankCollectives, parse_answer, snapshot_json
 from .worker_server import ask_all, socket_path
 
-__all__ = ["read_run", "rank_sockets", "text_of"]
+__all__ = ["CAPTURES_DIR", "rank_sockets", "read_run", "saved_captures", "text_of"]
 
+CAPTURES_DIR = "collectives"
+"""Where a run's captures are saved, in its run dir."""
 _RESTART = re.compile(r"restart_(\d+)$")
+
+
+def saved_captures(run_dir: str) -> list[str]:
+    """The captures saved for a run (``<run_dir>/collectives/<time>.json``), oldest first."""
+    folder = os.path.join(run_dir, CAPTURES_DIR)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and n[:1].isdigit())
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names]
 
 
 def rank_sockets(run_dir: str, attempt: int) -> dict[int, str]:
@@ -56,7 +68,7 @@ def read_run(run_dir: str, attempt: int, *, live: bool = True,
         readings: list[RankCollectives] = [parse_answer(r, a) for r, a in answers.items()]
         if any(not r.error for r in readings):
             return snapshot_json(readings), "live"
-    saved = os.path.join(run_dir, "collectives", "latest.json")
+    saved = os.path.join(run_dir, CAPTURES_DIR, "latest.json")
     try:
         with open(saved, encoding="utf-8") as f:
             data = json.load(f)

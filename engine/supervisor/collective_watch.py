@@ -22,6 +22,7 @@ from collections.abc import Callable, Container, Mapping
 from typing import Final
 
 from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snapshot_json, verdicts
+from ..forensics.collectives_run import CAPTURES_DIR
 from ..forensics.fr_dump import write_for_torchfrtrace
 from ..forensics.nccl_dumps import read_dumps
 from ..forensics.worker_server import Answer, ask_all
@@ -29,14 +30,14 @@ from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from .state import RunState
 from .ticker import Ticker
 
-__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "CollectiveWatch", "recorder_env", "saved_captures"]
+__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "CollectiveWatch", "recorder_env"]
 
 log = logging.getLogger(__name__)
 
 BUFFER_ENV: Final = "TORCH_FR_BUFFER_SIZE"
 DEFAULT_BUFFER: Final = 500
 """Entries torch keeps per rank: enough for a hang's last steps, small to ask for."""
-DIR: Final = "collectives"
+DIR: Final = CAPTURES_DIR
 
 
 def recorder_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -169,17 +170,6 @@ class CollectiveWatch:
             log.warning("collectives not saved under %s: %s", folder, e)
             return ""
         return path
-
-
-def saved_captures(run_dir: str) -> list[str]:
-    """The captures saved for a run (``<run_dir>/collectives/<time>.json``), oldest first."""
-    folder = os.path.join(run_dir, DIR)
-    try:
-        names = sorted(n for n in os.listdir(folder)
-                       if n.endswith(".json") and n[:1].isdigit())
-    except OSError:
-        return []
-    return [os.path.join(folder, n) for n in names]
 
 
 def _write(path: str, data: bytes) -> None:

@@ -159,7 +159,7 @@ def report_forensics(sup: Supervisor) -> tuple[dict[int, ExitCause], list[str]]:
     causes = {r.rank: r.exit_cause for r in info.ranks if r.exit_cause is not None}
     dumps = [d.path for d in list_dumps(info.log_dir)] if info.log_dir else []
     if info.log_dir:
-        from .collective_watch import saved_captures
+        from ..forensics.collectives_run import saved_captures
 
         dumps = sorted(dumps + saved_captures(info.log_dir), key=os.path.basename)
     return causes, dumps
