@@ -52,7 +52,8 @@ from typing import Any, Final
 
 from ..process.proc_table import find_descendants
 
-_BOOTSTRAP_TAIL: Final = os.path.join("process", "py_bootstrap.py")
+_BOOTSTRAP_FILE: Final = "py_bootstrap.py"
+"""engine/process/py_bootstrap.py, or the copy of it the ranks load (see there)."""
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -509,8 +510,8 @@ def without_bootstrap(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
 
 
 def _is_bootstrap(f: Frame) -> bool:
-    return f.filename.endswith(_BOOTSTRAP_TAIL) and f.name in ("main", "_run_script",
-                                                               "_run_module")
+    return os.path.basename(f.filename) == _BOOTSTRAP_FILE and f.name in (
+        "main", "_run_script", "_run_module")
 
 
 def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:

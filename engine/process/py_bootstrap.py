@@ -66,8 +66,50 @@ whose import (and everything it imports) would cost the rank a few hundred milli
 and fill its ``sys.modules``."""
 
 
+_STABLE: list[str] = []
+
+
 def _code() -> str:
-    return _CODE.format(path=os.path.abspath(__file__))
+    if not _STABLE:
+        _STABLE.append(_stable_path())
+    return _CODE.format(path=_STABLE[0])
+
+
+def _stable_path() -> str:
+    """A copy of this file that outlives the installed package (a run whose package is
+    upgraded or removed meanwhile still starts its ranks, and restarts them, as it began):
+    ``<tmp>/rankvisor-<uid>/<digest>/py_bootstrap.py``, named by its content; this file's
+    own path when the copy cannot be made safely (a directory not ours)."""
+    import hashlib
+    import tempfile
+
+    here = os.path.abspath(__file__)
+    try:
+        with open(here, "rb") as f:
+            source = f.read()
+        base = os.path.join(tempfile.gettempdir(), f"rankvisor-{os.getuid()}")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        st = os.stat(base)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return here
+        folder = os.path.join(base, hashlib.sha256(source).hexdigest()[:16])
+        path = os.path.join(folder, "py_bootstrap.py")
+        if path == here:
+            return here
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        try:
+            with open(path, "rb") as f:
+                if f.read() == source:
+                    return path
+        except OSError:
+            pass
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(source)
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        return here
 
 # Interpreter options that take a value (``-X dev``, ``-W error``), and those that end the
 # options with a program of their own.
