@@ -42,7 +42,7 @@ earliest knock-on failure is.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Final
@@ -164,10 +164,12 @@ def find_suspect(
     silence_min_s: float = DEFAULT_SILENCE_MIN_S,
     tz: tzinfo | None = None,
     collectives: Sequence[Verdict] = (),
+    texts: Mapping[int, str] | None = None,
 ) -> Suspect | None:
     """The suspect of an attempt (see the module docstring); None when no rank failed on
     its own (success, or a run rankvisor stopped). ``pauses``: those in force at the first
-    failure (``PauseLog.at``); ``collectives``: the Flight Recorder's verdicts."""
+    failure (``PauseLog.at``); ``collectives``: the Flight Recorder's verdicts; ``texts``: each
+    rank's last stderr lines, where torch's own texts are looked for (with the errors)."""
     by_rank = {f.rank: f for f in facts}
     real = [f for f in facts if f.failed and f.exit_time_ns is not None]
     if not real:
@@ -277,8 +279,10 @@ def find_suspect(
                 named_by.setdefault(r, v.suspect_words(r))
     if not named_by:
         kind = "torch"
-        texts = {f.rank: f.message for f in facts if f.message}
-        named_by = {r: w for r, w in torch_named(texts).items() if r in by_rank}
+        said = {f.rank: f.message for f in facts if f.message}
+        for r, text in (texts or {}).items():
+            said[r] = f"{said.get(r, '')}\n{text}"
+        named_by = {r: w for r, w in torch_named(said).items() if r in by_rank}
     if named_by:
         # A person's action on them, or their own failure, is the better story where
         # there is one (not a collective error their peers' would share).

@@ -1,17 +1,19 @@
 """rankvisor's bootstrap of a Python rank: code of ours around the user's script or module.
 
-Some debugging needs a hook in the rank's own interpreter before the user's code runs: a
-pdb post-mortem prompt in the frame that raised (``--post-mortem``), a debugpy listener
-(``--debugpy``). The supervisor then starts ``python [its flags] -c <run main()> <script |
--m module> args`` instead of ``python [its flags] <script | -m module> args``
-(``wrap_python_args``; this file is loaded by its path, so the script finds no module
-of rankvisor's imported), and ``main`` puts back everything the script can observe before it
-runs it in the real ``__main__`` module: ``sys.argv``, ``sys.orig_argv``, ``sys.path[0]``,
-``__main__``'s ``__file__`` / ``__spec__`` / ``__loader__`` (so that spawn-started
-children, DataLoader workers among them, find the script as they would), the environment
-without our variables; no signal handler, no exit hook. The exit code is the one Python
-would give (1 after an uncaught exception, ``sys.exit``'s, death by SIGINT), and tracebacks
-leave our frames out.
+Some debugging needs a hook in the rank's own interpreter before the user's code runs: a pdb
+post-mortem prompt in the frame that raised (``--post-mortem``), a debugpy listener
+(``--debugpy``), torch's worker server (every Python rank unless ``--no-collectives``: a
+one-shot import hook starts it right after the script imports ``torch.distributed``, so a
+script that never does pays nothing). The supervisor then starts ``python [its flags] -c
+<run main()> <script | -m module> args`` instead of ``python [its flags] <script | -m
+module> args`` (``wrap_python_args``; a copy of this file is loaded by its path, so the
+script finds no module of rankvisor's imported, and a package removed meanwhile does not
+matter), and ``main`` puts back everything the script can observe before it runs it in the
+real ``__main__`` module: ``sys.argv``, ``sys.orig_argv``, ``sys.path[0]``, ``__main__``'s
+``__file__`` / ``__spec__`` / ``__loader__`` (so that spawn-started children, DataLoader
+workers among them, find the script as they would), the environment without our variables;
+no signal handler, no exit hook. The exit code is the one Python would give (1 after an
+uncaught exception, ``sys.exit``'s, death by SIGINT), and tracebacks leave our frames out.
 
 The options come in the environment (``ENV_*``), which ``main`` removes. Standard library
 only: the error-file writer (``rankvisor.engine.errors``) and debugpy are imported when

@@ -346,6 +346,10 @@ class Monitor:
                 silence_factor=self._config.suspect_silence_factor,
                 silence_min_s=self._config.suspect_silence_min_s,
                 collectives=self._collectives.verdicts() if self._collectives else (),
+                # torch's own texts (a mismatch, a monitored barrier) may be in a rank the
+                # teardown stopped: every rank's last stderr lines are read for them.
+                texts={s.rank: "\n".join(last_lines(s.stderr_path, _ERROR_TAIL))
+                       for s in slots if s.stderr_path},
             )
         except Exception:  # noqa: BLE001 - a reading must never keep a run from finishing
             log.exception("could not work out the suspect")
