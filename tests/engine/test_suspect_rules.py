@@ -122,3 +122,22 @@ def test_a_person_s_restart_of_one_rank_is_the_first_domino() -> None:
     assert s is not None and (s.rank, s.kind, s.ranks) == (1, "signal", (1,)), s
     assert s.reason.startswith("rank 1: restarted by your SIGTERM at ")
     assert s.reason.endswith("; the others failed after")
+
+
+def test_a_terminate_through_an_attached_torchrun_is_the_first_domino() -> None:
+    import signal
+
+    from rankvisor.engine.attach.first_domino import first_domino
+    from rankvisor.engine.errors import ProcessFailure
+
+    ours = {1: ProcessFailure(1, 11, -signal.SIGTERM, "", exit_time_ns=T0, caused_by_us=True)}
+    torchrun_s = {0: ProcessFailure(0, 10, -signal.SIGTERM, "", exit_time_ns=T0 + S)}
+    s = first_domino(ours, torchrun_s, {1: signal.SIGTERM})
+    assert s is not None and (s.rank, s.kind) == (1, "signal")
+    assert s.reason.startswith("rank 1: terminated by your SIGTERM (it ended at ")
+    assert s.reason.endswith("torchrun then stopped rank(s) 0")
+    # A failure of its own (exit 1), or one before ours, is not torchrun's teardown.
+    own = {0: ProcessFailure(0, 10, 1, "", exit_time_ns=T0 + S)}
+    assert first_domino(ours, own, {1: signal.SIGTERM}) is None
+    early = {0: ProcessFailure(0, 10, -signal.SIGTERM, "", exit_time_ns=T0 - S)}
+    assert first_domino(ours, early, {1: signal.SIGTERM}) is None
