@@ -143,7 +143,8 @@ class Supervisor:
             if any(config.serves_collectives(r) for r in range(config.nprocs)) else None
         )
         """Every rank's Flight Recorder, read live (None: no rank serves it)."""
-        self._progress_reader = ProgressReader(config.progress_regex)
+        reader = ProgressReader(config.progress_regex)
+        self._state.activity.step_of = lambda line: (p.step if (p := reader.read(line)) else None)
         self._live = LiveSuspect(
             self._state, self._stacks, self.collectives, self._say_live,
             silence_factor=config.suspect_silence_factor,
@@ -534,19 +535,12 @@ class Supervisor:
     def progress_now(self) -> dict[int, dict[str, object]]:
         """Each rank's step (the last its recent lines report, None if none) and the age of
         its last output in seconds (None if it wrote nothing): a cron check sees a stall."""
-        reader = self._progress_reader
         now = time.time_ns()
         out: dict[int, dict[str, object]] = {}
         activity = self._state.activity
         for rank in list(self._state.slots):
             last = activity.reading(rank, until_ns=now).last_ns
-            step = None
-            for line in reversed(activity.recent_lines(rank)):
-                found = reader.read(line)
-                if found is not None:
-                    step = found.step
-                    break
-            out[rank] = {"step": step,
+            out[rank] = {"step": activity.last_step(rank),
                          "last_output_age_s": round((now - last) / 1e9, 1) if last else None}
         return out
 

@@ -141,3 +141,15 @@ def test_a_terminate_through_an_attached_torchrun_is_the_first_domino() -> None:
     assert first_domino(ours, own, {1: signal.SIGTERM}) is None
     early = {0: ProcessFailure(0, 10, -signal.SIGTERM, "", exit_time_ns=T0 - S)}
     assert first_domino(ours, early, {1: signal.SIGTERM}) is None
+
+
+def test_a_rank_s_last_step_outlives_its_heartbeat_lines() -> None:
+    from rankvisor.engine.forensics.progress import ProgressReader
+
+    act = OutputActivity()
+    reader = ProgressReader()
+    act.step_of = lambda line: (p.step if (p := reader.read(line)) else None)
+    act.note(RankOutput(0, "stdout", ("step 3", "step 4", "loss 0.1")), T0)
+    for i in range(40):  # more than the lines it keeps
+        act.note(RankOutput(0, "stdout", ("heartbeat",), first_line=3 + i), T0 + i * S)
+    assert act.last_step(0) == 4 and act.last_step(1) is None
