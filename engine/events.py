@@ -12,7 +12,7 @@ the escalation timer). A sink must be thread-safe and must not block.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Final, Literal, Protocol, Union
 
 from .states import RankState
 
@@ -222,7 +222,10 @@ class Suspect:
     """One line per rank named (``reason`` joins them)."""
     kind: str = ""
     """What named ``rank``: "silence", "signal", "paused" (a person at its prompt),
-    "failure", "outlived" or "knock-on"."""
+    "failure", "collective" (torch's Flight Recorder: it never entered a
+    collective its peers waited in), "torch" (torch's own text names it: a collective
+    mismatch, a monitored barrier, NCCL's watchdog), "stack" (live: its main thread is outside
+    any collective while its peers wait in one), "outlived" or "knock-on"."""
     first_failure_ns: int = 0
     """When the first failure happened (``time.time_ns()``)."""
     last_line: str = ""
@@ -293,6 +296,12 @@ class SupervisorNotice:
 
     message: str
     severity: Literal["information", "warning", "error"] = "information"
+
+
+LIVE_SUSPECT_PREFIX: Final = "live suspect: "
+"""A notice that starts so names the live suspect of a run that hangs (the rest is its
+reason): viewers show it in their header and error view until the run ends or a new attempt
+starts (``engine.supervisor.live_suspect``)."""
 
 
 Event = Union[

@@ -17,6 +17,7 @@ from itertools import islice, repeat
 from typing import Any, Final, Literal, Sequence
 
 from ..engine.events import (
+    LIVE_SUSPECT_PREFIX,
     AttemptStarted,
     EscalationFinished,
     EscalationScheduled,
@@ -443,6 +444,8 @@ class RunView:
         """Steps behind ``median_step`` that make a straggler."""
         self.root_cause_rank: int | None = None
         self.suspect: Suspect | None = None
+        self.live_suspect = ""
+        """The live suspect's words while every rank hangs ("" when none was named)."""
         """The rank most likely to have started the failure (the supervisor's reading)."""
         self.result: Any = None
         self.notices: deque[SupervisorNotice] = deque(maxlen=100)
@@ -737,6 +740,7 @@ class RunView:
             self.finished = False
             self.root_cause_rank = None
             self.suspect = None
+            self.live_suspect = ""
             self.result = None
             return {-1}
         if isinstance(event, TimerExpired):
@@ -748,9 +752,13 @@ class RunView:
             self.result = event.result
             self.root_cause_rank = event.root_cause_rank
             self.suspect = event.suspect
+            if event.suspect is not None:
+                self.live_suspect = ""
             return {-1} | {view.rank for view in self.ranks}
         if isinstance(event, SupervisorNotice):
             self.notices.append(event)
+            if event.message.startswith(LIVE_SUSPECT_PREFIX):
+                self.live_suspect = event.message[len(LIVE_SUSPECT_PREFIX):]
             return {-1}
         if isinstance(event, RankInput):
             return self._apply_input(event)

@@ -6,6 +6,7 @@ taken during the run.
 
 from __future__ import annotations
 
+from ..engine.forensics.collectives_run import saved_captures
 from ..engine.forensics.stacks import list_dumps
 from ..engine.states import RankState
 from .model import RunView
@@ -79,6 +80,11 @@ def format_summary(run: RunView, *, stderr_lines: int = 8) -> str:
         out.append(f"  stacks saved: {saved.path}")
     if len(dumps) > SHOWN_DUMPS:
         out.append(f"  ... and {len(dumps) - SHOWN_DUMPS} older stack dump(s) beside them")
+    if run.live_suspect and (run.suspect is None or not failures):
+        out.append(f"  live suspect (while it hung): {plain_text(run.live_suspect)}")
     if run.log_dir:
+        # The collectives captured for the run (torch's Flight Recorder), newest last.
+        for path in saved_captures(run.log_dir)[-SHOWN_DUMPS:]:
+            out.append(f"  collectives saved: {path}")
         out.append(f"  logs: {run.log_dir}")
     return "\n".join(out) + "\n"

@@ -79,6 +79,7 @@ from ..supervisor.escalation import EscalationTable
 from ..supervisor.stack_capture import CaptureSchedule, StackCapture
 from ..supervisor.stats import StatsSampler
 from .discovery import TorchrunJob, Worker, discover, workers_of
+from .first_domino import first_domino
 
 __all__ = ["INPUT_REFUSED", "RESTART_REFUSED", "UNKNOWN_EXIT", "TorchrunHandle"]
 
@@ -760,7 +761,10 @@ class TorchrunHandle:
         if not failures:
             result.return_values.update({n: None for n in self._ranks})
         root = root_cause_rank(failures) if failures else None  # type: ignore[arg-type]
-        self._finished = RunFinished(result, self._attempt, root)
+        suspect = first_domino(stopped, failures, {  # type: ignore[arg-type]
+            n: r.stopping_with for n, r in self._ranks.items() if r.stopping_with is not None
+        })
+        self._finished = RunFinished(result, self._attempt, root, suspect)
         self._done.set()
         self._emit(self._finished)
         self._notice(f"torchrun agent {self.job.agent_pid} has exited", "information")

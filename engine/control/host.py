@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..events import Event, RankOutput, RankStats, RunFinished
 from . import registry, status, wire
+from .live_status import add_live
 from .server import ControlServer
 
 if TYPE_CHECKING:
@@ -208,6 +209,7 @@ class RunHost:
         typed = tuple(getattr(config, "invocation", ()) or ())
         record["command"] = list(typed or info.command)
         record["cwd"] = getattr(config, "cwd", None) or os.getcwd()
+        record = add_live(record, self._sup)
         return self._status_hook(record) if self._status_hook is not None else record
 
     def _write_status(self) -> None:

@@ -5,6 +5,9 @@ What goes in, under one top folder named after the run:
 - the run's own files: ``status.json``, ``events.ndjson``, ``supervisor.log``,
   ``on_failure.log``, the filtered logs, and anything else at the top of the run directory;
 - ``stacks/``: the stack dumps taken during the run, when there are any;
+- ``collectives/``: the Flight Recorder captures, each rank's dump as torch wrote it, and
+  the same for ``torchfrtrace`` (``collectives/torchfrtrace``: ``torchfrtrace DIR --prefix
+  rank_``), when the ranks served them;
 - the current attempt's directory (``attempt_<n>/``): every rank's ``stdout.log``,
   ``stderr.log``, ``stdin.log`` (the lines typed to it), ``error.json`` and recorded
   ``env.json``, earlier incarnations (``restart_<k>/``) included;
@@ -171,7 +174,8 @@ def make_bundle(
         full = os.path.join(run_dir, entry)
         if os.path.isfile(full) and not os.path.islink(full):
             sources.append(entry)
-    for sub in (["stacks"] + ([f"attempt_{attempt}"] if attempt is not None else [])):
+    for sub in (["stacks", "collectives"]
+                + ([f"attempt_{attempt}"] if attempt is not None else [])):
         base = os.path.join(run_dir, sub)
         for root, dirs, files in os.walk(base):
             dirs.sort()

@@ -142,8 +142,14 @@ def _report(
 def _dump_lines(dumps: Sequence[str]) -> str:
     shown = list(dumps)[-REPORTED_DUMPS:]
     more = len(dumps) - len(shown)
-    text = "".join(f"\nrankvisor: stacks saved: {path}" for path in shown)
+    text = "".join(
+        f"\nrankvisor: {_dump_kind(path)} saved: {path}" for path in shown
+    )
     return text + (f"\nrankvisor: ... and {more} older dump(s) beside them" if more else "")
+
+
+def _dump_kind(path: str) -> str:
+    return "collectives" if os.path.basename(os.path.dirname(path)) == "collectives" else "stacks"
 
 
 def report_forensics(sup: Supervisor) -> tuple[dict[int, ExitCause], list[str]]:
@@ -154,6 +160,10 @@ def report_forensics(sup: Supervisor) -> tuple[dict[int, ExitCause], list[str]]:
     info = sup.snapshot()
     causes = {r.rank: r.exit_cause for r in info.ranks if r.exit_cause is not None}
     dumps = [d.path for d in list_dumps(info.log_dir)] if info.log_dir else []
+    if info.log_dir:
+        from ..forensics.collectives_run import saved_captures
+
+        dumps = sorted(dumps + saved_captures(info.log_dir), key=os.path.basename)
     return causes, dumps
 
 

@@ -17,6 +17,7 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,6 +29,8 @@ HISTORY: Final = 256
 """Batch times kept per rank: the recent cadence is what tells a stall from a slow step."""
 
 _LAST_LINES: Final = 16
+_STEP_LINES: Final = 8
+"""How many of a batch's last lines are read for a step (a batch's end is its newest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +51,12 @@ class RankActivity:
 
 
 class _Rank:
-    __slots__ = ("lines", "times")
+    __slots__ = ("lines", "step", "times")
 
     def __init__(self) -> None:
         self.times: deque[int] = deque(maxlen=HISTORY)
         self.lines: deque[tuple[int, str, int, str]] = deque(maxlen=_LAST_LINES)
+        self.step: int | None = None
 
 
 class OutputActivity:
@@ -63,6 +67,9 @@ class OutputActivity:
         self._ranks: dict[int, _Rank] = {}
         self._attempt = 0
         self._cutoff_ns: int | None = None
+        self.step_of: Callable[[str], int | None] | None = None
+        """Reads the step a line reports (set by the Supervisor): each batch's last lines
+        are read with it, so that a rank's last step is known however much it wrote since."""
 
     def new_attempt(self, attempt: int) -> None:
         """Forget everything: ``attempt`` starts with fresh processes."""
@@ -88,6 +95,12 @@ class OutputActivity:
             if event.lines:
                 no = event.first_line + len(event.lines) - 1
                 rank.lines.append((now, event.stream, no, event.lines[-1]))
+                if self.step_of is not None:
+                    for line in reversed(event.lines[-_STEP_LINES:]):
+                        step = self.step_of(line)
+                        if step is not None:
+                            rank.step = step
+                            break
             if event.partial:
                 rank.lines.append((now, event.stream, -1, event.partial))
 
@@ -97,6 +110,12 @@ class OutputActivity:
         with self._lock:
             if self._cutoff_ns is None or t_ns < self._cutoff_ns:
                 self._cutoff_ns = t_ns
+
+    def last_step(self, rank: int) -> int | None:
+        """The last step ``rank``'s output reported (``step_of``), None if none yet."""
+        with self._lock:
+            data = self._ranks.get(rank)
+            return data.step if data is not None else None
 
     def reading(self, rank: int, until_ns: int | None = None) -> RankActivity:
         """What ``rank`` wrote up to ``until_ns`` (default: the cutoff, else now)."""

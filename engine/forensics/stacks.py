@@ -53,6 +53,9 @@ from typing import Any, Final
 
 from ..process.proc_table import find_descendants
 
+_BOOTSTRAP_FILE: Final = "py_bootstrap.py"
+"""engine/process/py_bootstrap.py, or the copy of it the ranks load (see there)."""
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "KILL_DUMP_BUDGET_S",
@@ -183,10 +186,14 @@ class StackGroup:
     lines: tuple[tuple[int, ...], ...] = ()
     """Per frame, every line the group's ranks are at (two when they differ)."""
     error: str = ""
+    collective: str = ""
+    """The collective its ranks wait in ("all_reduce #5 on pg 0"), when torch's Flight
+    Recorder says: ranks in the same frame at different collective numbers are two groups."""
 
     def who(self) -> str:
         head = "rank" if len(self.ranks) == 1 else "ranks"
-        return f"{head} {', '.join(map(str, self.ranks))}"
+        at = f" (in {self.collective})" if self.collective else ""
+        return f"{head} {', '.join(map(str, self.ranks))}{at}"
 
     def summary(self) -> str:
         """``ranks 0, 2, 3: all_reduce <- train_step <- main``."""
@@ -285,7 +292,7 @@ class StackDump:
             "groups": [
                 {"ranks": list(g.ranks), "odd": g.odd, "summary": g.summary(),
                  "error": g.error, "frames": [_frame_dict(f) for f in g.frames],
-                 "lines": [list(x) for x in g.lines]}
+                 "lines": [list(x) for x in g.lines], "collective": g.collective}
                 for g in self.groups
             ],
             "ranks": [
@@ -310,6 +317,7 @@ class StackDump:
                 odd=bool(g.get("odd", False)),
                 lines=tuple(tuple(int(n) for n in x) for x in g.get("lines", ())),
                 error=str(g.get("error", "")),
+                collective=str(g.get("collective", "")),
             )
             for g in data.get("groups", ())
         )
@@ -372,17 +380,21 @@ _SOURCE_CHARS: Final = 160
 # -- merging --------------------------------------------------------------------------------
 
 
-def merge(ranks: Sequence[RankStack]) -> tuple[StackGroup, ...]:
+def merge(
+    ranks: Sequence[RankStack], collectives: Mapping[int, str] | None = None
+) -> tuple[StackGroup, ...]:
     """Group ranks by their main thread's stack; the odd (smallest) groups first, marked.
 
     Ranks without a stack are grouped by their error, after the others, and are never odd:
-    a rank that exited is no evidence of where the others are stuck.
+    a rank that exited is no evidence of where the others are stuck. ``collectives``
+    (rank -> the collective it waits in) splits a group whose ranks wait in different ones.
     """
-    by_key: dict[tuple[tuple[str, str], ...], list[RankStack]] = {}
+    labels = collectives or {}
+    by_key: dict[tuple[Any, ...], list[RankStack]] = {}
     by_error: dict[str, list[int]] = {}
     for r in sorted(ranks, key=lambda r: r.rank):
         if r.threads:
-            by_key.setdefault(r.key(), []).append(r)
+            by_key.setdefault((r.key(), labels.get(r.rank, "")), []).append(r)
         else:
             by_error.setdefault(r.error or "no thread", []).append(r.rank)
     groups = []
@@ -393,12 +405,14 @@ def merge(ranks: Sequence[RankStack]) -> tuple[StackGroup, ...]:
             tuple(sorted({m.threads[0].frames[i].line for m in members}))
             for i in range(len(main.frames))
         )
-        groups.append(StackGroup(tuple(m.rank for m in members), main.frames, lines=lines))
+        groups.append(StackGroup(tuple(m.rank for m in members), main.frames, lines=lines,
+                                 collective=labels.get(members[0].rank, "")))
     sizes = [len(g.ranks) for g in groups]
     smallest = min(sizes, default=0)
     standout = bool(sizes) and smallest < max(sizes)
     groups = [
-        StackGroup(g.ranks, g.frames, odd=standout and len(g.ranks) == smallest, lines=g.lines)
+        StackGroup(g.ranks, g.frames, odd=standout and len(g.ranks) == smallest, lines=g.lines,
+                   collective=g.collective)
         for g in groups
     ]
     groups.sort(key=lambda g: (len(g.ranks), g.ranks[0]))
@@ -513,6 +527,23 @@ def _py_spy(
     return data, ""
 
 
+def without_bootstrap(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """A stack without the outermost frames of rankvisor's bootstrap of a Python rank
+    (``engine.process.py_bootstrap``: its ``-c`` line and the frames that run the script),
+    so that a rank's stack reads as it would without it."""
+    end = len(frames)
+    if end >= 2 and frames[-1].filename == "<string>" and _is_bootstrap(frames[-2]):
+        end -= 1  # the -c line that loads it
+    while end and _is_bootstrap(frames[end - 1]):
+        end -= 1
+    return frames[:end] if end else frames
+
+
+def _is_bootstrap(f: Frame) -> bool:
+    return os.path.basename(f.filename) == _BOOTSTRAP_FILE and f.name in (
+        "main", "_run_script", "_run_module")
+
+
 def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
     out = []
     for t in data:
@@ -521,9 +552,12 @@ def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
         tid = int(t.get("os_thread_id") or t.get("thread_id") or 0)
         # py-spy reads names from the ``threading`` module's table of threads; a process that
         # never imported ``threading`` (a script run from a venv, whose site runs no .pth file
-        # that imports it) has none. The thread whose id is the pid is the main thread.
+        # that imports it, or a rank under rankvisor's bootstrap) has none. The thread whose id
+        # is the pid is the main thread.
         name = str(t.get("thread_name") or ("MainThread" if tid == pid else ""))
-        frames = [_frame(f) for f in t.get("frames") or () if isinstance(f, dict)]
+        frames = without_bootstrap(
+            tuple(_frame(f) for f in t.get("frames") or () if isinstance(f, dict))
+        )
         out.append(ThreadStack(
             thread_id=tid,
             name=name,

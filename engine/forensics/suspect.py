@@ -23,6 +23,14 @@ evidence read here needs nothing from the training code:
   stopped counts here only when it had recorded its own error (torch's error file) before
   the teardown's signal reached it.
 
+Strongest of all, when the ranks serve it: *what torch recorded of the collectives* (its
+Flight Recorder, ``engine.forensics.collectives``): a rank that never entered collective #N
+of a process group while its peers waited in it is named before any silence, whatever
+every rank printed meanwhile (a heartbeat thread, a progress bar); then *what torch printed*
+about it (``engine.forensics.torch_texts``: a collective mismatch under
+TORCH_DISTRIBUTED_DEBUG=DETAIL, a monitored barrier, NCCL's watchdog). A person's signal or
+pause of that rank, or its own failure, still tells its story in its own words.
+
 Each piece of evidence has a time (the last output, the signal, the exit); the earliest
 wins, and any other within ``TOGETHER_S`` of it is named too, the earlier first. Being
 stopped by rankvisor (teardown, escalation) is never evidence, but what the rank did before
@@ -34,7 +42,7 @@ earliest knock-on failure is.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Final
@@ -42,8 +50,10 @@ from typing import Final
 from ..events import Suspect
 from ..names.signals import exit_signal_name
 from .activity import RankActivity
+from .collectives import Verdict
 from .knockon import knock_on_reason
 from .pauses import Pause
+from .torch_texts import torch_named
 
 __all__ = [
     "DEFAULT_SILENCE_FACTOR",
@@ -153,10 +163,13 @@ def find_suspect(
     silence_factor: float = DEFAULT_SILENCE_FACTOR,
     silence_min_s: float = DEFAULT_SILENCE_MIN_S,
     tz: tzinfo | None = None,
+    collectives: Sequence[Verdict] = (),
+    texts: Mapping[int, str] | None = None,
 ) -> Suspect | None:
     """The suspect of an attempt (see the module docstring); None when no rank failed on
     its own (success, or a run rankvisor stopped). ``pauses``: those in force at the first
-    failure (``PauseLog.at``)."""
+    failure (``PauseLog.at``); ``collectives``: the Flight Recorder's verdicts; ``texts``: each
+    rank's last stderr lines, where torch's own texts are looked for (with the errors)."""
     by_rank = {f.rank: f for f in facts}
     real = [f for f in facts if f.failed and f.exit_time_ns is not None]
     if not real:
@@ -200,7 +213,7 @@ def find_suspect(
             ended = (
                 not target.failed and target.stopped_by is not None
                 and target.exit_time_ns is not None and target.exit_time_ns <= first_ns
-            )
+            ) or s.reason == "restart"  # a person's restart ended that incarnation
             if not (ended or s.signal_name in _STOPS or r in silent):
                 continue  # a SIGUSR1 for a stack dump, after which it went on
             signalled.add(r)
@@ -256,6 +269,32 @@ def find_suspect(
             for e in evidence
             if not (e.kind == "silence" and e.rank in signalled)
         ]
+    # What torch recorded (the Flight Recorder), else what it printed (a collective
+    # mismatch, a monitored barrier, NCCL's watchdog), names ranks above any silence.
+    kind = "collective"
+    named_by: dict[int, str] = {}
+    for v in collectives:
+        for r in v.missing:
+            if r in by_rank:
+                named_by.setdefault(r, v.suspect_words(r))
+    if not named_by:
+        kind = "torch"
+        said = {f.rank: f.message for f in facts if f.message}
+        for r, text in (texts or {}).items():
+            said[r] = f"{said.get(r, '')}\n{text}"
+        named_by = {r: w for r, w in torch_named(said).items() if r in by_rank}
+    if named_by:
+        # A person's action on them, or their own failure, is the better story where
+        # there is one (not a collective error their peers' would share).
+        told = sorted((e for e in evidence if e.rank in named_by
+                       and e.kind in ("signal", "paused", "failure")),
+                      key=lambda e: (e.t_ns, e.rank))
+        named = []
+        for r, words in named_by.items():
+            mine = [e for e in told
+                    if e.rank == r and (kind == "collective" or e.kind != "failure")]
+            named.append(mine[0] if mine else _Evidence(first_ns, r, kind, words))
+        return _suspect(named, by_rank, first_ns)
     if evidence:
         evidence.sort(key=lambda e: (e.t_ns, e.rank))
         start = evidence[0].t_ns

@@ -1,17 +1,19 @@
 """rankvisor's bootstrap of a Python rank: code of ours around the user's script or module.
 
-Some debugging needs a hook in the rank's own interpreter before the user's code runs: a
-pdb post-mortem prompt in the frame that raised (``--post-mortem``), a debugpy listener
-(``--debugpy``). The supervisor then starts ``python [its flags] -c <run main()> <script |
--m module> args`` instead of ``python [its flags] <script | -m module> args``
-(``wrap_python_args``; this file is loaded by its path, so the script finds no module
-of rankvisor's imported), and ``main`` puts back everything the script can observe before it
-runs it in the real ``__main__`` module: ``sys.argv``, ``sys.orig_argv``, ``sys.path[0]``,
-``__main__``'s ``__file__`` / ``__spec__`` / ``__loader__`` (so that spawn-started
-children, DataLoader workers among them, find the script as they would), the environment
-without our variables; no signal handler, no exit hook. The exit code is the one Python
-would give (1 after an uncaught exception, ``sys.exit``'s, death by SIGINT), and tracebacks
-leave our frames out.
+Some debugging needs a hook in the rank's own interpreter before the user's code runs: a pdb
+post-mortem prompt in the frame that raised (``--post-mortem``), a debugpy listener
+(``--debugpy``), torch's worker server (every Python rank unless ``--no-collectives``: a
+one-shot import hook starts it right after the script imports ``torch.distributed``, so a
+script that never does pays nothing). The supervisor then starts ``python [its flags] -c
+<run main()> <script | -m module> args`` instead of ``python [its flags] <script | -m
+module> args`` (``wrap_python_args``; a copy of this file is loaded by its path, so the
+script finds no module of rankvisor's imported, and a package removed meanwhile does not
+matter), and ``main`` puts back everything the script can observe before it runs it in the
+real ``__main__`` module: ``sys.argv``, ``sys.orig_argv``, ``sys.path[0]``, ``__main__``'s
+``__file__`` / ``__spec__`` / ``__loader__`` (so that spawn-started children, DataLoader
+workers among them, find the script as they would), the environment without our variables;
+no signal handler, no exit hook. The exit code is the one Python would give (1 after an
+uncaught exception, ``sys.exit``'s, death by SIGINT), and tracebacks leave our frames out.
 
 The options come in the environment (``ENV_*``), which ``main`` removes. Standard library
 only: the error-file writer (``rankvisor.engine.errors``) and debugpy are imported when
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,8 +35,10 @@ __all__ = [
     "ENV_DEBUGPY",
     "ENV_DEBUGPY_WAIT",
     "ENV_POST_MORTEM",
+    "ENV_WORKER_SOCKET",
     "HOLD_FILE",
     "hold_path",
+    "is_python_rank",
     "main",
     "post_mortem",
     "read_hold",
@@ -47,6 +52,9 @@ ENV_DEBUGPY: Final = "RANKVISOR_DEBUGPY"
 """``host:port``: listen for a debugpy (DAP) client there before the user's code runs."""
 ENV_DEBUGPY_WAIT: Final = "RANKVISOR_DEBUGPY_WAIT"
 """Set: ... and wait until a client attaches."""
+ENV_WORKER_SOCKET: Final = "RANKVISOR_WORKER_SOCKET"
+"""A unix socket path: once the script imports ``torch.distributed``, serve torch's worker
+server there (the Flight Recorder's entries, stacks: ``engine.forensics.worker_server``)."""
 HOLD_FILE: Final = "debug_hold"
 """Beside the rank's error.json while a person is at its post-mortem prompt: the debug hold
 (the supervisor's teardown of the other ranks waits while it exists and the rank lives)."""
@@ -60,8 +68,50 @@ whose import (and everything it imports) would cost the rank a few hundred milli
 and fill its ``sys.modules``."""
 
 
+_STABLE: list[str] = []
+
+
 def _code() -> str:
-    return _CODE.format(path=os.path.abspath(__file__))
+    if not _STABLE:
+        _STABLE.append(_stable_path())
+    return _CODE.format(path=_STABLE[0])
+
+
+def _stable_path() -> str:
+    """A copy of this file that outlives the installed package (a run whose package is
+    upgraded or removed meanwhile still starts its ranks, and restarts them, as it began):
+    ``<tmp>/rankvisor-<uid>/<digest>/py_bootstrap.py``, named by its content; this file's
+    own path when the copy cannot be made safely (a directory not ours)."""
+    import hashlib
+    import tempfile
+
+    here = os.path.abspath(__file__)
+    try:
+        with open(here, "rb") as f:
+            source = f.read()
+        base = os.path.join(tempfile.gettempdir(), f"rankvisor-{os.getuid()}")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        st = os.stat(base)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return here
+        folder = os.path.join(base, hashlib.sha256(source).hexdigest()[:16])
+        path = os.path.join(folder, "py_bootstrap.py")
+        if path == here:
+            return here
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        try:
+            with open(path, "rb") as f:
+                if f.read() == source:
+                    return path
+        except OSError:
+            pass
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(source)
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        return here
 
 # Interpreter options that take a value (``-X dev``, ``-W error``), and those that end the
 # options with a program of their own.
@@ -123,6 +173,21 @@ def wrap_python_args(args: Sequence[str]) -> tuple[str, ...]:
     return (*opts, "-c", _code(), *target)
 
 
+_PYTHON: Final = re.compile(r"python[0-9.]*$")
+
+
+def is_python_rank(argv: Sequence[str]) -> bool:
+    """Whether a command line (interpreter first) is a Python script or ``-m`` module that
+    the bootstrap can run (not ``-c CODE``, stdin, or another program)."""
+    if not argv or not _PYTHON.match(os.path.basename(argv[0])):
+        return False
+    try:
+        split_python_args(argv[1:])
+    except ValueError:
+        return False
+    return True
+
+
 def hold_path(error_file: str) -> str:
     """The debug hold's file of the rank whose error.json is ``error_file``."""
     return os.path.join(os.path.dirname(error_file), HOLD_FILE)
@@ -148,8 +213,11 @@ def main() -> None:
     post = os.environ.pop(ENV_POST_MORTEM, None) is not None
     listen = os.environ.pop(ENV_DEBUGPY, "")
     wait = os.environ.pop(ENV_DEBUGPY_WAIT, None) is not None
+    worker_socket = os.environ.pop(ENV_WORKER_SOCKET, "")
     argv = sys.argv[1:]  # sys.argv is ["-c", target...]
     _restore_orig_argv()
+    if worker_socket:
+        _after_import("torch.distributed", lambda: _serve_worker(worker_socket))
     if listen:
         _listen(listen, wait)
     try:
@@ -229,6 +297,81 @@ def _run_module(module: str, args: list[str]) -> None:
     sys.path[0] = os.getcwd()
     _fresh_main()
     runpy._run_module_as_main(module, alter_argv=True)  # what ``python -m`` itself calls
+
+
+_SERVERS: list[Any] = []
+"""The worker server started for the script (kept alive until the interpreter ends)."""
+
+
+class _AfterImport:
+    """A one-shot import hook: ``then()`` runs right after ``name`` is first imported.
+
+    It leaves ``sys.meta_path`` at once (the first time ``name`` is looked up), so a
+    script that never imports ``name`` pays nothing and one that does sees the import
+    system as it was; the loader's own ``exec_module`` does the import.
+    """
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self._name = name
+        self._then = then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self._name:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+        then = self._then
+
+        def exec_module(module: Any) -> None:
+            try:
+                run(module)
+            finally:
+                try:
+                    del loader.exec_module  # the loader as it was
+                except AttributeError:
+                    pass
+            then()
+
+        try:
+            loader.exec_module = exec_module
+        except AttributeError:  # a loader that takes no attributes: left without
+            pass
+        return spec
+
+
+def _after_import(name: str, then: Callable[[], None]) -> None:
+    if name in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _serve_worker(path: str) -> None:
+    """torch's worker server on ``path``, as ``worker_main()`` starts it; a torch without
+    one (before 2.4) or a socket that cannot be made leaves the rank as it was."""
+    try:
+        from torch._C._distributed_c10d import _WorkerServer
+    except ImportError:
+        return
+    try:
+        if os.path.exists(path):
+            os.unlink(path)  # an earlier incarnation's: torch refuses a path that exists
+        _SERVERS.append(_WorkerServer(path))
+    except Exception:  # noqa: BLE001 - never the rank's failure
+        pass
 
 
 def _listen(where: str, wait: bool) -> None:

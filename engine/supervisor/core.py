@@ -29,16 +29,20 @@ from typing import Union
 
 from ..errors import ProcessFailure
 from ..events import EventSink, RunFinished, TimerExpired
+from ..forensics.nccl_dumps import poke
+from ..forensics.progress import ProgressReader
 from ..handle import Command, CommandResult, RunInfo, term_timeout
 from ..logs_specs import DefaultLogsSpecs
 from ..process import cgroups as _cgroups
 from ..process.guard import Guard
 from ..std import Std
 from .agent_env import EnvOptions, free_port, log_line_prefixes
+from .collective_watch import CollectiveWatch
 from .commands import CommandHandler
 from .debug_options import debugpy_banner, write_launch
 from .input_watch import InputWatch
 from .launcher import Launcher
+from .live_suspect import LiveReading, LiveSuspect
 from .monitor import Monitor, held_ranks
 from .publisher import Publisher
 from .pump_link import PumpLink
@@ -90,10 +94,26 @@ class Supervisor:
         self._events = Publisher(self._state)
         # The run's own events tell who a person paused (a prompt, a SIGSTOP): the suspect's.
         self._events.subscribe(self._state.pauses.observe)
-        self._stacks = StackCapture(lambda: self._logs.run_log_dir, self._say_capture)
+        self._stacks = StackCapture(
+            lambda: self._logs.run_log_dir, self._say_capture,
+            readings=lambda: self.collectives.readings() if self.collectives else (),
+        )
+        self.collectives: CollectiveWatch | None = (
+            CollectiveWatch(self._state, lambda: self._logs.run_log_dir)
+            if any(config.serves_collectives(r) for r in range(config.nprocs)) else None
+        )
+        """Every rank's Flight Recorder, read live (None: no rank serves it)."""
+        reader = ProgressReader(config.progress_regex)
+        self._state.activity.step_of = lambda line: (p.step if (p := reader.read(line)) else None)
+        self._live = LiveSuspect(
+            self._state, self._stacks, self.collectives, self._say_live,
+            silence_factor=config.suspect_silence_factor,
+            silence_min_s=max(config.suspect_silence_min_s, config.live_quiet_s),
+        ) if config.live_quiet_s > 0 else None
         self._stopper = Stopper(
             self._state, self._events, kill_wait_s=config.kill_wait_s,
-            before_kill=self._before_kill if config.stack_on_kill else None,
+            before_kill=(self._before_kill
+                         if config.stack_on_kill or self.collectives is not None else None),
             captures=CaptureSchedule(),
         )
         self._pump = PumpLink(
@@ -140,7 +160,7 @@ class Supervisor:
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,
-            self._wakeup, self._guard,
+            self._wakeup, self._guard, collectives=self.collectives,
         )
 
     # -- events and commands --------------------------------------------------------------
@@ -208,6 +228,10 @@ class Supervisor:
             self._sampler.start()
         if self.config.stdin == "pipe":
             self._input.start()
+        if self.collectives is not None:
+            self.collectives.start()
+        if self._live is not None:
+            self._live.start()
 
     def _say_debugpy(self) -> None:
         """``--debugpy``: write the VS Code attach configuration into the run dir and say
@@ -264,6 +288,10 @@ class Supervisor:
         self._wakeup.wake()
         self._monitor.join(timeout=5.0)
         self._stacks.join(timeout_s=2.0)  # each ended before its SIGKILL deadline anyway
+        if self._live is not None:
+            self._live.stop()
+        if self.collectives is not None:
+            self.collectives.stop()
         self._pump.run_ops()
         self._sampler.stop()
         self._input.stop()
@@ -470,6 +498,23 @@ class Supervisor:
         """The MASTER_PORT the ranks got."""
         return self._port
 
+    def progress_now(self) -> dict[int, dict[str, object]]:
+        """Each rank's step (the last its recent lines report, None if none) and the age of
+        its last output in seconds (None if it wrote nothing): a cron check sees a stall."""
+        now = time.time_ns()
+        out: dict[int, dict[str, object]] = {}
+        activity = self._state.activity
+        for rank in list(self._state.slots):
+            last = activity.reading(rank, until_ns=now).last_ns
+            out[rank] = {"step": activity.last_step(rank),
+                         "last_output_age_s": round((now - last) / 1e9, 1) if last else None}
+        return out
+
+    @property
+    def live_suspect(self) -> LiveReading | None:
+        """The suspect named while every rank hangs, with its dumps (None: none now)."""
+        return self._live.reading if self._live is not None else None
+
     @property
     def guard_pid(self) -> int | None:
         """The guard process's pid (for tests and diagnostics)."""
@@ -483,13 +528,25 @@ class Supervisor:
         """The Stopper's hook (lock held): dump ``targets`` before their SIGKILL, the dump
         naming the ranks as a person knows them (global on many nodes)."""
         shown = {self._state.shown(rank): pid for rank, pid in targets.items()}
-        self._stacks.before_kill(shown, deadline, why)
+        if self.config.stack_on_kill:
+            self._stacks.before_kill(shown, deadline, why)
+        if self.collectives is not None:
+            for slot in self._state.live():
+                if slot.rank in targets and slot.error_file:
+                    poke(os.path.dirname(slot.error_file))  # NCCL ranks: dump your FR now
+            paths = self.collectives.live_paths(targets)
+            left = deadline - time.monotonic() - 0.1
+            if paths and left > 0.05:
+                self.collectives.capture_later(f"before SIGKILL ({why})", paths, min(1.0, left))
 
-    def _say_capture(self, message: str) -> None:
+    def _say_capture(self, message: str, severity: str = "information") -> None:
         """A capture's notice, from its own thread."""
         with self._state.lock:
-            self._events.notice(message, "information")
+            self._events.notice(message, severity)
         self._events.flush()
+
+    def _say_live(self, message: str) -> None:
+        self._say_capture(message, "warning")
 
     def _on_timer_expired(self, pid: int, scope: str) -> None:
         with self._state.lock:

@@ -21,13 +21,17 @@ from ..errors import ProcessFailure
 from ..events import AttemptStarted, RankRestarted
 from ..forensics.environ import write_rank_envs_later
 from ..forensics.exit_cause import ExitCause
+from ..forensics.nccl_dumps import nccl_env
+from ..forensics.worker_server import prepare, socket_path
 from ..logs_specs import DefaultLogsSpecs
 from ..process.cgroups import RunCgroups
 from ..process.guard import Guard
+from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from ..process.rank_process import RankProcess, on_spawner_thread
 from ..process.stdin_pipe import RankStdin
 from ..states import RankState
 from .agent_env import RESTART_COUNT_ENV, EnvOptions, build_rank_env
+from .collective_watch import recorder_env
 from .input_watch import InputWatch
 from .publisher import Publisher
 from .pump_link import PumpLink
@@ -99,6 +103,8 @@ class Launcher:
         env.update(self._config.rank_env.get(slot.rank, {}))
         if self._config.debug is not None:
             env.update(self._config.debug.env(slot.rank))
+        if self._config.serves_collectives(slot.rank):
+            env.update(recorder_env(env))
         env.update(self._guard.env)
         if self._watchdog is not None:
             env.update(self._watchdog.rank_env)
@@ -132,6 +138,7 @@ class Launcher:
                 state.attempt, 0,
                 (dest.stdouts[slot.rank], dest.stderrs[slot.rank], dest.error_files[slot.rank]),
             )
+            self._fresh_socket(slot)
         # One hand-over to the spawner thread for the whole group (fast for many ranks).
         procs: list[RankProcess | Exception] = on_spawner_thread(
             lambda: [self._spawn_or_error(s) for s in slots]
@@ -174,9 +181,27 @@ class Launcher:
             ),
         )
         slot.env[RESTART_COUNT_ENV] = str(slot.restart_count)
+        self._fresh_socket(slot)
         self._state.not_finished()
         self._started(slot, self._spawn_or_error(slot), restart=True, whole_attempt=False)
         self._record_envs()
+
+    def _fresh_socket(self, slot: RankSlot) -> None:
+        """Each incarnation's worker server gets a socket path of its own, in its dir (a
+        path left by an earlier one would make torch refuse to start the server)."""
+        if not self._config.serves_collectives(slot.rank) or not slot.error_file:
+            return
+        where = os.path.dirname(slot.error_file)
+        path = socket_path(where)
+        try:
+            prepare(path)
+        except OSError:
+            return  # the rank runs without it
+        slot.env[ENV_WORKER_SOCKET] = path
+        # An NCCL group dumps its FR there on a timeout, or when its pipe is written to.
+        # (Checked against the job's own variables: slot.env holds the last incarnation's.)
+        job = {**self._config.env, **self._config.rank_env.get(slot.rank, {})}
+        slot.env.update(nccl_env(where, job))
 
     def _record_envs(self) -> None:
         records, self._env_records = self._env_records, []
@@ -193,6 +218,12 @@ class Launcher:
         self._input.ended(slot)
         self._guard.forget(proc.pid)
         self._pump.remove(slot)
+        sock = slot.env.get(ENV_WORKER_SOCKET)
+        if sock:
+            try:
+                os.unlink(sock)  # its server is gone with it
+            except OSError:
+                pass
         try:
             proc.close()
         except RuntimeError:

@@ -32,6 +32,7 @@ import time
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
+from ..forensics.own_traceback import own_traceback_before
 from ..forensics.stdin_hint import note_null_stdin
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..logfile.tail import last_lines
@@ -41,6 +42,7 @@ from ..process.py_bootstrap import read_hold
 from ..process.rank_process import RankProcess
 from ..result import RunProcsResult
 from ..states import final_state_for
+from .collective_watch import CollectiveWatch
 from .launcher import Launcher
 from .publisher import Publisher
 from .pump_link import PumpLink
@@ -67,6 +69,8 @@ class Monitor:
         pump: PumpLink,
         wakeup: Wakeup,
         guard: Guard | None = None,
+        *,
+        collectives: CollectiveWatch | None = None,
     ) -> None:
         self._config = config
         self._state = state
@@ -76,6 +80,9 @@ class Monitor:
         self._pump = pump
         self._wakeup = wakeup
         self._guard = guard
+        self._collectives = collectives
+        self._fr_attempt = -1
+        """The attempt whose first failure's collectives were captured."""
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -203,6 +210,8 @@ class Monitor:
         # rank that failed by itself during a teardown, or before our signal reached it, is
         # a real failure and may be the root cause.
         caused = slot.exit_caused_by_us(code, slot.exit_time_ns)
+        if caused and code < 0 and own_traceback_before(slot.stderr_path, slot.stop_signal_ns):
+            caused = False  # it had raised before our signal cut its shutdown short
         slot.caused_by_us = caused
         if caused and slot.stop_reason is None:
             slot.stop_reason = "signal"
@@ -219,6 +228,7 @@ class Monitor:
         self._stopper.rank_gone(slot.rank)
         self._launcher.retire(slot, proc)
         if code != 0 and not caused:
+            self._capture_collectives(slot)
             # Output after the first failure (tracebacks, the teardown) is not what the
             # ranks were doing before it: the suspect's silence is measured up to here.
             self._state.activity.cutoff(slot.exit_time_ns or time.time_ns())
@@ -236,6 +246,22 @@ class Monitor:
                     )
                 elif not held:
                     self._teardown(why)
+
+    def _capture_collectives(self, slot: RankSlot) -> None:
+        """At an attempt's first failure, before the teardown signals the others: what every
+        live rank's Flight Recorder says now (bounded; their server answers off their
+        Python threads), saved on a thread of its own."""
+        watch = self._collectives
+        if watch is None or self._fr_attempt == self._state.attempt:
+            return
+        self._fr_attempt = self._state.attempt
+        paths = watch.live_paths()
+        try:
+            if paths:
+                watch.ask(paths, timeout_s=0.5)
+            watch.capture_later(f"rank {self._state.shown(slot.rank)} failed", {}, 0.0)
+        except Exception:  # noqa: BLE001 - a reading must never touch the run
+            log.exception("collectives capture at the first failure failed")
 
     def _teardown(self, why: str) -> None:
         """torch's rule: one rank failed, so the others would hang in their next
@@ -322,6 +348,11 @@ class Monitor:
                 pauses=self._state.pauses.at(first_ns, grace_ns=int(TOGETHER_S * 1e9)),
                 silence_factor=self._config.suspect_silence_factor,
                 silence_min_s=self._config.suspect_silence_min_s,
+                collectives=self._collectives.verdicts() if self._collectives else (),
+                # torch's own texts (a mismatch, a monitored barrier) may be in a rank the
+                # teardown stopped: every rank's last stderr lines are read for them.
+                texts={s.rank: "\n".join(last_lines(s.stderr_path, _ERROR_TAIL))
+                       for s in slots if s.stderr_path},
             )
         except Exception:  # noqa: BLE001 - a reading must never keep a run from finishing
             log.exception("could not work out the suspect")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from ..events import RankStateChanged
 from ..handle import RankInfo
 from ..names.signals import exit_signal_name
+from ..process.sig_disposition import catches
 from ..states import RankState, can_move
 
 if TYPE_CHECKING:
@@ -94,6 +95,9 @@ class RankSlot:
     """Signals a person sent with SignalRanks: dying of one of them is our doing too."""
     signals_ns: dict[int, int] = field(default_factory=dict)
     stop_signal_ns: int | None = None
+    stop_caught: bool | None = None
+    """Whether the process had a handler for its first stop signal when it was sent (None:
+    not known, or the first was SIGKILL)."""
     caused_by_us: bool = False
     exit_cause: ExitCause | None = None
     started_monotonic: float | None = None
@@ -118,6 +122,8 @@ class RankSlot:
         self.signals_ns.setdefault(int(sig), sent_ns)
         if stop and self.stop_signal_ns is None:
             self.stop_signal_ns = sent_ns
+            if self.proc is not None and sig != signal.SIGKILL:
+                self.stop_caught = catches(self.proc.pid, int(sig))
 
     def exit_caused_by_us(self, code: int, exit_time_ns: int | None) -> bool:
         """Whether an exit with ``code``, seen at ``exit_time_ns``, was plausibly our doing.
@@ -135,6 +141,10 @@ class RankSlot:
         if code > 128 and code - 128 in self.signals_ns:
             return True
         if self.stop_signal_ns is None:
+            return False
+        if code >= 0 and self.stop_caught is False:
+            # It had no handler for our stop signal, which would have ended it with -N:
+            # it exited by itself (its own error, its own timeout), whenever it did.
             return False
         return exit_time_ns is None or exit_time_ns >= self.stop_signal_ns
 
@@ -185,6 +195,7 @@ class RankSlot:
         self.user_signals = set()
         self.signals_ns = {}
         self.stop_signal_ns = None
+        self.stop_caught = None
         self.caused_by_us = False
         self.exit_cause = None
         self.started_monotonic = time.monotonic()

@@ -21,6 +21,7 @@ from typing import Union
 
 from ..handle import DEFAULT_TERM_TIMEOUT_S
 from ..names.signals import check_stop_signal
+from ..process.py_bootstrap import is_python_rank, wrap_python_args
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use
 from .cluster_options import ClusterOptions
@@ -127,6 +128,12 @@ class SupervisorConfig:
             usual shapes (step N, iter N, epoch N, tqdm's N/M). None: only those.
         debug: ``--post-mortem`` and ``--debugpy``: the Python ranks run under rankvisor's
             bootstrap (``DebugOptions``); None runs every rank as given.
+        collectives: Every Python rank runs under the bootstrap, which serves torch's
+            worker server in the rank once it imports ``torch.distributed``, with torch's
+            Flight Recorder on (``TORCH_FR_BUFFER_SIZE``, unless set already): the suspect
+            and ``rankvisor collectives`` read which rank never entered a collective
+            (``--no-collectives`` turns it off). A rank that is not a Python script or
+            module runs as given.
     """
 
     entrypoint: str
@@ -174,6 +181,10 @@ class SupervisorConfig:
     invocation: tuple[str, ...] = ()
     """The command line a person typed (``rankvisor run ...``), for ``ls`` and bundles;
     () when the run was not started from one (an API user's Supervisor)."""
+    collectives: bool = True
+    live_quiet_s: float = 4.0
+    """A live suspect is looked for once every rank has been quiet this long (and past its
+    cadence), or a collective has been waited in this long (0: never while it runs)."""
 
     def __post_init__(self) -> None:
         if self.run_id is None:
@@ -186,9 +197,18 @@ class SupervisorConfig:
         return (self.entrypoint, *self.rank_args.get(rank, self.args))
 
     def launch_argv(self, rank: int) -> tuple[str, ...]:
-        """What is started for ``rank``: ``argv``, under the bootstrap if ``debug`` asks."""
+        """What is started for ``rank``: ``argv``, under the bootstrap if ``debug`` or
+        ``collectives`` asks."""
         argv = self.argv(rank)
-        return self.debug.argv(rank, argv) if self.debug is not None else argv
+        if self.debug is not None and self.debug.bootstrapped(rank):
+            return self.debug.argv(rank, argv)
+        if self.collectives and is_python_rank(argv):
+            return (argv[0], *wrap_python_args(argv[1:]))
+        return argv
+
+    def serves_collectives(self, rank: int) -> bool:
+        """Whether ``rank`` runs under the bootstrap with its worker server on."""
+        return self.collectives and is_python_rank(self.argv(rank))
 
     def console(self, rank: int) -> tuple[bool, bool]:
         """Whether ``rank``'s (stdout, stderr) appear on the console, as under torchrun.

@@ -23,8 +23,10 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from ..forensics.collectives import RankCollectives
+from ..forensics.stack_evidence import outside_collective, regrouped
 from ..forensics.stacks import (
     DEFAULT_TIMEOUT_S,
     KILL_DUMP_BUDGET_S,
@@ -120,10 +122,16 @@ class StackCapture:
         run_dir: The run's directory once it exists (None or "" before: nothing is saved).
         say: Tells a person about a capture before a SIGKILL (called on the capture's
             thread with one line).
+        readings: The ranks' Flight Recorder readings, if the run has them: a dump's groups
+            are then split by the collective number each rank waits in.
     """
 
-    def __init__(self, run_dir: Callable[[], str | None], say: Callable[[str], None]) -> None:
+    def __init__(
+        self, run_dir: Callable[[], str | None], say: Callable[[str], None],
+        readings: Callable[[], Iterable[RankCollectives]] | None = None,
+    ) -> None:
         self._say = say
+        self._readings = readings
         self._run_dir = run_dir
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -141,6 +149,8 @@ class StackCapture:
         rank could be read (the returned dump's ``path``; "" when nothing was saved)."""
         dump = dump_stacks(targets, native=native, nonblocking=nonblocking,
                            timeout_s=timeout_s, reason=reason)
+        if self._readings is not None and dump.captured:
+            dump = regrouped(dump, self._readings())
         run_dir = self._run_dir()
         if dump.captured and run_dir:
             try:
@@ -176,6 +186,9 @@ class StackCapture:
         if dump.path:
             got = list(dump.captured)
             message = (f"rank(s) {_joined(got)}: stack saved before SIGKILL: {dump.path}")
+            odd = outside_collective(dump)
+            if odd is not None:
+                message += f"; {odd.words()}"
         elif dump.problem:
             message = (f"rank(s) {_joined(sorted(targets))}: no stack before SIGKILL: "
                        f"{dump.problem}")

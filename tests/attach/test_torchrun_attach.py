@@ -281,6 +281,10 @@ def test_terminate_rank_one_and_what_torchrun_does(torchrun: Any) -> None:
         else:
             assert zero.exitcode == -signal.SIGTERM and 0 in done.result.failures
         assert isinstance(done, RunFinished) and 1 in done.result.stopped  # ours
+        if 0 in done.result.failures:
+            # The person's terminate is the first domino, as torchrun's report says.
+            assert done.suspect is not None and done.suspect.rank == 1, done.suspect
+            assert done.suspect.reason.startswith("rank 1: terminated by your SIGTERM")
         assert job.proc.wait(timeout=30) != 0
         summary = job.output()  # torchrun's own report: both died of SIGTERM
         assert "ChildFailedError" in summary and summary.count("exitcode  : -15") == 2

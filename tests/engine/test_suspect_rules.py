@@ -103,3 +103,53 @@ def test_activity_keeps_what_came_before_the_cutoff() -> None:
     assert act.reading(0, until_ns=T0 + 3 * S).last_line == "step 3"
     act.new_attempt(1)
     assert act.reading(0).last_ns is None
+
+
+def test_a_person_s_restart_of_one_rank_is_the_first_domino() -> None:
+    # Rank 1 restarted alone (its new incarnation runs, without an error); its old peers'
+    # collective broke: "Connection closed by peer" on ranks 2 and 3, rank 0 still running.
+    closed = "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer"
+    facts = [
+        _facts(rank=0, stopped_by=None, activity=_act(0, 9.0)),
+        _facts(rank=1, stopped_by=None, activity=_act(1, 9.5)),
+        _facts(rank=2, failed=True, exitcode=1, exit_time_ns=T0 + 10 * S, stopped_by=None,
+               message=closed, activity=_act(2, 9.9)),
+        _facts(rank=3, failed=True, exitcode=1, exit_time_ns=T0 + 10 * S + 1000,
+               stopped_by=None, message=closed, activity=_act(3, 9.9)),
+    ]
+    restart = SignalRecord((1,), "SIGTERM", "person", "restart", T0 + 8 * S)
+    s = find_suspect(facts, [restart])
+    assert s is not None and (s.rank, s.kind, s.ranks) == (1, "signal", (1,)), s
+    assert s.reason.startswith("rank 1: restarted by your SIGTERM at ")
+    assert s.reason.endswith("; the others failed after")
+
+
+def test_a_terminate_through_an_attached_torchrun_is_the_first_domino() -> None:
+    import signal
+
+    from rankvisor.engine.attach.first_domino import first_domino
+    from rankvisor.engine.errors import ProcessFailure
+
+    ours = {1: ProcessFailure(1, 11, -signal.SIGTERM, "", exit_time_ns=T0, caused_by_us=True)}
+    torchrun_s = {0: ProcessFailure(0, 10, -signal.SIGTERM, "", exit_time_ns=T0 + S)}
+    s = first_domino(ours, torchrun_s, {1: signal.SIGTERM})
+    assert s is not None and (s.rank, s.kind) == (1, "signal")
+    assert s.reason.startswith("rank 1: terminated by your SIGTERM (it ended at ")
+    assert s.reason.endswith("torchrun then stopped rank(s) 0")
+    # A failure of its own (exit 1), or one before ours, is not torchrun's teardown.
+    own = {0: ProcessFailure(0, 10, 1, "", exit_time_ns=T0 + S)}
+    assert first_domino(ours, own, {1: signal.SIGTERM}) is None
+    early = {0: ProcessFailure(0, 10, -signal.SIGTERM, "", exit_time_ns=T0 - S)}
+    assert first_domino(ours, early, {1: signal.SIGTERM}) is None
+
+
+def test_a_rank_s_last_step_outlives_its_heartbeat_lines() -> None:
+    from rankvisor.engine.forensics.progress import ProgressReader
+
+    act = OutputActivity()
+    reader = ProgressReader()
+    act.step_of = lambda line: (p.step if (p := reader.read(line)) else None)
+    act.note(RankOutput(0, "stdout", ("step 3", "step 4", "loss 0.1")), T0)
+    for i in range(40):  # more than the lines it keeps
+        act.note(RankOutput(0, "stdout", ("heartbeat",), first_line=3 + i), T0 + i * S)
+    assert act.last_step(0) == 4 and act.last_step(1) is None

@@ -36,8 +36,13 @@ def test_post_mortem_takes_its_ranks_optionally_before_the_script(tmp_path: Path
         0, 1,
     }
     assert _debug(log, SCRIPT).debug is None
-    # Only the ranks it wraps run under the bootstrap; what a person reads stays the same.
-    assert some.launch_argv(1)[1:3] == ("-u", "-c") and some.launch_argv(0) == some.argv(0)
+    # The ranks it wraps run under the bootstrap; what a person reads stays the same. Every
+    # other Python rank does too, for its worker server, unless --no-collectives.
+    assert some.launch_argv(1)[1:3] == ("-u", "-c") and some.argv(1)[1] == "-u"
+    assert some.launch_argv(0)[1:3] == ("-u", "-c")
+    plain = _debug(log, "--nproc-per-node", "4", "--post-mortem", "1,3", "--no-collectives",
+                   SCRIPT)
+    assert plain.launch_argv(0) == plain.argv(0) and plain.launch_argv(1)[1:3] == ("-u", "-c")
 
 
 def test_debugpy_ranks_and_base_port(tmp_path: Path) -> None:

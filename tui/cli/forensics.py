@@ -16,7 +16,7 @@ from .supervisor_call import connect_and_run
 if TYPE_CHECKING:
     from ...engine.handle import CommandResult
 
-__all__ = ["bundle", "stack"]
+__all__ = ["bundle", "collectives", "stack"]
 
 
 @on_a_run
@@ -114,12 +114,41 @@ def _remote_stack(command: str, args: Any, ranks: tuple[int, ...], there: Elsewh
 
 def _stack_text(data: dict[str, Any]) -> str:
     """The merged view, each group's frames, and where the whole dump was saved."""
+    from ...engine.forensics.stack_evidence import outside_collective
     from ...engine.forensics.stacks import StackDump
 
     dump = StackDump.from_dict(data)
     lines = [dump.merged_text()]
+    odd = outside_collective(dump)
+    if odd is not None:
+        lines += ["", odd.words()]
     for group in dump.groups:
         if group.frames:
             lines += ["", f"{group.who()}:", *(f"    {f}" for f in group.frame_lines())]
     lines += ["", f"saved to {dump.path}" if dump.path else "not saved"]
     return "\n".join(lines)
+
+
+@on_a_run
+def collectives(sub: Subcommand, argv: list[str]) -> int:
+    from ...engine.control.status import current_attempt
+    from ...engine.forensics.collectives_run import read_run, text_of
+
+    p = sub.parser()
+    p.add_argument("run", nargs="?", metavar="RUN",
+                   help="a run dir, log dir or run id (default: your newest run)")
+    p.add_argument("--json", action="store_true",
+                   help="per rank and process group the last collective enqueued, started "
+                   "and completed, and the verdicts (COLLECTIVES.md)")
+    args = p.parse_args(argv)
+    entry = registry.resolve(args.run, running_only=False)
+    status = registry.entry_state(entry)[1]
+    attempt = current_attempt(entry.run_dir, status) or 0
+    data, source = read_run(entry.run_dir, attempt)
+    if args.json:
+        print(json.dumps({**data, "source": source}, indent=2))
+    else:
+        print(text_of(data))
+        print("" if source == "live" else
+              f"(saved: {source})" if source else "(no rank answered, nothing saved)")
+    return EXIT_OK if source else EXIT_REFUSED

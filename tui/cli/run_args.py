@@ -91,6 +91,11 @@ def _add_logging_flags(p: argparse.ArgumentParser, *,
     p.add_argument("--no-stack-on-kill", dest="stack_on_kill", action="store_false",
                    help="do not dump the Python stacks of ranks about to be SIGKILLed "
                         "(py-spy, into the run dir's stacks/)")
+    p.add_argument("--collectives", dest="collectives", action="store_true", default=True,
+                   help="Python ranks serve torch's worker server with its Flight Recorder "
+                        "on, read by the suspect and 'rankvisor collectives' (the default)")
+    p.add_argument("--no-collectives", dest="collectives", action="store_false",
+                   help="run the Python ranks as given: no worker server, no Flight Recorder")
     p.add_argument("--headless", action="store_true",
                    help="no TUI: print the ranks' output with prefixes, like torchrun --tee 3")
     p.add_argument("--foreground", action="store_true",
@@ -416,6 +421,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         cluster=cluster,
         progress_regex=args.progress_regex,
         debug=debug_options(args, nprocs),
+        collectives=args.collectives,
     )
     config.validate()
     return config
@@ -499,6 +505,7 @@ def demo_config(args: argparse.Namespace) -> SupervisorConfig:
         suspect_silence_min_s=args.suspect_silence_min,
         stack_on_kill=getattr(args, "stack_on_kill", True),
         progress_regex=args.progress_regex,
+        collectives=getattr(args, "collectives", True),
     )
     config.validate()
     return config

@@ -43,6 +43,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
                "prompt", debug_cli.input_main),
     Subcommand("debug", "a console on one rank: its output live, each line typed sent to its "
                "stdin", debug_cli.debug_main),
+    Subcommand("collectives", "each rank's last collectives (torch's Flight Recorder) and "
+               "which rank did not enter one", forensics.collectives),
 )
 
 BY_NAME: Final = {sub.name: sub for sub in SUBCOMMANDS}

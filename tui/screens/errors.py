@@ -26,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from ...engine.forensics.stacks import STACKS_DIR, list_dumps
+from ...engine.output.sanitize import sanitize
 from ..model import RunView
 from ..widgets.failure_report import (
     render_failure,
@@ -81,6 +82,7 @@ class ErrorsScreen(Screen[None]):
         key = (
             root,
             suspect,
+            self.run.live_suspect,
             tuple((v.rank, v.state, v.exitcode, v.restart_count, id(v.failure)) for v in failures),
             tuple((v.rank, v.state, v.exitcode, v.restart_count) for v in stopped),
             self._dump_names(),
@@ -102,6 +104,11 @@ class ErrorsScreen(Screen[None]):
             if alive:
                 words += f" {alive} still running."
             box.mount(Static(Text(words, "italic"), classes="no-failures"))
+            if self.run.live_suspect:
+                box.mount(Static(Text.assemble(
+                    ("live suspect (still hanging): ", "bold yellow"),
+                    sanitize(self.run.live_suspect),
+                ), classes="suspect"))
         if suspect is not None and failures:
             box.mount(Static(render_suspect(suspect, root), classes="suspect"))
         width = max(40, self.size.width - 6)

@@ -88,6 +88,13 @@ def summary_text(
             8, Text.assemble((f" suspect: rank {named} ", "bold yellow"), _BAR),
             Text.assemble((f" suspect {named} ", "bold yellow"), _BAR),
         ))
+    elif run.live_suspect:
+        # "rank 1: never entered ..." -> "rank 1": the reason is in the error view.
+        who = run.live_suspect.split(":", 1)[0]
+        parts.append(_Part(
+            8, Text.assemble((f" live suspect: {who} ", "bold yellow"), _BAR),
+            Text.assemble((f" live {who} ", "bold yellow"), _BAR),
+        ))
     if root is not None:
         parts.append(_Part(
             8, Text.assemble((f" root cause: rank {root} ", "bold red"), _BAR),

@@ -1,0 +1,77 @@
+"""NCCL ranks' Flight Recorder dumps: files torch writes, and the pipe that asks for one.
+
+An NCCL process group writes its FR dump to ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` (a pickle of
+the same object the worker server answers as JSON) when its watchdog sees a timeout, or when
+a byte is written to its named pipe ``$TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe``. rankvisor
+points both into each rank incarnation's directory (``nccl_env``), writes to the pipes of
+ranks about to be SIGKILLed (``poke``), and reads the dumps like a gloo rank's answer
+(``read_dumps``). The pickles hold only plain data; they are read with an unpickler that
+refuses anything else.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import pickle
+from collections.abc import Mapping
+from typing import Any, Final
+
+__all__ = ["DUMP_STEM", "PIPE_STEM", "nccl_env", "poke", "read_dumps"]
+
+DUMP_STEM: Final = "nccl_fr_"
+PIPE_STEM: Final = "nccl_fr_pipe_"
+_DUMP_ENV: Final = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+_PIPE_ENV: Final = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+
+
+def nccl_env(incarnation_dir: str, env: Mapping[str, str]) -> dict[str, str]:
+    """Where ``incarnation_dir``'s rank dumps and listens (unless the job chose already)."""
+    out = {}
+    if not any(k in env or k in os.environ for k in _DUMP_ENV):
+        out[_DUMP_ENV[0]] = os.path.join(incarnation_dir, DUMP_STEM)
+    if _PIPE_ENV not in env and _PIPE_ENV not in os.environ:
+        out[_PIPE_ENV] = os.path.join(incarnation_dir, PIPE_STEM)
+    return out
+
+
+def poke(incarnation_dir: str) -> int:
+    """Ask every NCCL group of the rank in ``incarnation_dir`` for a dump; how many pipes
+    took it (never blocks: a pipe nobody reads is skipped)."""
+    done = 0
+    for path in glob.glob(os.path.join(glob.escape(incarnation_dir), f"{PIPE_STEM}*.pipe")):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue  # ENXIO: no reader (the rank is gone)
+        try:
+            os.write(fd, b"1\n")
+            done += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return done
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"not plain data: {module}.{name}")
+
+
+def read_dumps(incarnation_dir: str) -> list[tuple[dict[str, Any], int]]:
+    """The FR dumps torch wrote in ``incarnation_dir``, each with its file's mtime (ns)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(incarnation_dir), f"{DUMP_STEM}*"))):
+        if path.endswith(".pipe"):
+            continue
+        try:
+            with open(path, "rb") as f:
+                data = _PlainUnpickler(io.BytesIO(f.read(1 << 26))).load()
+            mtime = os.stat(path).st_mtime_ns
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError):
+            continue
+        if isinstance(data, dict):
+            out.append((data, mtime))
+    return out

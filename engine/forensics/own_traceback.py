@@ -1,0 +1,43 @@
+"""Whether a rank had already failed on its own when our stop signal reached it.
+
+A rank that raised prints its traceback, then spends a moment in Python's shutdown (freeing
+a process group, joining threads); the teardown's SIGTERM, sent a millisecond after the
+first rank's exit, ends that shutdown with -SIGTERM. torchrun, which looks every 0.1 s, sees
+the rank's own exit code and lists it as a failure. So does rankvisor when the rank's stderr
+ends with a traceback (its last line an exception that is not a signal's or an interrupt's)
+written before the signal was sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Final
+
+from ..logfile.tail import last_lines
+
+__all__ = ["own_traceback_before"]
+
+_EXCEPTION: Final = re.compile(r"^(?:\[[^\]]*\]:)*\s*([A-Za-z_][\w.]*(?:Error|Exception))\b")
+_NOT_OWN: Final = ("KeyboardInterrupt", "SignalException", "SystemExit")
+_TAIL: Final = 40
+
+
+def own_traceback_before(stderr_path: str, t_ns: int | None) -> str:
+    """The exception line that ends ``stderr_path`` if the file was last written before
+    ``t_ns`` and holds a traceback; "" otherwise."""
+    if not stderr_path or t_ns is None:
+        return ""
+    try:
+        if os.stat(stderr_path).st_mtime_ns > t_ns:
+            return ""
+    except OSError:
+        return ""
+    tail = [ln for ln in last_lines(stderr_path, _TAIL) if ln.strip()]
+    if not tail or not any("Traceback (most recent call last)" in ln for ln in tail):
+        return ""
+    last = tail[-1]
+    m = _EXCEPTION.match(last)
+    if m is None or m.group(1).rsplit(".", 1)[-1] in _NOT_OWN:
+        return ""
+    return last.strip()

@@ -1,0 +1,140 @@
+"""Asking a rank's torch worker server, from outside the rank: its Flight Recorder, its stacks.
+
+torch (2.4 and later) can serve a few handlers on a unix socket inside each rank
+(``_WorkerServer``; ``worker_main()`` starts one on ``TORCH_WORKER_SERVER_SOCKET``):
+``fr_trace_json`` (the Flight Recorder's entries: every collective the rank enqueued, with its
+sequence number per process group), ``dump_traceback``, ``pyspy_dump``,
+``wait_counter_values``. rankvisor's bootstrap starts one in every Python rank
+(``py_bootstrap.ENV_WORKER_SOCKET``) on ``socket_path(<incarnation dir>)``, fresh for each
+incarnation. The server speaks HTTP: a ``POST /handler/<name>`` answers the handler's bytes.
+The server answers on its own C++ thread: asking never pauses the rank's Python threads.
+
+A socket path may hold 107 bytes; a deep run dir gets a short path under the temporary
+directory instead, derived from the incarnation dir so that both sides find it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "SOCKET_NAME",
+    "Answer",
+    "ask",
+    "ask_all",
+    "prepare",
+    "socket_path",
+]
+
+SOCKET_NAME: Final = "worker.sock"
+_MAX_PATH: Final = 100  # sun_path holds 108 bytes with its NUL; a margin for odd kernels
+DEFAULT_TIMEOUT_S: Final = 2.0
+
+
+def socket_path(incarnation_dir: str) -> str:
+    """Where the worker server of the rank incarnation whose files are in
+    ``incarnation_dir`` listens."""
+    path = os.path.join(os.path.abspath(incarnation_dir), SOCKET_NAME)
+    if len(path.encode()) <= _MAX_PATH:
+        return path
+    digest = hashlib.sha1(path.encode()).hexdigest()[:20]
+    return os.path.join(tempfile.gettempdir(), f"rankvisor-{os.getuid()}", f"{digest}.sock")
+
+
+def prepare(path: str) -> None:
+    """Make ``path``'s directory and remove a socket left there (torch refuses a path that
+    exists: "already exists"). Called before the rank starts."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One handler's answer from one rank: its bytes, or why there are none."""
+
+    body: bytes = b""
+    error: str = ""
+    at_ns: int = 0
+    """When the answer came (``time.time_ns()``)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def ask(path: str, handler: str, *, query: str = "",
+        timeout_s: float = DEFAULT_TIMEOUT_S) -> Answer:
+    """``handler``'s answer from the worker server on ``path`` (never raises)."""
+    if not os.path.exists(path):
+        return Answer(error="no worker server (the rank has not imported torch.distributed, "
+                      "runs a torch without one, or runs without rankvisor's bootstrap)")
+    conn = _UnixHTTP(path, timeout_s)
+    try:
+        conn.request("POST", f"/handler/{handler}" + (f"?{query}" if query else ""))
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as e:
+        if isinstance(e, TimeoutError):
+            why = "no answer in time"
+        elif isinstance(e, ConnectionRefusedError):
+            why = "the rank is gone"
+        else:
+            why = str(e) or type(e).__name__
+        return Answer(error=f"worker server: {why}")
+    finally:
+        conn.close()
+    if resp.status != 200:
+        text = body.decode("utf-8", "replace").strip()[:200]
+        return Answer(error=f"worker server: {handler}: HTTP {resp.status} {text}")
+    return Answer(body=body, at_ns=time.time_ns())
+
+
+def ask_all(paths: Mapping[int, str], handler: str, *, query: str = "",
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[int, Answer]:
+    """Every rank's answer (rank -> socket path), asked in parallel, within ``timeout_s``."""
+    out: dict[int, Answer] = {}
+    lock = threading.Lock()
+
+    def one(rank: int, path: str) -> None:
+        a = ask(path, handler, query=query, timeout_s=timeout_s)
+        with lock:
+            out[rank] = a
+
+    threads = [threading.Thread(target=one, args=(r, p), daemon=True,
+                                name="rankvisor-worker-ask") for r, p in paths.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + timeout_s + 0.5
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    with lock:
+        return {r: out.get(r, Answer(error="worker server: no answer in time")) for r in paths}

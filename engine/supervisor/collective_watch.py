@@ -1,0 +1,179 @@
+"""The Flight Recorder of every rank, kept by the Supervisor: read live, and before each kill.
+
+Each Python rank serves torch's worker server (``engine.forensics.worker_server``). A rank
+that fails in a collective is gone before anyone can ask it what it was waiting for, so the
+watch asks every live rank every ``interval_s`` (the answer comes from the server's own
+thread: the rank is never paused) and keeps each rank's last answer; it asks again, bounded,
+at the first failure of an attempt (before the teardown's signals) and before an
+escalation's SIGKILL. Each capture is saved under ``<run_dir>/collectives/`` (``latest.json``
+and one file per capture, the JSON of ``rankvisor collectives --json``) with each rank's FR
+dump as torch wrote it (``collectives/fr/<rank>.json``, for the bundle and torchfrtrace).
+The suspect reads ``verdicts``: a rank that never entered a collective its peers waited in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Container, Mapping
+from typing import Final
+
+from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snapshot_json, verdicts
+from ..forensics.collectives_run import CAPTURES_DIR
+from ..forensics.fr_dump import write_for_torchfrtrace
+from ..forensics.nccl_dumps import read_dumps
+from ..forensics.worker_server import Answer, ask_all
+from ..process.py_bootstrap import ENV_WORKER_SOCKET
+from .state import RunState
+from .ticker import Ticker
+
+__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "CollectiveWatch", "recorder_env"]
+
+log = logging.getLogger(__name__)
+
+BUFFER_ENV: Final = "TORCH_FR_BUFFER_SIZE"
+DEFAULT_BUFFER: Final = 500
+"""Entries torch keeps per rank: enough for a hang's last steps, small to ask for."""
+DIR: Final = CAPTURES_DIR
+
+
+def recorder_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables that turn torch's Flight Recorder on, unless the job set them."""
+    for name in (BUFFER_ENV, "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        if name in env or name in os.environ:
+            return {}
+    return {BUFFER_ENV: str(DEFAULT_BUFFER)}
+
+
+class CollectiveWatch:
+    """Asks the live ranks' worker servers, keeps their last answers, saves captures."""
+
+    def __init__(self, state: RunState, run_dir: Callable[[], str | None],
+                 interval_s: float = 1.0) -> None:
+        self._state = state
+        self._run_dir = run_dir
+        self._interval = interval_s
+        self._lock = threading.Lock()
+        self._last: dict[int, tuple[str, Answer]] = {}
+        """rank -> (socket path, its last good answer)."""
+        self._errors: dict[int, tuple[str, str]] = {}
+        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll)
+        self.start, self.stop = self._ticker.start, self._ticker.stop
+
+    def live_paths(self, only: Container[int] | None = None) -> dict[int, str]:
+        """The live ranks' sockets (rank -> path), of ``only`` if given; the caller holds
+        the state lock."""
+        return {s.rank: s.env[ENV_WORKER_SOCKET] for s in self._state.live()
+                if s.env.get(ENV_WORKER_SOCKET) and (only is None or s.rank in only)}
+
+    def _poll(self) -> None:
+        with self._state.lock:
+            paths = self.live_paths()
+        if paths:
+            self.ask(paths, timeout_s=min(2.0, self._interval * 2))
+
+    def ask(self, paths: Mapping[int, str], timeout_s: float) -> None:
+        """Ask ``paths`` (rank -> socket) now and keep what they said."""
+        answers = ask_all(paths, "fr_trace_json", timeout_s=timeout_s)
+        with self._lock:
+            for rank, a in answers.items():
+                if a.ok:
+                    self._last[rank] = (paths[rank], a)
+                    self._errors.pop(rank, None)
+                else:
+                    self._errors[rank] = (paths[rank], a.error)
+
+    def read_nccl_dumps(self) -> None:
+        """Take in the FR dumps NCCL ranks wrote (on a timeout, or asked through their pipe)
+        where they are newer than the rank's last answer."""
+        with self._state.lock:
+            dirs = {s.rank: os.path.dirname(s.error_file) for s in self._state.slots.values()
+                    if s.error_file}
+        for rank, where in dirs.items():
+            for data, mtime in read_dumps(where):
+                body = json.dumps(data, default=str).encode()
+                with self._lock:
+                    seen = self._last.get(rank)
+                    if seen is None or seen[1].at_ns < mtime:
+                        self._last[rank] = (where, Answer(body=body, at_ns=mtime))
+                        self._errors.pop(rank, None)
+
+    def readings(self) -> list[RankCollectives]:
+        """Every rank's last reading (an error for a rank never answered)."""
+        self.read_nccl_dumps()
+        with self._lock:
+            last = dict(self._last)
+            errors = dict(self._errors)
+        out = []
+        for rank in sorted(set(last) | set(errors)):
+            if rank in last:
+                out.append(parse_answer(rank, last[rank][1]))
+            else:
+                out.append(RankCollectives(rank, error=errors[rank][1]))
+        return out
+
+    def verdicts(self) -> list[Verdict]:
+        return verdicts(self.readings())
+
+    def capture(self, reason: str, timeout_s: float = 0.5,
+                paths: Mapping[int, str] | None = None) -> str:
+        """Ask the live ranks now (bounded) and save the readings; the saved file's path
+        ("" when none). ``paths`` (rank -> socket): taken from the live ranks if None (the
+        caller then must not hold the state lock)."""
+        if paths is None:
+            with self._state.lock:
+                paths = self.live_paths()
+        if paths:
+            self.ask(paths, timeout_s)
+        return self.save(reason)
+
+    def capture_later(self, reason: str, paths: Mapping[int, str], timeout_s: float) -> None:
+        """``capture`` on a thread of its own (called with the state lock held)."""
+        threading.Thread(target=self._capture_quietly, args=(reason, dict(paths), timeout_s),
+                         name="rankvisor-collectives-capture", daemon=True).start()
+
+    def _capture_quietly(self, reason: str, paths: dict[int, str], timeout_s: float) -> None:
+        try:
+            self.capture(reason, timeout_s, paths)
+        except Exception:  # noqa: BLE001 - never the run's failure
+            log.exception("collectives capture failed")
+
+    def save(self, reason: str) -> str:
+        run_dir = self._run_dir()
+        readings = self.readings()
+        if not run_dir or all(r.error for r in readings):
+            return ""  # no rank answered (none imported torch.distributed): nothing to keep
+        record = {"reason": reason, "time": time.time(), **snapshot_json(readings)}
+        folder = os.path.join(run_dir, DIR)
+        try:
+            os.makedirs(os.path.join(folder, "fr"), exist_ok=True)
+            with self._lock:
+                raw = {r: a.body for r, (_, a) in self._last.items()}
+            parsed = {}
+            for rank, body in raw.items():
+                _write(os.path.join(folder, "fr", f"{rank}.json"), body)
+                try:
+                    parsed[rank] = json.loads(body)
+                except ValueError:
+                    pass
+            if parsed:
+                write_for_torchfrtrace(os.path.join(folder, "torchfrtrace"), parsed)
+            stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{time.time_ns() % 10**9:09d}"
+            data = json.dumps(record, indent=1).encode() + b"\n"
+            path = os.path.join(folder, f"{stamp}.json")
+            _write(path, data)
+            _write(os.path.join(folder, "latest.json"), data)
+        except OSError as e:
+            log.warning("collectives not saved under %s: %s", folder, e)
+            return ""
+        return path
+
+
+def _write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

@@ -1,0 +1,77 @@
+"""A gloo loop of all_reduces for the Flight Recorder's tests (3 ranks).
+
+  --skip R        rank R never enters all_reduce #AT: it sleeps instead (the others wait in it
+                  until gloo's ``--timeout``)
+  --heartbeat     every rank prints ``heartbeat`` from a thread every 0.4 s, the hung one too
+                  (as logging and progress threads do)
+  --worker-main   the loop runs inside torch's ``worker_main()``
+  --mismatch R    rank R calls broadcast where the others call all_reduce #AT (run it with
+                  TORCH_DISTRIBUTED_DEBUG=DETAIL: torch names the mismatch)
+  --barrier R     at step AT every rank calls monitored_barrier, rank R only after sleeping
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def _beat() -> None:
+    while True:
+        print("heartbeat", flush=True)
+        time.sleep(0.4)
+
+
+def loop(a: argparse.Namespace) -> None:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
+    rank = dist.get_rank()
+    if a.heartbeat:
+        threading.Thread(target=_beat, daemon=True).start()
+    t = torch.ones(4)
+    for i in range(1, a.steps + 1):
+        if rank == a.skip and i == a.at:
+            time.sleep(3600)
+        if i == a.at and a.barrier >= 0:
+            if rank == a.barrier:
+                time.sleep(3600)
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=a.timeout))
+        if i == a.at and rank == a.mismatch:
+            dist.broadcast(t, src=0)
+        else:
+            dist.all_reduce(t)
+        print(f"step {i}", flush=True)
+        time.sleep(a.step_s)
+    dist.destroy_process_group()
+    print("done", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--skip", type=int, default=-1)
+    p.add_argument("--at", type=int, default=5)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--step-s", type=float, default=0.05)
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--mismatch", type=int, default=-1)
+    p.add_argument("--barrier", type=int, default=-1)
+    p.add_argument("--heartbeat", action="store_true")
+    p.add_argument("--worker-main", action="store_true")
+    a = p.parse_args()
+    if a.worker_main:
+        from torch.distributed.elastic.control_plane import worker_main
+
+        with worker_main():
+            loop(a)
+    else:
+        loop(a)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""NCCL's side of the Flight Recorder, without a GPU: where each rank is told to dump, the
+named pipe that asks it to (a real FIFO, read as torch's DumpPipe reads it), and the dump
+read back as plain data only. The dumps are this job's gloo dumps pickled with NCCL's op
+names (no NCCL dump is recorded on this machine); tests/bench/gpu_nccl_check.py runs the real
+thing on a GPU machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+from rankvisor.engine.forensics.collectives import parse_fr, verdicts
+from rankvisor.engine.forensics.nccl_dumps import DUMP_STEM, PIPE_STEM, nccl_env, poke, read_dumps
+
+DATA = Path(__file__).parent / "data" / "fr_gloo"
+
+
+def test_each_incarnation_dumps_in_its_own_dir_unless_the_job_chose(tmp_path: Path) -> None:
+    env = nccl_env(str(tmp_path), {})
+    assert env == {"TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / DUMP_STEM),
+                   "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / PIPE_STEM)}
+    assert nccl_env(str(tmp_path), {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/x/t",
+                                    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/x/p"}) == {}
+
+
+def test_a_write_to_the_pipe_reaches_the_rank_and_a_gone_rank_is_skipped(tmp_path: Path) -> None:
+    pipe = tmp_path / f"{PIPE_STEM}1.pipe"
+    os.mkfifo(pipe)
+    assert poke(str(tmp_path)) == 0  # nobody reads it: skipped, never blocks
+    got: list[bytes] = []
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # as torch's DumpPipe opens it
+
+    def read() -> None:
+        got.append(os.read(fd, 16))
+
+    assert poke(str(tmp_path)) == 1
+    t = threading.Thread(target=read)
+    t.start()
+    t.join(5)
+    os.close(fd)
+    assert got == [b"1\n"]
+
+
+def test_a_dump_is_read_as_plain_data_and_gives_the_same_verdict(tmp_path: Path) -> None:
+    for r in (0, 1, 2):
+        d = json.loads((DATA / f"{r}.json").read_text())
+        for e in d["entries"]:
+            e["profiling_name"] = e["profiling_name"].replace("gloo:", "nccl:")
+        (tmp_path / f"r{r}").mkdir()
+        (tmp_path / f"r{r}" / f"{DUMP_STEM}{r}").write_bytes(pickle.dumps(d))
+    readings = []
+    for r in (0, 1, 2):
+        [(data, mtime)] = read_dumps(str(tmp_path / f"r{r}"))
+        readings.append(parse_fr(r, data, mtime + 10**12))
+    [v] = verdicts(readings)
+    assert (v.op, v.seq, v.entered, v.missing) == ("all_reduce", 5, (0, 2), (1,))
+    # Anything but plain data is refused.
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.getcwd, ())
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / f"{DUMP_STEM}0").write_bytes(pickle.dumps({"x": Evil()}))
+    assert read_dumps(str(tmp_path / "bad")) == []
+
+
+@pytest.fixture(autouse=True)
+def _no_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+              "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+        monkeypatch.delenv(k, raising=False)
