@@ -199,14 +199,16 @@ def root_cause_rank(failures: dict[GlobalRank, ProcessFailure]) -> Optional[Glob
     """The rank that failed first on its own, or None when there is none.
 
     Failures we caused (``caused_by_us``: teardown, terminate-all, quit) are never the root
-    cause; among the rest the earliest ``failure_time_ns`` wins, ties going to the first in
-    the dict. None when ``failures`` is empty or every failure was ours: the run was
-    stopped, nobody failed.
+    cause; among the rest the earliest ``failure_time_ns`` wins. Error files stamp whole
+    seconds, so two failures of one second whose exits came later tie there: the earlier exit
+    goes first (a rank that raised, then its peers whose connection it closed), and only then
+    the first in the dict. None when ``failures`` is empty or every failure was ours: the run
+    was stopped, nobody failed.
     """
     real = {r: f for r, f in failures.items() if not f.caused_by_us}
     if not real:
         return None
-    return min(real, key=lambda r: real[r].failure_time_ns)
+    return min(real, key=lambda r: (real[r].failure_time_ns, real[r].exit_time_ns or 0))
 
 
 class ChildFailedError(Exception):

@@ -230,6 +230,19 @@ def test_error_file_timestamp_can_prove_an_earlier_failure(tmp_path: Path) -> No
     assert ChildFailedError("t", {0: killed, 1: slow}).get_first_failure()[1] is slow
 
 
+def test_a_tie_of_one_second_goes_to_the_earlier_exit(tmp_path: Path) -> None:
+    # Rank 2 raised in second 100 and its peers, whose connection it closed, failed in the same
+    # second; every exit came after second 100 ended (a loaded machine), so the files tie.
+    def failed(rank: int, exit_s: float) -> ProcessFailure:
+        f = tmp_path / f"e{rank}.json"
+        f.write_text(json.dumps(_torch_shape(f"E: rank {rank}", 100)))
+        return ProcessFailure(rank, 10 + rank, 1, str(f), exit_time_ns=int(exit_s * NS))
+
+    peers = {0: failed(0, 101.4), 1: failed(1, 101.5), 2: failed(2, 101.1), 3: failed(3, 101.3)}
+    assert len({f.failure_time_ns for f in peers.values()}) == 1
+    assert ChildFailedError("t", peers).get_first_failure()[0] == 2
+
+
 def test_format_msg_matches_torchs_layout() -> None:
     root = ProcessFailure(1, 12102, 1, "/x", exit_time_ns=10 * NS)
     other = ProcessFailure(0, 12101, -15, "/x", exit_time_ns=11 * NS, caused_by_us=True)
