@@ -52,6 +52,7 @@ from ..engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
+from ..engine.logfile.follow import FileFollower
 from ..engine.names.signals import default_action, signal_name
 from ..engine.states import RankState
 from .bridge import EngineBridge
@@ -178,6 +179,12 @@ class RankvisorApp(DebugKeys, App[int]):
         # and a viewer attaching late replays the run's history on top of it.
         info, self._unsubscribe = handle.watch(self.bridge)
         self.run_view = RunView(info, buffer_lines=buffer_lines)
+        self.follower = FileFollower()
+        """Reads the newest lines of files that flood faster than their events come."""
+        self._to_look: set[int] = set()
+        """Ranks with output since the follower last looked at their files."""
+        self._following: set[int] = set()
+        """Ranks whose files grew at the last look (looked at again at the next tick)."""
         for view in self.run_view.ranks:
             view.restart_clock(clock())  # quiet since we started watching
         self._drain_hz = drain_hz
@@ -250,6 +257,7 @@ class RankvisorApp(DebugKeys, App[int]):
         self.call_from_thread(self.run_view.merge_paths, info)
 
     def on_unmount(self) -> None:
+        self.follower.close()
         self.bridge.detach()
         self._unsubscribe()
 
@@ -259,7 +267,8 @@ class RankvisorApp(DebugKeys, App[int]):
         """Fold buffered output and stats into the model; returns the ranks that changed."""
         drained = self.bridge.drain(upto)
         if not drained:
-            return set()
+            # The follower's reads come in whether or not events did.
+            return self._follow_files(set()) if upto is None else set()
         run = self.run_view
         changed: set[int] = set()
         for rank, count in drained.skipped.items():
@@ -283,7 +292,38 @@ class RankvisorApp(DebugKeys, App[int]):
             refresh = getattr(self.screen, "on_filtered_lines", None)
             if callable(refresh):
                 refresh(drained.filtered)
+        self._to_look |= changed
+        if upto is None:
+            changed |= self._follow_files(set())
         return changed
+
+    def _follow_files(self, changed: set[int]) -> set[int]:
+        """Draw the newest lines of the files that flood faster than their events come
+        (``engine.logfile.follow``): what the follower read since the last tick, then a
+        look (a ``stat``) at the files of the ranks that got output or still follow theirs,
+        so that a pane is never more than a few frames behind its file."""
+        run = self.run_view
+        shown: set[int] = set()
+        for tail in self.follower.take():
+            rank, stream = tail.key  # type: ignore[misc]
+            if run.add_file_tail(
+                rank, stream, tail.path, tail.lines, tail.partial, start=tail.start, gap=tail.gap
+            ):
+                shown.add(rank)
+        growing: set[int] = set()
+        # The ranks with output since the last look (some came before a lifecycle event,
+        # drained then), and those whose files grew at the last look.
+        looks, self._to_look = self._to_look | changed, set()
+        for rank in looks | self._following:
+            if not 0 <= rank < len(run.ranks):
+                continue
+            view = run.ranks[rank]
+            follow = run.following_file(rank)
+            for kind, path in (("stdout", view.stdout_path), ("stderr", view.stderr_path)):
+                if self.follower.look((rank, kind), path, follow=follow):
+                    growing.add(rank)
+        self._following = growing
+        return shown
 
     def _tick(self) -> None:
         """The drain tick: draw what arrived since the last one.

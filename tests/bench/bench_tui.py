@@ -258,7 +258,7 @@ async def run_config(
         handle: Any
         if mode == "attached":
             started = start_supervisor(Request(config, expect_viewer=True))
-            handle = RemoteHandle.connect(started.socket, name="bench")
+            handle = RemoteHandle.connect(started.socket, name="bench", pass_over_skipped=True)
         else:
             handle = Supervisor(config)
         app = BenchApp(handle, freeze_heap=True)  # as `rankvisor run` does
@@ -356,6 +356,7 @@ async def run_config(
                     lines_on_disk=on_disk,
                     lines_received=drawn,
                     skip_markers=skipped,
+                    file_reads=app.follower.reads,
                     ranks_intact=f"{intact}/{nprocs}",
                     bad_lines=bad,
                 )

@@ -49,7 +49,7 @@ def open_handle(run: str | None, *, read_only: bool) -> object:
     state = status.effective_state(record) if record is not None else "stale"
     if state == "running":
         try:
-            return RemoteHandle.connect(entry.socket, read_only=read_only)
+            return RemoteHandle.connect(entry.socket, read_only=read_only, pass_over_skipped=True)
         except (FileNotFoundError, ConnectionRefusedError):
             pass  # it ended between the two looks: its record is complete now
     return RecordedRun.open(entry.run_dir)
