@@ -257,7 +257,6 @@ class RankvisorApp(DebugKeys, App[int]):
         self.call_from_thread(self.run_view.merge_paths, info)
 
     def on_unmount(self) -> None:
-        self.follower.close()
         self.bridge.detach()
         self._unsubscribe()
 
@@ -299,29 +298,29 @@ class RankvisorApp(DebugKeys, App[int]):
 
     def _follow_files(self, changed: set[int]) -> set[int]:
         """Draw the newest lines of the files that flood faster than their events come
-        (``engine.logfile.follow``): what the follower read since the last tick, then a
-        look (a ``stat``) at the files of the ranks that got output or still follow theirs,
-        so that a pane is never more than a few frames behind its file."""
+        (``engine.logfile.follow``): a look (a ``stat``, and a bounded read of a file that
+        floods or is followed) at the files of the ranks that got output or whose files
+        grew at the last look, so that a pane is never more than a frame behind its file."""
         run = self.run_view
         shown: set[int] = set()
-        for tail in self.follower.take():
-            rank, stream = tail.key  # type: ignore[misc]
-            if run.add_file_tail(
-                rank, stream, tail.path, tail.lines, tail.partial, start=tail.start, gap=tail.gap
-            ):
-                shown.add(rank)
         growing: set[int] = set()
         # The ranks with output since the last look (some came before a lifecycle event,
         # drained then), and those whose files grew at the last look.
         looks, self._to_look = self._to_look | changed, set()
-        for rank in looks | self._following:
+        for rank in sorted(looks | self._following):
             if not 0 <= rank < len(run.ranks):
                 continue
             view = run.ranks[rank]
             follow = run.following_file(rank)
             for kind, path in (("stdout", view.stdout_path), ("stderr", view.stderr_path)):
-                if self.follower.look((rank, kind), path, follow=follow):
-                    growing.add(rank)
+                tail = self.follower.look((rank, kind), path, follow=follow)
+                if tail is None:
+                    continue
+                growing.add(rank)
+                if run.add_file_tail(
+                    rank, kind, path, tail.lines, tail.partial, start=tail.start, gap=tail.gap
+                ):
+                    shown.add(rank)
         self._following = growing
         return shown
 

@@ -5,22 +5,22 @@ seconds behind the files: the supervisor's pump shares the cores with the writer
 line on its way is cut, encoded, sent, decoded and buffered. A pane shows a few dozen rows and
 nobody reads 10k lines a second; the file is the buffer. So the viewer tells the follower,
 once a frame, which files it shows; a file that grows faster than ``flood_rate`` bytes a
-second, or one the viewer follows already, is read from its end on the follower's own thread
-(at most ``max_bytes``, never the whole file: under a flood the viewer has little CPU), and
-its new complete lines, read as the pump shows them (``engine.output.lines``), come back for
-the next frame, with its unfinished last line. From one read to the next the follower goes on
+second, or one the viewer follows already, is read from its end (at most ``max_bytes``,
+never the whole file: under a flood the viewer has little CPU), and its new complete lines,
+read as the pump shows them (``engine.output.lines``), come back for this frame, with its
+unfinished last line. From one read to the next the follower goes on
 where it stopped (a byte offset), so a followed file's lines come once, in order, with a gap
 only where more was written between two frames than ``max_bytes`` holds. A pane's lag is then
 bounded by the frame, not by the rate.
 
-Threads: ``look`` (a ``stat``) and ``take`` (a lock) are for the viewer's thread; reading
-happens on the follower's thread, started on the first read asked for; ``close`` stops it.
+Threads: one follower belongs to one thread (the viewer's UI thread: a look is a ``stat``,
+and a read is bounded, so it takes less than a frame's slice; a thread of its own would only
+add a frame of lag).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Final, Hashable
@@ -40,7 +40,7 @@ _MIN_WINDOW_S: Final = 0.05
 
 @dataclass(frozen=True, slots=True)
 class FileTail:
-    """New lines of a followed file, as read on the follower's thread."""
+    """New lines of a followed file."""
 
     key: Hashable
     path: str
@@ -85,83 +85,35 @@ class FileFollower:
         self.flood_rate = flood_rate
         self.max_bytes = max_bytes
         self._clock = clock or time.monotonic
-        self._lock = threading.Condition(threading.Lock())
         self._files: dict[Hashable, _Followed] = {}
-        self._wanted: dict[Hashable, _Followed] = {}
-        self._ready: list[FileTail] = []
-        self._thread: threading.Thread | None = None
-        self._closed = False
         self.reads = 0
         """Reads so far (a test can tell that a quiet file was never read)."""
 
-    def look(self, key: Hashable, path: str, *, follow: bool = False) -> bool:
-        """Look at ``path`` (under ``key``) now: read its new lines if it grows faster than
-        ``flood_rate`` since the last look, or if ``follow`` and it grew. Returns whether a
-        read was asked for. Cheap: one ``stat``."""
+    def look(self, key: Hashable, path: str, *, follow: bool = False) -> FileTail | None:
+        """Look at ``path`` (under ``key``) now: its new lines if it grows faster than
+        ``flood_rate`` since the last look, or if ``follow`` and it grew; else None.
+
+        Cheap: one ``stat``, and at most ``max_bytes`` read and cut into lines."""
         if not path:
-            return False
+            return None
         try:
             size = os.stat(path).st_size
         except OSError:
-            return False
+            return None
         now = self._clock()
-        with self._lock:
-            if self._closed:
-                return False
-            state = self._files.get(key)
-            if state is None or state.path != path:
-                state = self._files[key] = _Followed(path)
-            grown = size - state.size if state.size >= 0 else 0
-            rate = grown / max(now - state.at, _MIN_WINDOW_S)
-            state.size, state.at = size, now
-            if not (rate >= self.flood_rate or (follow and size != state.end)):
-                return False
-            self._wanted[key] = state
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="rankvisor-file-follower", daemon=True
-                )
-                self._thread.start()
-            self._lock.notify()
-        return True
-
-    def take(self) -> list[FileTail]:
-        """The tails read since the last call, in the order they were read."""
-        with self._lock:
-            ready, self._ready = self._ready, []
-        return ready
+        state = self._files.get(key)
+        if state is None or state.path != path:
+            state = self._files[key] = _Followed(path)
+        grown = size - state.size if state.size >= 0 else 0
+        rate = grown / max(now - state.at, _MIN_WINDOW_S)
+        state.size, state.at = size, now
+        if not (rate >= self.flood_rate or (follow and size != state.end)):
+            return None
+        return self._read(key, state)
 
     def forget(self, key: Hashable) -> None:
         """Stop following ``key``."""
-        with self._lock:
-            self._files.pop(key, None)
-            self._wanted.pop(key, None)
-
-    def close(self) -> None:
-        """Stop the thread (idempotent)."""
-        with self._lock:
-            self._closed = True
-            self._wanted.clear()
-            self._files.clear()
-            self._lock.notify()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not self._wanted and not self._closed:
-                    self._lock.wait()
-                if self._closed:
-                    return
-                wanted, self._wanted = self._wanted, {}
-            for key, state in wanted.items():
-                tail = self._read(key, state)
-                if tail is not None:
-                    with self._lock:
-                        if self._files.get(key) is state:
-                            self._ready.append(tail)
+        self._files.pop(key, None)
 
     def _read(self, key: Hashable, state: _Followed) -> FileTail | None:
         try:

@@ -9,8 +9,8 @@ As a plain ``rankvisor run`` does: the Supervisor in a supervisor process of its
 about 100 bytes). Afterwards:
 
 - every file intact: each rank's stdout.log holds lines 0..n-1, in order, none missing;
-- the panes at the end: for each rank, how long after the writers' end (the last write to
-  any of the files, their mtime) its pane showed the last line of its file [< 1 s];
+- the panes at the end: for each rank, how long after its writer's end (the last write to
+  its file: the file's mtime) its pane showed the last line of its file [< 1 s];
 - pane lag while the writers wrote (p50 / p99: now minus the stamp in the newest line drawn,
   at each drain tick) [p99 < 0.3 s], frames a second, and the machine's load (``uptime``)
   at the start and the end: on a shared machine the absolute figures move with it.
@@ -100,7 +100,7 @@ async def soak(nprocs: int, rate: float, seconds: float) -> dict[str, Any]:
                 sup_cpu = _proc_cpu(started.pid) - sup0
                 out["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
                 paths = [v.stdout_path for v in ranks]
-                writers_end = max(os.stat(p).st_mtime for p in paths)
+                ends = [os.stat(p).st_mtime for p in paths]  # each rank's last write
                 last = [_last_line(p) for p in paths]
                 await _wait(
                     pilot,
@@ -108,7 +108,7 @@ async def soak(nprocs: int, rate: float, seconds: float) -> dict[str, Any]:
                     120,
                 )
                 shown_at = {r: app.newest[r][1] for r in range(nprocs)}
-                after = [shown_at[r] - writers_end for r in range(nprocs)]
+                after = [shown_at[r] - ends[r] for r in range(nprocs)]
                 on_disk, intact, bad, _late = _check_files(
                     Path(app.run_view.log_dir), nprocs, rate
                 )

@@ -114,7 +114,6 @@ async def test_flooding_ranks_panes_follow_their_files_to_each_last_line(
     )
     sup = Supervisor(config)
     app = RankvisorApp(sup)
-    app.follower.close()
     app.follower = FileFollower(flood_rate=0)  # every file with output is read from its end
     ranks = app.run_view.ranks
     try:
