@@ -182,7 +182,8 @@ class RankvisorApp(DebugKeys, App[int]):
         self.follower = FileFollower()
         """Reads the newest lines of files that flood faster than their events come."""
         self._to_look: set[int] = set()
-        """Ranks with output since the follower last looked at their files."""
+        """Ranks with output since the follower last looked at their files (a quiet rank's
+        files are never looked at: an idle viewer costs no syscall a tick)."""
         self._following: set[int] = set()
         """Ranks whose files grew at the last look (looked at again at the next tick)."""
         for view in self.run_view.ranks:
@@ -267,7 +268,7 @@ class RankvisorApp(DebugKeys, App[int]):
         drained = self.bridge.drain(upto)
         if not drained:
             # The follower's reads come in whether or not events did.
-            return self._follow_files(set()) if upto is None else set()
+            return self._follow_files() if upto is None else set()
         run = self.run_view
         changed: set[int] = set()
         for rank, count in drained.skipped.items():
@@ -284,6 +285,7 @@ class RankvisorApp(DebugKeys, App[int]):
                 continue
             if run.add_output(output):
                 changed.add(output.rank)
+                self._to_look.add(output.rank)
                 run.ranks[output.rank].saw_output(now)
         for stats in drained.stats:
             changed |= run.apply(stats)
@@ -291,12 +293,11 @@ class RankvisorApp(DebugKeys, App[int]):
             refresh = getattr(self.screen, "on_filtered_lines", None)
             if callable(refresh):
                 refresh(drained.filtered)
-        self._to_look |= changed
         if upto is None:
-            changed |= self._follow_files(set())
+            changed |= self._follow_files()
         return changed
 
-    def _follow_files(self, changed: set[int]) -> set[int]:
+    def _follow_files(self) -> set[int]:
         """Draw the newest lines of the files that flood faster than their events come
         (``engine.logfile.follow``): a look (a ``stat``, and a bounded read of a file that
         floods or is followed) at the files of the ranks that got output or whose files
@@ -306,7 +307,7 @@ class RankvisorApp(DebugKeys, App[int]):
         growing: set[int] = set()
         # The ranks with output since the last look (some came before a lifecycle event,
         # drained then), and those whose files grew at the last look.
-        looks, self._to_look = self._to_look | changed, set()
+        looks, self._to_look = self._to_look, set()
         for rank in sorted(looks | self._following):
             if not 0 <= rank < len(run.ranks):
                 continue

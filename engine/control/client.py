@@ -360,6 +360,11 @@ class RemoteHandle:
         except Exception:  # noqa: BLE001 - the reader must always report the end
             log.exception("the control connection's reader failed")
         finally:
+            if self._unread:
+                try:  # the stretches nothing followed before the end: still read back
+                    self._read_back(None)
+                except Exception:  # noqa: BLE001 - the reader must always report the end
+                    log.exception("reading skipped lines back failed")
             self._gone.set()
             self._over.set()
             self._sock.close()
