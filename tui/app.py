@@ -52,6 +52,7 @@ from ..engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
+from ..engine.logfile.follow import FileFollower
 from ..engine.names.signals import default_action, signal_name
 from ..engine.states import RankState
 from .bridge import EngineBridge
@@ -180,6 +181,13 @@ class RankvisorApp(DebugKeys, App[int]):
         # and a viewer attaching late replays the run's history on top of it.
         info, self._unsubscribe = handle.watch(self.bridge)
         self.run_view = RunView(info, buffer_lines=buffer_lines)
+        self.follower = FileFollower()
+        """Reads the newest lines of files that flood faster than their events come."""
+        self._to_look: set[int] = set()
+        """Ranks with output since the follower last looked at their files (a quiet rank's
+        files are never looked at: an idle viewer costs no syscall a tick)."""
+        self._following: set[int] = set()
+        """Ranks whose files grew at the last look (looked at again at the next tick)."""
         for view in self.run_view.ranks:
             view.restart_clock(clock())  # quiet since we started watching
         self._drain_hz = drain_hz
@@ -261,7 +269,8 @@ class RankvisorApp(DebugKeys, App[int]):
         """Fold buffered output and stats into the model; returns the ranks that changed."""
         drained = self.bridge.drain(upto)
         if not drained:
-            return set()
+            # The follower's reads come in whether or not events did.
+            return self._follow_files() if upto is None else set()
         run = self.run_view
         changed: set[int] = set()
         for rank, count in drained.skipped.items():
@@ -278,6 +287,7 @@ class RankvisorApp(DebugKeys, App[int]):
                 continue
             if run.add_output(output):
                 changed.add(output.rank)
+                self._to_look.add(output.rank)
                 run.ranks[output.rank].saw_output(now)
         for stats in drained.stats:
             changed |= run.apply(stats)
@@ -285,7 +295,37 @@ class RankvisorApp(DebugKeys, App[int]):
             refresh = getattr(self.screen, "on_filtered_lines", None)
             if callable(refresh):
                 refresh(drained.filtered)
+        if upto is None:
+            changed |= self._follow_files()
         return changed
+
+    def _follow_files(self) -> set[int]:
+        """Draw the newest lines of the files that flood faster than their events come
+        (``engine.logfile.follow``): a look (a ``stat``, and a bounded read of a file that
+        floods or is followed) at the files of the ranks that got output or whose files
+        grew at the last look, so that a pane is never more than a frame behind its file."""
+        run = self.run_view
+        shown: set[int] = set()
+        growing: set[int] = set()
+        # The ranks with output since the last look (some came before a lifecycle event,
+        # drained then), and those whose files grew at the last look.
+        looks, self._to_look = self._to_look, set()
+        for rank in sorted(looks | self._following):
+            if not 0 <= rank < len(run.ranks):
+                continue
+            view = run.ranks[rank]
+            follow = run.following_file(rank)
+            for kind, path in (("stdout", view.stdout_path), ("stderr", view.stderr_path)):
+                tail = self.follower.look((rank, kind), path, follow=follow)
+                if tail is None:
+                    continue
+                growing.add(rank)
+                if run.add_file_tail(
+                    rank, kind, path, tail.lines, tail.partial, start=tail.start, gap=tail.gap
+                ):
+                    shown.add(rank)
+        self._following = growing
+        return shown
 
     def _tick(self) -> None:
         """The drain tick: draw what arrived since the last one.

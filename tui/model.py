@@ -324,8 +324,14 @@ class RankView:
     sent: deque[tuple[int, int, float, str]] = field(
         default_factory=lambda: deque(maxlen=HISTORY)
     )
-    """(attempt, restart count, time sent, text as shown) of each line typed to it or EOF,
-    oldest first: the zoomed view puts them among the incarnation's own lines."""
+    events_bytes: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """stream -> (path, about how many bytes of that file its events showed): the length
+    of their lines, which is the bytes' for plain text (a file's first tail is set against
+    it)."""
+    file_ahead: dict[str, str] = field(default_factory=dict)
+    """stream -> path of the file the pane shows that stream from, ahead of the events (a
+    flood: ``RunView.add_file_tail``); while the rank's files are those, its events draw no
+    lines (they are older than what the pane shows)."""
 
     @property
     def exit_label(self) -> str:
@@ -605,16 +611,17 @@ class RunView:
             return False
         view = self.ranks[event.rank]
         kind: LineKind = "stdout" if event.stream == "stdout" else "stderr"
+        if event.lines and not self.distributed and view.lines_seen < GROUP_LOOK_LINES:
+            self._look_for_a_group(event.rank, event.lines)
+        view.lines_seen += len(event.lines)
+        if view.file_ahead and _follows_its_files(view):
+            return True  # older than what the pane shows from the files
+        path = _path_of(view, kind)
+        before = view.events_bytes.get(kind)
+        shown = before[1] if before is not None and before[0] == path else 0
+        view.events_bytes[kind] = (path, shown + sum(map(len, event.lines)) + len(event.lines))
         if event.lines:
-            view.buffer.extend(kind, event.lines)
-            if not self.distributed and view.lines_seen < GROUP_LOOK_LINES:
-                self._look_for_a_group(event.rank, event.lines)
-            view.lines_seen += len(event.lines)
-            view.last_line = event.lines[-1]
-            for line in event.lines[-8:]:  # the batch's last lines, in order
-                found = self.progress_reader.read(line)
-                if found is not None and _note_progress(view, found):
-                    view.progress = found
+            self._show_lines(view, kind, event.lines)
         if event.partial or view.buffer.partial_stream == kind:
             view.buffer.set_partial(kind, event.partial)
             if event.partial:
@@ -633,6 +640,69 @@ class RunView:
             end = text.find("\n", at)
             line = sanitize(text[start : end if end >= 0 else None]).strip()
             self.distributed = f'rank {rank} wrote "{line[:70]}"'
+
+    def _show_lines(self, view: RankView, kind: LineKind, lines: Sequence[str]) -> None:
+        view.buffer.extend(kind, lines)
+        view.last_line = lines[-1]
+        for line in lines[-8:]:  # the batch's last lines, in order
+            found = self.progress_reader.read(line)
+            if found is not None and _note_progress(view, found):
+                view.progress = found
+
+    def following_file(self, rank: int) -> bool:
+        """Whether the pane of ``rank`` shows its lines from its files, ahead of its events."""
+        return 0 <= rank < len(self.ranks) and _follows_its_files(self.ranks[rank])
+
+    def add_file_tail(
+        self,
+        rank: int,
+        stream: str,
+        path: str,
+        lines: Sequence[str],
+        partial: str = "",
+        *,
+        start: int = 0,
+        gap: bool = False,
+    ) -> bool:
+        """Show new lines of a rank's file, read from the file because they come faster
+        than its events (``engine.logfile.follow``); False when nothing changed.
+
+        From the first of them on, the pane shows that rank from its files (both streams,
+        each in its file's order) and its events draw no more lines, until its files change
+        (a restart). A marker says so. The first tail of a file may repeat lines the events
+        showed (``start``, its byte offset, is set against ``RankView.events_bytes``: those
+        up to the last line shown of that stream are left out), or be older than what they
+        showed since it was read (then it is not taken: they keep up)."""
+        if stream not in ("stdout", "stderr") or not 0 <= rank < len(self.ranks):
+            return False
+        view = self.ranks[rank]
+        kind: LineKind = "stdout" if stream == "stdout" else "stderr"
+        if path != _path_of(view, kind):
+            return False  # an earlier incarnation's file
+        if view.file_ahead.get(kind) != path:
+            shown = view.events_bytes.get(kind)
+            if shown is not None and shown[0] == path and shown[1] > start:
+                # The events reached into this read (it took a while): the lines after the
+                # last they showed are new; if it is not among them, they went past it.
+                last = view.buffer.tail(1, kind, this_incarnation=True)
+                if not last or last[0] not in lines:
+                    return False  # they keep up: no need to follow the file
+                lines = lines[len(lines) - lines[::-1].index(last[0]):]
+            if not _follows_its_files(view):
+                view.buffer.mark(
+                    "… lines too fast to draw: the pane shows the newest of this rank's "
+                    "files (all are on disk: enter)"
+                )
+            view.file_ahead[kind] = path
+        elif gap and lines:
+            view.buffer.mark("… lines written faster than drawn (all are on disk: enter)")
+        if lines:
+            self._show_lines(view, kind, lines)
+        if partial or view.buffer.partial_stream == kind:
+            view.buffer.set_partial(kind, partial)
+            if partial:
+                view.last_line = partial
+        return bool(lines) or bool(partial)
 
     def update_progress(self, now: float, *, k_silence: float = STRAGGLER_SILENCE_K) -> None:
         """Compare the running ranks (``now`` on the app's clock): each rank's shown
@@ -891,6 +961,15 @@ def _own_best(view: RankView) -> Progress | None:
         return view.progress
     newest_first = reversed(view.progress_by_kind.items())  # the newest of a kind wins a tie
     return min(newest_first, key=lambda item: _kind_rank(item[0]))[1]
+
+
+def _path_of(view: RankView, kind: LineKind) -> str:
+    return view.stdout_path if kind == "stdout" else view.stderr_path
+
+
+def _follows_its_files(view: RankView) -> bool:
+    """Whether the pane shows ``view`` from its current files (not an earlier life's)."""
+    return any(path == _path_of(view, kind) for kind, path in view.file_ahead.items())  # type: ignore[arg-type]
 
 
 def _switch_files(

@@ -17,6 +17,7 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -57,6 +58,8 @@ REREAD_LINES: Final = 500
 A stretch is skipped because we read too slowly; reading thousands of lines back on the
 reader thread (under the viewer's GIL) for each one would keep us behind for good, while a
 pane shows the last few dozen. The files keep every line."""
+UNREAD_WAIT_S: Final = 0.25
+"""The longest a skipped stretch waits to be read back while the viewer is still behind."""
 ANSWER_TIMEOUT_S: Final = 10.0
 
 
@@ -95,7 +98,8 @@ class RemoteHandle:
     def __init__(self, sock: socket.socket, welcome: dict[str, Any], rest: bytearray,
                  *, read_only: bool, recent_lines: int = RECENT_LINES,
                  reread_lines: int = REREAD_LINES,
-                 answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+                 answer_timeout_s: float = ANSWER_TIMEOUT_S,
+                 pass_over_skipped: bool = False) -> None:
         self._sock = sock
         self._buf = rest
         self.bytes_read = 0
@@ -104,6 +108,9 @@ class RemoteHandle:
         self.supervisor_pid: int = int(welcome.get("supervisor_pid", 0))
         self.recent_lines = recent_lines
         self.reread_lines = reread_lines
+        self.pass_over_skipped = pass_over_skipped
+        """A skipped stretch that newer lines of its stream follow is not read back (a
+        viewer whose panes show the newest lines, and follow the files under a flood)."""
         self.answer_timeout_s = answer_timeout_s
         self._initial = wire.run_info_from_wire(welcome["initial"])
         now = wire.run_info_from_wire(welcome["now"])
@@ -126,6 +133,9 @@ class RemoteHandle:
         self._detached = False
         self._reason = ""
         self._stores: dict[str, LogStore] = {}
+        self._unread: dict[tuple[int, str], tuple[int, int, int, float]] = {}
+        """(rank, stream) -> (attempt, first line, count, when) of the newest skipped stretch
+        not read back yet (``_skipped``)."""
         # Where each rank's lines go now (updated by RankRestarted), for re-reading.
         self._paths: dict[int, tuple[int, str, str]] = {
             r.rank: (r.attempt, r.stdout_path, r.stderr_path) for r in now.ranks
@@ -144,7 +154,8 @@ class RemoteHandle:
     @classmethod
     def connect(cls, socket_path: str, *, read_only: bool = False, timeout_s: float = 5.0,
                 name: str = "", recent_lines: int = RECENT_LINES,
-                reread_lines: int = REREAD_LINES) -> RemoteHandle:
+                reread_lines: int = REREAD_LINES,
+                pass_over_skipped: bool = False) -> RemoteHandle:
         """Connect, say hello, read the welcome.
 
         Raises FileNotFoundError / ConnectionRefusedError when nobody listens (a stale run),
@@ -162,12 +173,13 @@ class RemoteHandle:
             sock.close()
             raise
         return cls.over(sock, socket_path, read_only=read_only, timeout_s=timeout_s, name=name,
-                        recent_lines=recent_lines, reread_lines=reread_lines)
+                        recent_lines=recent_lines, reread_lines=reread_lines,
+                        pass_over_skipped=pass_over_skipped)
 
     @classmethod
     def over(cls, sock: socket.socket, where: str, *, read_only: bool = False,
              timeout_s: float = 5.0, name: str = "", recent_lines: int = RECENT_LINES,
-             reread_lines: int = REREAD_LINES) -> RemoteHandle:
+             reread_lines: int = REREAD_LINES, pass_over_skipped: bool = False) -> RemoteHandle:
         """Say hello on ``sock`` (connected, and vetted where the door asks it: the
         cluster's TCP door) and read the welcome; ``sock`` is closed on any failure."""
         socket_path = where
@@ -197,7 +209,7 @@ class RemoteHandle:
                 raise NoAnswer(f"the supervisor refused us: {message.get('message', message)}")
             sock.settimeout(None)
             return cls(sock, message, buf, read_only=read_only, recent_lines=recent_lines,
-                       reread_lines=reread_lines)
+                       reread_lines=reread_lines, pass_over_skipped=pass_over_skipped)
         except BaseException:
             sock.close()
             raise
@@ -344,7 +356,15 @@ class RemoteHandle:
                 self._replay_new()
                 end = buf.find(b"\n")
                 if end < 0:
-                    ready, _, _ = select.select([sock.fileno(), self._wakeup.fd], [], [])
+                    if self._unread:
+                        ready, _, _ = select.select([sock.fileno(), self._wakeup.fd], [], [], 0)
+                        # Caught up (nothing more to read): the stretches nothing followed;
+                        # still behind: those that waited long enough.
+                        self._read_back(None, 0.0 if not ready else UNREAD_WAIT_S)
+                    ready, _, _ = select.select(
+                        [sock.fileno(), self._wakeup.fd], [], [],
+                        UNREAD_WAIT_S if self._unread else None,
+                    )
                     if self._wakeup.fd in ready:
                         self._wakeup.drain()
                     if sock.fileno() in ready:
@@ -365,6 +385,11 @@ class RemoteHandle:
         except Exception:  # noqa: BLE001 - the reader must always report the end
             log.exception("the control connection's reader failed")
         finally:
+            if self._unread:
+                try:  # the stretches nothing followed before the end: still read back
+                    self._read_back(None)
+                except Exception:  # noqa: BLE001 - the reader must always report the end
+                    log.exception("reading skipped lines back failed")
             self._gone.set()
             self._over.set()
             self._sock.close()
@@ -395,6 +420,8 @@ class RemoteHandle:
         if kind in ("o", "ev"):
             event = wire.event_from_wire(message)
             if event is not None:
+                if self._unread and isinstance(event, RankOutput):
+                    self._passed(event)
                 self._take(event)
                 self._deliver(event)
         elif kind == "skipped":
@@ -444,19 +471,65 @@ class RemoteHandle:
             _call(watcher.sink, event)
 
     def _skipped(self, message: dict[str, Any]) -> None:
+        """Note a skipped stretch, to be read back from the file before the next live lines
+        of its stream, when the reader has caught up with the socket, or ``UNREAD_WAIT_S``
+        later, whichever comes first; with ``pass_over_skipped``, not at all once newer
+        lines of its stream came (``_passed``).
+
+        Under a flood a stretch is followed by live lines of its stream within moments, and
+        a pane shows the newest lines: reading every stretch back only kept a viewer that
+        was behind further behind, reading the files on its reader thread. A stretch nothing
+        followed (the last of a rank's output) is read back in every case."""
         try:
             rank, stream = int(message["rank"]), str(message["stream"])
             attempt, first = int(message.get("attempt", 0)), int(message["first_line"])
             count = int(message["count"])
         except (KeyError, TypeError, ValueError):
             return
-        path = self._path_of(rank, stream)
-        start = max(first, first + count - self.reread_lines)
-        lines = self._read_lines(path, start, first + count) if path else []
-        if not lines:
+        key = (rank, stream)
+        since = time.monotonic()
+        older = self._unread.get(key)
+        if older is not None and older[0] == attempt and older[1] + older[2] == first:
+            first, count, since = older[1], older[2] + count, older[3]  # the stretch grew
+        # (A stretch after another that was not read back passes it over: it is newer.)
+        self._unread[key] = (attempt, first, count, since)
+
+    def _passed(self, event: RankOutput) -> None:
+        """Live lines of a stream with a stretch not read back: the stretch is passed over
+        when they come after it (what a pane shows is newer), due at once otherwise."""
+        key = (event.rank, event.stream)
+        unread = self._unread.get(key)
+        if unread is None:
             return
-        self._deliver(RankOutput(rank, stream, tuple(lines), attempt=attempt,  # type: ignore[arg-type]
-                                 first_line=start))
+        attempt, first, count, _ = unread
+        if (
+            self.pass_over_skipped
+            and attempt == event.attempt
+            and event.first_line >= first + count
+        ):
+            del self._unread[key]
+        else:
+            self._read_back(key)  # before the live lines: a stream's lines stay in order
+
+    def _read_back(self, key: tuple[int, str] | None, waited_s: float = 0.0) -> None:
+        """Read back the stretch of ``key`` (None: every stretch that waited ``waited_s``),
+        as an output batch of its last ``reread_lines`` lines."""
+        if key is None:
+            due = time.monotonic() - waited_s
+            keys = [k for k, unread in self._unread.items() if unread[3] <= due]
+        else:
+            keys = [key]
+        for rank, stream in keys:
+            unread = self._unread.pop((rank, stream), None)
+            if unread is None:
+                continue
+            attempt, first, count, _ = unread
+            path = self._path_of(rank, stream)
+            start = max(first, first + count - self.reread_lines)
+            lines = self._read_lines(path, start, first + count) if path else []
+            if lines:
+                self._deliver(RankOutput(rank, stream, tuple(lines),  # type: ignore[arg-type]
+                                         attempt=attempt, first_line=start))
 
     def _path_of(self, rank: int, stream: str) -> str:
         if stream.startswith("filtered_"):

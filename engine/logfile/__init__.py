@@ -2,9 +2,10 @@
 
 The file on disk is the buffer: a compact index of where lines start (about 1 MB per GB),
 scrollback read with ``pread``, and plain or regex search that runs off the UI thread and can
-be cancelled; ``MergedSource``, which shows a rank's two logs as one in the order their lines
-arrived (on the arrival index of ``engine.rundir``). Sits above ``engine.output`` (line
-cutting, sanitising).
+be cancelled; ``FileFollower``, the newest lines of files that grow faster than a viewer's
+events can follow (a pane under a flood); ``MergedSource``, which shows a rank's two logs as
+one in the order their lines arrived (on the arrival index of ``engine.rundir``). Sits above
+``engine.output`` (line cutting, sanitising).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from .._lazy import face
 
 __all__ = [
+    "FileFollower",
+    "FileTail",
     "LineIndex",
     "LogStore",
     "MergedSource",
@@ -23,6 +26,8 @@ __all__ = [
 __getattr__, __dir__ = face(
     __name__,
     {
+        "FileFollower": "follow",
+        "FileTail": "follow",
         "LineIndex": "line_index",
         "MergedSource": "merged",
         "LogStore": "store",

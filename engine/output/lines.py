@@ -32,7 +32,7 @@ import codecs
 import re
 from typing import Final
 
-from .sanitize import bytes_look_safe, sanitize
+from .sanitize import bytes_look_safe, safe_line_count, sanitize
 
 __all__ = ["DEFAULT_MAX_LINE_CHARS", "LineAssembler", "cut_marker"]
 
@@ -116,7 +116,8 @@ class LineAssembler:
         # Bytes held by the decoder (a character cut by the previous read) would make the
         # chunk's bytes and its text disagree: those chunks take the text path.
         pending = bool(self._decoder.getstate()[0])
-        safe = not pending and (not self._sanitize or bytes_look_safe(data))
+        lines = None if pending else safe_line_count(data)
+        safe = lines is not None or (not pending and not self._sanitize)
         text = self._decoder.decode(data)
         if not safe or self._cr or self._cut or b"\r" in data or "\ufffd" in text:
             block = self._take_text(text, data, safe)
@@ -136,11 +137,13 @@ class LineAssembler:
             head = (self._finish() + "\n").encode("utf-8", "surrogatepass")
             start = data.find(b"\n") + 1
         body = data[start : last + 1]
-        if len(body) > self._cap and not self._short_lines(data):
+        if len(body) > self._cap and not self._short_lines(data, last + 1):
             body = self._cap_lines(body.decode("utf-8")).encode("utf-8")
         self._absorb(text[text.rfind("\n") + 1 :])
         out = head + body if head else body
-        self.lines_done += out.count(b"\n")
+        # The chunk's newlines are its lines (a straddling first line is finished by the
+        # first one); counted with the safety check when there was one.
+        self.lines_done += lines if lines is not None else data.count(b"\n")
         return out
 
     def _take(self, data: bytes) -> str:
@@ -166,23 +169,27 @@ class LineAssembler:
                 body = collapse_cr(body)
             if self._sanitize and not safe:
                 body = sanitize(body)
-            if len(body) > self._cap and not self._short_lines(data):
+            if len(body) > self._cap and not self._short_lines(data, data.rfind(b"\n") + 1):
                 body = self._cap_lines(body)
         self._absorb(text[last_nl + 1 :])
         return head + body if head else body
 
-    def _short_lines(self, data: bytes) -> bool:
-        """True if no line of ``data`` can reach the cap (a C-speed test on the bytes).
+    def _short_lines(self, data: bytes, end: int) -> bool:
+        """True if no complete line of ``data[:end]`` can reach the cap (a C-speed test on
+        the bytes; ``end`` is just past the chunk's last newline).
 
         A run of ``cap`` characters without newline spans at least one aligned window of
         ``(cap - 4) // 2`` bytes (UTF-8 needs one byte a character or more; 3 bytes may come
         from the chunk before), so a newline in every window proves every line is shorter.
+        The unterminated rest after ``end`` is not looked at: it is the current line, capped
+        as it grows (``_absorb``); counting it made every chunk that ends mid-line (nearly
+        every read of a busy file) take the slow path that splits the chunk into lines.
         """
         half = (self._cap - 4) // 2
-        if half < 1 or len(data) > 64 * half:
+        if half < 1 or end > 64 * half:
             return False
         find = data.find
-        return all(find(b"\n", i, i + half) >= 0 for i in range(0, len(data), half))
+        return all(find(b"\n", i, min(i + half, end)) >= 0 for i in range(0, end, half))
 
     def _cap_lines(self, body: str) -> str:
         cap = self._cap

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["bytes_look_safe", "has_unsafe", "sanitize", "strip_sgr"]
+__all__ = ["bytes_look_safe", "has_unsafe", "safe_line_count", "sanitize", "strip_sgr"]
 
 _SGR: Final = r"\x1b\[[0-9;:]*m"
 _UNSAFE_SRC: Final = (
@@ -41,7 +41,8 @@ _UNSAFE: Final = re.compile(_UNSAFE_SRC)
 _CONTROLS: Final = [*range(0x09), *range(0x0B, 0x1B), *range(0x1C, 0x20), 0x7F]
 """C0 controls but tab, newline and ESC (ESC is checked apart: SGR is allowed), and DEL."""
 _ASCII_CONTROLS: Final = str.maketrans(dict.fromkeys(_CONTROLS))
-_CONTROL_BYTES: Final = bytes(_CONTROLS)
+_NOT_MARKS: Final = bytes(b for b in range(256) if b not in {*_CONTROLS, 0x0A, 0x1B})
+"""Every byte but newline, ESC and the controls: what ``safe_line_count`` deletes."""
 _C1_BYTES: Final = re.compile(b"\xc2[\x80-\x9f]")
 """C1 controls (U+0080-U+009F) as UTF-8."""
 _BAD_ESC: Final = re.compile(r"\x1b(?!\[[0-9;:]*m)")
@@ -95,17 +96,32 @@ def has_unsafe(text: str) -> bool:
     return "\x1b" in text and _BAD_ESC.search(text) is not None
 
 
+def safe_line_count(data: bytes) -> int | None:
+    """The number of newlines in the UTF-8 ``data`` if it looks safe (``bytes_look_safe``),
+    else None.
+
+    One C pass for both answers a busy tail needs of every chunk: deleting every byte but
+    newline, ESC and the controls leaves a few bytes a line, and those say how many lines
+    the chunk ends and whether any control character is among them (counting the lines and
+    looking for controls apart cost two passes over every byte).
+    """
+    marks = data.translate(None, _NOT_MARKS)
+    lines = marks.count(b"\n")
+    escapes = len(marks) - lines
+    if escapes and (escapes != marks.count(b"\x1b") or _BAD_ESC_BYTES.search(data)):
+        return None
+    if b"\xc2" in data and _C1_BYTES.search(data) is not None:
+        return None
+    return lines
+
+
 def bytes_look_safe(data: bytes) -> bool:
     """True if the UTF-8 ``data`` holds no control character but tab, newline and SGR's ESC.
 
     Used on raw chunks read from a rank's file, before decoding: a chunk that passes needs no
     sanitising at all (the common case), one that fails goes to ``sanitize``.
     """
-    if len(data.translate(None, _CONTROL_BYTES)) != len(data):
-        return False
-    if b"\xc2" in data and _C1_BYTES.search(data) is not None:
-        return False
-    return b"\x1b" not in data or _BAD_ESC_BYTES.search(data) is None
+    return safe_line_count(data) is not None
 
 
 def sanitize(text: str) -> str:

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "tests" / "bin"
@@ -293,12 +293,13 @@ def _whole(cmd: list[str], seconds: float, warmup: float) -> float:
             p.wait()
 
 
-def _launch_cmd(kind: str, script_args: list[str]) -> list[str]:
+def _launch_cmd(kind: str, script_args: list[str], std: str = "--tee") -> list[str]:
+    """``std``: "--tee" (files and the console) or "--redirects" (files only: tee off)."""
     log_dir = tempfile.mkdtemp(prefix=f"bench_{kind}_")
     if kind == "torchrun":
-        return [PY, "-m", "torch.distributed.run", "--tee", "3", "--nproc-per-node", "8",
+        return [PY, "-m", "torch.distributed.run", std, "3", "--nproc-per-node", "8",
                 "--log-dir", log_dir, *script_args]
-    return [PY, "-m", "rankvisor.tui", "run", "--headless", "--tee", "3", "--nproc-per-node", "8",
+    return [PY, "-m", "rankvisor.tui", "run", "--headless", std, "3", "--nproc-per-node", "8",
             "--log-dir", log_dir, *script_args]
 
 
@@ -312,6 +313,22 @@ def child_whole_sleep(seconds: float) -> dict[str, Any]:
 def child_whole_log(seconds: float) -> dict[str, Any]:
     args = [SPEW, "--rate", "10000", "--seconds", str(seconds + 12)]
     return {k: _whole(_launch_cmd(k, args), seconds, warmup=6) for k in ("torchrun", "rankvisor")}
+
+
+LOG_LINES_PER_S: Final = 8 * 10_000
+"""What the 8 ranks of the logging scenarios write (``sv_spew.py --rate 10000`` each)."""
+
+
+def child_per_million(seconds: float) -> dict[str, Any]:
+    """The whole process's CPU seconds per million lines the ranks write, tee on (--tee 3)
+    and off (--redirects 3: files only), torchrun's and rankvisor's turn about."""
+    args = [SPEW, "--rate", "10000", "--seconds", str(seconds + 12)]
+    out: dict[str, Any] = {"load": round(os.getloadavg()[0], 2)}
+    for std, name in (("--tee", "tee_on"), ("--redirects", "tee_off")):
+        for kind in ("torchrun", "rankvisor"):
+            pct = _whole(_launch_cmd(kind, args, std), seconds, warmup=6)
+            out[f"{kind}_{name}"] = pct / 100 * 1e6 / LOG_LINES_PER_S
+    return out
 
 
 NOTES = """Notes:
@@ -364,6 +381,11 @@ def _table(r: dict[str, dict[str, Any]]) -> str:
         f"(rankvisor run --headless) | {g('whole_sleep', 'torchrun')} % (torchrun) | - |",
         f"| whole process, 8 ranks x 10k lines/s, --tee 3 | {g('whole_log', 'rankvisor')} % "
         f"| {g('whole_log', 'torchrun')} % | - |",
+        "| whole process, CPU s per million lines written, tee on / off (load "
+        f"{g('per_million', 'load')}) | {g('per_million', 'rankvisor_tee_on', '{:.3f}')} / "
+        f"{g('per_million', 'rankvisor_tee_off', '{:.3f}')} s "
+        f"| {g('per_million', 'torchrun_tee_on', '{:.3f}')} / "
+        f"{g('per_million', 'torchrun_tee_off', '{:.3f}')} s | <= half of torchrun's |",
     ]
     return "\n".join(rows)
 

@@ -10,6 +10,8 @@ Scenarios (goal in brackets):
   (p50, p99) [p99 < 20 ms];
 - throughput: finished files, 8 and 32 files of 200k lines, start() to stop(), best of 3
   interleaved rounds [3x torch];
+- text file: 8 finished files of 100k lines of 100 bytes drained by TailLog into a text file
+  on disk (``open(path, "w")``), best of 3 interleaved rounds [3x torch];
 - live: N writers at full speed (one ``os.write`` a line, or 8 KiB-buffered like a Python
   rank's redirected print) or at 10k lines/s each; lag between the last writer's exit and
   the last line delivered [< 0.1 s], and lines lost or garbled, checked line by line [0];
@@ -196,6 +198,41 @@ def bench_throughput(tmp: Path, lines: int, rounds: int) -> dict[str, Any]:
     return out
 
 
+def bench_text_file(tmp: Path, lines: int, rounds: int) -> dict[str, Any]:
+    """8 finished files of ``lines`` lines of 100 bytes drained by each TailLog into a text
+    file on disk; best of ``rounds`` interleaved runs, and the lines each sink holds."""
+    files = {}
+    for r in range(8):
+        path = tmp / f"text-{r}.log"
+        path.write_bytes(b"".join(
+            f"{r}:{i}:".encode().ljust(99, b"x") + b"\n" for i in range(lines)
+        ))
+        files[r] = str(path)
+    total = 8 * lines
+    best: dict[str, float] = {}
+    written: dict[str, int] = {}
+    for _ in range(rounds):
+        for impl in ("torch", "ours"):
+            sink = tmp / f"text-sink-{impl}.txt"
+            with open(sink, "w") as dst:
+                t0 = time.perf_counter()
+                IMPLS[impl]()("w", files, dst).start().stop()
+                seconds = time.perf_counter() - t0
+            best[impl] = max(best.get(impl, 0.0), total / seconds)
+            with open(sink, "rb") as f:
+                written[impl] = sum(1 for _ in f)
+            sink.unlink()
+    for path in files.values():
+        os.unlink(path)
+    assert written["ours"] == total, (written, total)
+    return {
+        "lines": total,
+        "load": [round(x, 2) for x in os.getloadavg()],
+        **{k: round(v) for k, v in best.items()},
+        "lines_written": written,
+    }
+
+
 def check_lines(text: str, n: int, m: int) -> dict[str, int]:
     seen: set[tuple[int, int]] = set()
     garbled = duplicates = 0
@@ -356,12 +393,27 @@ def bench_rss(tmp: Path, n: int, lines: int, total: int) -> dict[str, Any]:
 # -- report --------------------------------------------------------------------------------
 
 
+def table_text_file(results: dict[str, Any]) -> str:
+    text = results.get("text_file")
+    if not text:
+        return ""
+    return (
+        f"| text file, 8 files x {text['lines'] // 8 // 1000}k lines of 100 bytes (finished), "
+        f"load {text['load'][0]} | {text['torch'] / 1e6:.2f} M lines/s | "
+        f"{text['ours'] / 1e6:.2f} M lines/s ({text['ours'] / text['torch']:.1f}x) | | "
+        ">= 3x torch |"
+    )
+
+
 def table(results: dict[str, Any]) -> str:
     rows = [
         "| scenario | torch TailLog | ours TailLog | ours pump (batches) | goal |",
         "|---|---|---|---|---|",
     ]
-    lat = results["latency"]
+    lat = results.get("latency")
+    if lat is None:  # --only text_file
+        rows.append(table_text_file(results))
+        return "\n".join(r for r in rows if r)
     rows.append(
         "| latency p50 / p99, 1 line / 10 ms | {} / {} ms | {} / {} ms | {} / {} ms "
         "| p99 < 20 ms |".format(
@@ -373,6 +425,7 @@ def table(results: dict[str, Any]) -> str:
             lat["ours_pump"]["p99_ms"],
         )
     )
+    rows.append(table_text_file(results))
     for key, row in results["throughput"].items():
         t = row["torch"]
         rows.append(
@@ -383,7 +436,7 @@ def table(results: dict[str, Any]) -> str:
             f"{row['ours_pump_indexed'] / 1e6:.2f} M) | >= 3x torch (readline loop: "
             f"{row['readline_loop'] / 1e6:.2f} M/s) |"
         )
-    for key, row in results["live"].items():
+    for key, row in results.get("live", {}).items():
         t, o = row["torch"], row["ours"]
         rows.append(
             f"| live {key}: lag after writers exit | {t['lag_s']} s | {o['lag_s']} s | | < 0.1 s |"
@@ -416,11 +469,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter runs")
     parser.add_argument("--json", help="also write the JSON here")
+    parser.add_argument(
+        "--only", choices=["text_file"], help="run one scenario (text_file: about 10 s)"
+    )
     opts = parser.parse_args()
     q = opts.quick
     tmp = Path(tempfile.mkdtemp(prefix="bench_tail_"))
     results: dict[str, Any] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     try:
+        results["text_file"] = bench_text_file(tmp, 20_000 if q else 100_000, 3)
+        if opts.only == "text_file":
+            return report(results, opts.json)
         results["latency"] = bench_latency(tmp, 1.0 if q else 3.0)
         results["throughput"] = bench_throughput(tmp, 20_000 if q else 200_000, 3)
         m = 5_000 if q else 50_000
@@ -435,11 +494,15 @@ def main() -> None:
         results["rss"] = bench_rss(tmp, 8, 100_000 if q else 1_250_000, 2**27 if q else 2**30)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    report(results, opts.json)
+
+
+def report(results: dict[str, Any], json_path: str | None) -> None:
     print(json.dumps(results, indent=1))
     print()
     print(table(results))
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(results, indent=1))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -386,19 +386,29 @@ def test_a_viewer_that_never_reads_is_cut_off_with_a_reason(serve: Any) -> None:
     assert numbers == list(range(len(numbers)))
 
 
-def test_a_skipped_stretch_is_read_back_only_for_its_last_lines(serve: Any,
-                                                                  tmp_path: Path) -> None:
+def test_a_skipped_stretch_is_read_back_only_for_its_last_lines_unless_passed(
+    serve: Any, tmp_path: Path
+) -> None:
     n = 2000
     release = tmp_path / "release"
     s = serve(("-u", "-c", TWO_STREAMS, str(n), str(release)), nprocs=1)
     wait_until(lambda: sum(len(e.lines) for e in s.rec.of(RankOutput)) >= n, timeout=30)
-    viewer = s.connect(reread_lines=25)
+    viewer = s.connect(reread_lines=25, pass_over_skipped=True)
     got: list[RankOutput] = []
     viewer.subscribe(lambda e: got.append(e) if isinstance(e, RankOutput) else None)
     on_disk = Path(s.sup.snapshot().ranks[0].stdout_path).read_text().splitlines()
-    # As the reader would on a marker from the server (the stretch is the whole file).
-    viewer._skipped({"t": "skipped", "rank": 0, "stream": "stdout", "attempt": 0,
-                     "first_line": 0, "count": len(on_disk)})
+    # As the reader would on a marker from the server (the stretch is the whole file), then
+    # on lines of the same stream after it: passed over, nothing read back.
+    marker = {"t": "skipped", "rank": 0, "stream": "stdout", "attempt": 0, "first_line": 0,
+              "count": len(on_disk) - 10}
+    viewer._skipped(marker)
+    viewer._passed(RankOutput(0, "stdout", ("newer",), first_line=len(on_disk) - 10))
+    viewer._read_back(None)
+    assert got == []
+    # A stretch nothing followed is read back once the reader caught up with the socket.
+    viewer._skipped({**marker, "count": len(on_disk)})
+    assert got == []
+    viewer._read_back(None)
     assert len(got) == 1
     assert got[0].first_line == len(on_disk) - 25
     assert list(got[0].lines) == on_disk[-25:]

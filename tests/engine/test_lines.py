@@ -197,5 +197,18 @@ def test_feed_bytes_gives_the_same_lines_as_feed() -> None:
                 expected += as_lines.feed(chunk)
                 got += as_bytes.feed_bytes(chunk)
                 assert as_bytes.partial == as_lines.partial
+                assert as_bytes.lines_done == as_lines.lines_done
             assert got.decode().split("\n")[:-1] == expected, data
             assert as_bytes.lines_done == as_lines.lines_done
+
+
+def test_a_chunk_ending_mid_line_still_cuts_its_long_complete_lines() -> None:
+    # The common read of a busy file ends inside a line: the lines before it are still
+    # checked against the cap (and a chunk of short lines is passed through as it came).
+    asm = LineAssembler(max_line_chars=100)
+    out = asm.feed_bytes(b"x" * 150 + b"\nshort\n" + b"y" * 30)
+    assert out == ("x" * 100 + cut_marker(50) + "\nshort\n").encode()
+    assert (asm.lines_done, asm.partial) == (2, "y" * 30)
+    short = b"".join(b"line %d\n" % i for i in range(40)) + b"half"
+    assert asm.feed_bytes(b"\n" + short) == b"y" * 30 + b"\n" + short[: -len(b"half")]
+    assert asm.lines_done == 43

@@ -10,6 +10,7 @@ from rankvisor.engine.output.sanitize import (
     _UNSAFE,
     bytes_look_safe,
     has_unsafe,
+    safe_line_count,
     sanitize,
     strip_sgr,
 )
@@ -104,3 +105,5 @@ def test_random_mixtures_are_safe_idempotent_and_agree_with_the_checks() -> None
         assert sanitize(out) == out
         assert has_unsafe(text) == (_UNSAFE.search(text) is not None) == (out != text)
         assert bytes_look_safe(text.encode()) == (not has_unsafe(text))
+        lines = None if has_unsafe(text) else text.count("\n")
+        assert safe_line_count(text.encode()) == lines

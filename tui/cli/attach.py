@@ -53,7 +53,8 @@ def open_handle(run: str | None, *, read_only: bool, this_node: bool = False) ->
     state = status.effective_state(record) if record is not None else "stale"
     if state == "running":
         try:
-            handle = RemoteHandle.connect(entry.socket, read_only=read_only)
+            handle = RemoteHandle.connect(entry.socket, read_only=read_only,
+                                          pass_over_skipped=True)
         except (FileNotFoundError, ConnectionRefusedError):
             pass  # it ended between the two looks: its record is complete now
         else:

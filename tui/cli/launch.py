@@ -108,7 +108,7 @@ def _run_attached(job: Job, run_viewer: Any) -> int:
     try:
         started = start_supervisor(Request(job.config, on_failure=job.on_failure),
                                    timeout_s=_ready_timeout(job))
-        handle = RemoteHandle.connect(started.socket)
+        handle = RemoteHandle.connect(started.socket, pass_over_skipped=True)
     except (SpawnError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,144 @@
+"""A pane under a flood shows its rank from the rank's files, ahead of the events.
+
+The model (``RunView.add_file_tail``, ``add_output``) with the lines a ``FileFollower`` hands
+out; then the app on a real Supervisor whose ranks flood their logs, its follower made to
+follow every file, the panes checked against the files: each rank's last line shown, no line
+twice, none out of order, every file intact. Counts and orderings only, never a time.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from rankvisor.engine.events import RankOutput
+from rankvisor.engine.logfile.follow import FileFollower
+from rankvisor.engine.states import RankState
+from rankvisor.engine.supervisor import Supervisor
+from rankvisor.engine.supervisor.run_config import SupervisorConfig
+from rankvisor.tui.app import RankvisorApp
+from rankvisor.tui.model import RunView
+
+from tests.scenarios import scripted_info
+
+from .conftest import wait_for
+
+WRITER = Path(__file__).parents[1] / "bench" / "tui_writer.py"
+_NUMBER = re.compile(r"^r(\d+) n=(\d+) ")
+
+
+def _out(rank: int, start: int, stop: int, stream: str = "stdout") -> RankOutput:
+    lines = tuple(f"{stream} {i}" for i in range(start, stop))
+    return RankOutput(rank, stream, lines, first_line=start)  # type: ignore[arg-type]
+
+
+def _texts(run: RunView, rank: int) -> list[tuple[str, str]]:
+    buffer = run.ranks[rank].buffer
+    return [buffer[i] for i in range(len(buffer))]
+
+
+def test_the_pane_goes_on_from_the_file_and_the_late_events_draw_nothing() -> None:
+    run = RunView(scripted_info(2))
+    view = run.ranks[0]
+    out, err = view.stdout_path, view.stderr_path
+    run.add_output(_out(0, 0, 5))
+    run.add_output(_out(0, 0, 2, "stderr"))
+    # The follower's first tail of the file repeats what the events showed: left out.
+    lines = tuple(f"stdout {i}" for i in range(3, 9))  # "stdout 3" starts at byte 27
+    assert run.add_file_tail(0, "stdout", out, lines, "stdout 9 unfinis", start=27, gap=True)
+    assert run.following_file(0) and not run.following_file(1)
+    assert view.last_line == "stdout 9 unfinis" and view.buffer.partial == "stdout 9 unfinis"
+    # The events are behind the file: they draw nothing (they are counted).
+    run.add_output(_out(0, 5, 7))
+    run.add_output(_out(0, 2, 3, "stderr"))
+    assert view.lines_seen == 10
+    assert run.add_file_tail(0, "stdout", out, ("stdout 9 unfinished", "stdout 10"))
+    assert run.add_file_tail(0, "stderr", err, ("stderr 1", "stderr 2"), start=9, gap=True)
+    assert run.add_file_tail(0, "stdout", out, ("stdout 900",), gap=True)
+    kinds = [kind for kind, _ in _texts(run, 0)]
+    texts = [text for _, text in _texts(run, 0)]
+    assert texts[:7] == [*(f"stdout {i}" for i in range(5)), "stderr 0", "stderr 1"]
+    assert kinds[7] == "marker" and "too fast" in texts[7]
+    assert texts[8:] == [
+        *(f"stdout {i}" for i in range(5, 9)), "stdout 9 unfinished", "stdout 10",
+        "stderr 2",  # the first tail of stderr: "stderr 1" was shown
+        texts[15], "stdout 900",
+    ]
+    assert kinds[15] == "marker" and "faster than drawn" in texts[15]
+    assert view.buffer.partial == "" and view.last_line == "stdout 900"
+    # The other rank is untouched; an earlier incarnation's file is not drawn.
+    assert _texts(run, 1) == []
+    assert not run.add_file_tail(1, "stdout", "/elsewhere/stdout.log", ("x",))
+    # A first tail older than what the events showed since it was read is not taken.
+    run.add_output(_out(1, 0, 10))
+    assert not run.add_file_tail(1, "stdout", run.ranks[1].stdout_path,
+                                 ("stdout 2", "stdout 3"), start=18, gap=True)
+    assert not run.following_file(1)
+    assert [t for _, t in _texts(run, 1)] == [f"stdout {i}" for i in range(10)]
+
+
+def test_a_restart_gives_the_pane_back_to_the_events() -> None:
+    run = RunView(scripted_info(1))
+    view = run.ranks[0]
+    assert run.add_file_tail(0, "stdout", view.stdout_path, ("a", "b"), gap=True)
+    run.add_output(_out(0, 0, 1))
+    assert [t for _, t in _texts(run, 0)][-1] == "b"
+    view.stdout_path, view.stderr_path = "/new/stdout.log", "/new/stderr.log"
+    assert not run.following_file(0)
+    run.add_output(_out(0, 0, 2))
+    assert [t for _, t in _texts(run, 0)][-2:] == ["stdout 0", "stdout 1"]
+
+
+def _numbers(run: RunView, rank: int) -> list[int]:
+    out = []
+    for kind, text in _texts(run, rank):
+        match = _NUMBER.match(text)
+        if kind == "stdout" and match:
+            assert int(match.group(1)) == rank
+            out.append(int(match.group(2)))
+    return out
+
+
+async def test_flooding_ranks_panes_follow_their_files_to_each_last_line(
+    tmp_path: Path,
+) -> None:
+    nprocs, rate, seconds = 4, 20_000, 1.5
+    config = SupervisorConfig(
+        entrypoint=sys.executable,
+        args=(str(WRITER), "--rate", str(rate), "--seconds", str(seconds), "--delay", "0.3"),
+        nprocs=nprocs,
+        log_dir=str(tmp_path / "logs"),
+        term_timeout=3.0,
+        sample_interval=0.5,
+    )
+    sup = Supervisor(config)
+    app = RankvisorApp(sup)
+    app.follower = FileFollower(flood_rate=0)  # every file with output is read from its end
+    ranks = app.run_view.ranks
+    try:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_for(
+                pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks), 120, step=0.05
+            )
+            files = [Path(v.stdout_path).read_bytes().splitlines() for v in ranks]
+            last = [lines[-1].decode() for lines in files]
+            shown = lambda: [(v.buffer.tail(1, "stdout") or [""])[0] for v in ranks]  # noqa: E731
+            try:
+                await wait_for(pilot, lambda: shown() == last, 60, step=0.05)
+            except AssertionError:
+                raise AssertionError((shown(), last, app.follower.reads)) from None
+            for rank, lines in enumerate(files):
+                # The file holds the rank's bytes: every number once, in order.
+                numbers = [int(_NUMBER.match(x.decode()).group(2)) for x in lines]  # type: ignore[union-attr]
+                assert numbers == list(range(len(numbers))) and len(numbers) > rate * seconds / 2
+                # The pane: no line twice, none out of order, its last line the file's.
+                shown = _numbers(app.run_view, rank)
+                assert shown == sorted(set(shown)) and shown[-1] == numbers[-1]
+            # Read from their ends (whether a pane followed its file or its events kept up
+            # depends on the machine's load: either way the pane is as checked above).
+            assert app.follower.reads > 0
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.shut_down, 30, step=0.05)
+    finally:
+        sup.shutdown()
