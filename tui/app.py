@@ -51,6 +51,7 @@ from ..engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
+from ..engine.output.safe_text import one_line
 from ..engine.process.signals import default_action, signal_name
 from ..engine.states import RankState
 from .bridge import EngineBridge
@@ -380,6 +381,8 @@ class RankvisorApp(App[int]):
         keeps the newest notice until the next one, and shows text as it is."""
         if title:
             message = f"{title}: {message}"
+        # Notices come from a supervisor, a record replayed, a remote node: show no escape.
+        message = one_line(message, 2000)
         self.notices.append(Notice(message, severity, time.time()))
         self._show_notice()
 

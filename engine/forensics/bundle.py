@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..control.status import current_attempt, effective_state, read_status
+from ..regular_file import open_regular
 from .environ import ENV_FILE, read_proc_environ, read_rank_env
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "Bundle", "default_bundle_path", "make_bundle"]
@@ -73,7 +74,7 @@ def default_bundle_path(run_dir: str, directory: str = ".") -> str:
 
 def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[bytes, int]:
     """The file's bytes (its end when it is larger than ``cap``), and its size on disk."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or a link to /dev/zero in a run dir: refused
         size = os.fstat(f.fileno()).st_size
         if size <= cap:
             return f.read(cap), size
@@ -92,7 +93,7 @@ def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[by
 def _run_info(run_dir: str) -> dict[str, Any]:
     """The run as it started: the first line of events.ndjson (the wire form of RunInfo)."""
     try:
-        with open(os.path.join(run_dir, "events.ndjson"), "rb") as f:
+        with open_regular(os.path.join(run_dir, "events.ndjson")) as f:
             first = json.loads(f.readline(1 << 22) or b"{}")
     except (OSError, ValueError):
         return {}

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any, Final
 
+from ..output.safe_text import one_line
 from ..process.proc_table import find_descendants
 
 __all__ = [
@@ -312,7 +313,8 @@ class StackDump:
                 error=str(r.get("error", "")),
                 threads=tuple(
                     ThreadStack(
-                        thread_id=int(t.get("thread_id", 0)), name=str(t.get("name", "")),
+                        thread_id=int(t.get("thread_id", 0)),
+                        name=one_line(t.get("name", ""), _NAME_CAP),
                         main=bool(t.get("main", False)), active=bool(t.get("active", False)),
                         owns_gil=bool(t.get("owns_gil", False)),
                         frames=tuple(_frame(f) for f in t.get("frames", ())),
@@ -336,7 +338,13 @@ def _frame_dict(f: Frame) -> dict[str, Any]:
 
 
 def _frame(d: Mapping[str, Any]) -> Frame:
-    return Frame(str(d.get("name", "?")), str(d.get("filename", "")), int(d.get("line") or 0))
+    # A rank names its own functions and files: hostile text, shown on a terminal.
+    return Frame(one_line(d.get("name", "?"), _NAME_CAP),
+                 one_line(d.get("filename", ""), _NAME_CAP), int(d.get("line") or 0))
+
+
+_NAME_CAP: Final = 1000
+"""Characters kept of a frame's function or file name, or a thread's name."""
 
 
 # -- merging --------------------------------------------------------------------------------
@@ -489,7 +497,7 @@ def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
         if not isinstance(t, dict):
             continue
         tid = int(t.get("os_thread_id") or t.get("thread_id") or 0)
-        name = str(t.get("thread_name") or "")
+        name = one_line(t.get("thread_name") or "", _NAME_CAP)
         out.append(ThreadStack(
             thread_id=tid,
             name=name,

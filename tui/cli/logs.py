@@ -14,7 +14,19 @@ from typing import Any
 
 from ...engine.control import registry
 from ...engine.control.status import FILENAME, current_attempt
-from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say, stale_line
+from ...engine.output.safe_text import one_line
+from ...engine.regular_file import NotRegular, open_regular
+from .command import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_STALE,
+    Refused,
+    Subcommand,
+    Usage,
+    on_a_run,
+    say,
+    stale_line,
+)
 from .ranks import check_ranks, local_ranks, nprocs, world
 from .watch import watch
 
@@ -54,7 +66,7 @@ class _Copier:
     def pump(self) -> int:
         """Copy what was appended since the last call; returns the bytes copied."""
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:  # never a FIFO's hang, never a link
                 if os.fstat(f.fileno()).st_size < self.offset:  # truncated: start again
                     self.offset = 0
                 f.seek(self.offset)
@@ -65,6 +77,8 @@ class _Copier:
                 self.offset += total
         except FileNotFoundError:
             return 0
+        except NotRegular as e:
+            raise Refused(f"{one_line(self.path)} {e}: not read") from None
         sys.stdout.flush()
         return total
 

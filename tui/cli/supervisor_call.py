@@ -62,7 +62,9 @@ def connect_and_run(
         if show is not None:
             show(result)
         elif result.message:
-            print(result.message, file=sys.stdout if result.ok else sys.stderr)
+            from ...engine.output.safe_text import one_line
+
+            print(one_line(result.message, 4000), file=sys.stdout if result.ok else sys.stderr)
         if not result.ok:
             return EXIT_REFUSED
         if wait:
