@@ -26,8 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from ..logfile.regular_file import read_regular
 from ..output.safe_text import one_line
-from ..regular_file import read_regular
 from .status import (
     EffectiveState,
     effective_state,

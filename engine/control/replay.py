@@ -14,7 +14,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from ..events import Event, EventSink
 from ..handle import Command, CommandResult, RunInfo, command_problem
-from ..regular_file import open_regular
+from ..logfile.regular_file import open_regular
 from . import wire
 from .client import recent_output
 

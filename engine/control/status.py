@@ -21,10 +21,10 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from ..logfile.regular_file import NotRegular, TooBig, read_regular
 from ..logfile.tail import last_lines
 from ..process.proc_table import stat_fields
 from ..process.signals import exit_signal_name
-from ..regular_file import NotRegular, TooBig, read_regular
 
 if TYPE_CHECKING:
     from ..errors import ProcessFailure

@@ -19,7 +19,7 @@ import os
 import secrets
 from typing import Any, Final, Optional, Union
 
-from ..regular_file import NotRegular, TooBig, read_regular
+from ..logfile.regular_file import NotRegular, TooBig, read_regular
 
 __all__ = [
     "MAX_ERROR_FILE_BYTES",

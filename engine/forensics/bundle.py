@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..control.status import current_attempt, effective_state, read_status
-from ..regular_file import open_regular
-from .environ import ENV_FILE, read_proc_environ, read_rank_env
+from ..logfile.regular_file import open_regular
+from .environ import ENV_FILE, read_proc_environ, read_rank_env, redact
+from .redaction import redact_argv, redact_record_line
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "Bundle", "default_bundle_path", "make_bundle"]
 
@@ -88,6 +89,17 @@ def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[by
     if 0 <= cut < len(tail) - 1:
         tail = tail[cut + 1:]
     return head + tail, size
+
+
+def _redact_env_file(data: bytes) -> bytes:
+    """An incarnation's env.json with today's redaction (nothing of it if it does not parse:
+    an environment is not packed unread)."""
+    try:
+        record = json.loads(data)
+        record["env"] = redact({str(k): str(v) for k, v in record["env"].items()})
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return b'{"env": null, "note": "not packed: it did not parse"}\n'
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode()
 
 
 def _run_info(run_dir: str) -> dict[str, Any]:
@@ -198,6 +210,10 @@ def make_bundle(
                                               keep_first_line=rel == "events.ndjson")
                 except OSError:
                     continue  # removed meanwhile (a running run), or unreadable: left out
+                if rel == "events.ndjson":  # the run lines carry the command line
+                    data = b"".join(redact_record_line(ln) for ln in data.splitlines(True))
+                elif os.path.basename(rel) == ENV_FILE:  # recorded under older, laxer rules
+                    data = _redact_env_file(data)
                 add(rel, data)
                 bundle.files.append({"name": rel, "size": size, "included": len(data),
                                      "truncated": len(data) < size})
@@ -228,7 +244,8 @@ def make_bundle(
                 "run_id": (status or {}).get("run_id") or run.get("run_id"),
                 "attempt": attempt,
                 "state": effective_state(status) if status else None,
-                "command": run.get("command"),
+                "command": (redact_argv(run["command"]) if isinstance(run.get("command"), list)
+                            else run.get("command")),
                 "nprocs": run.get("nprocs"),
                 "versions": {
                     "rankvisor": _version("rankvisor"),
@@ -245,7 +262,10 @@ def make_bundle(
                 "files": bundle.files,
                 "environments": {str(k): v for k, v in sorted(bundle.environments.items())},
                 "redacted": "environment variables whose names contain TOKEN, KEY, SECRET, "
-                            "PASSWORD or CREDENTIAL (any case)",
+                            "PASSWORD, PASSWD, CREDENTIAL or WEBHOOK, or have PAT or AUTH "
+                            "as a word (any case); a URL's password; the value of a "
+                            "--*key, --*token, --*secret or --*password flag in the command; "
+                            "the ranks' own logs are packed as they are",
             }
             add("manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     except BaseException:

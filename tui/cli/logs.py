@@ -14,8 +14,8 @@ from typing import Any
 
 from ...engine.control import registry
 from ...engine.control.status import FILENAME, current_attempt
+from ...engine.logfile.regular_file import NotRegular, open_regular
 from ...engine.output.safe_text import one_line
-from ...engine.regular_file import NotRegular, open_regular
 from .command import (
     EXIT_OK,
     EXIT_REFUSED,
