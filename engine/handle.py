@@ -125,6 +125,11 @@ NATIVE_NEEDS_BLOCKING = (
 )
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""The longest wait from a stop signal to SIGKILL, a week: longer is surely a typo
+(``--term-timeout`` and a command's ``timeout_s`` alike)."""
+
+
 def command_problem(command: object) -> str | None:
     """Why ``command`` cannot be carried out whatever the run's state, or None if it can.
 
@@ -158,6 +163,9 @@ def command_problem(command: object) -> str | None:
         t = command.timeout_s
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             return f"not sent: the timeout must be a number of seconds >= 0, not {t!r}"
+        if t > MAX_TIMEOUT_S:
+            return (f"not sent: the timeout must be at most {MAX_TIMEOUT_S:g} s (a week), "
+                    f"not {t!r}")
     return None
 
 

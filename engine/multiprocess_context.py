@@ -14,6 +14,9 @@ rank's PR_SET_PDEATHSIG to the thread that forked it; the exit watcher wakes ``w
 ``start``/``wait``/``close`` belong to one owner thread at a time. Under ``spawn`` and
 ``forkserver`` multiprocessing re-imports the parent's ``__main__`` in the child before our
 target runs (as for torch's children): the one output that can escape the rank's log files.
+As torch's children wait on their "finished reading" event, a child that returned stays until
+every rank has (a ``released`` file, made by ``_poll`` or the teardown): exiting at once raced
+torch.distributed's threads into a SIGABRT (``RankSpec.release_file``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ from .process.rank_process import RankProcess, send_signal_all, wait_any
 __all__ = ["MultiprocessContext"]
 
 logger = logging.getLogger(__name__)
+
+_RELEASE: Final = "released"
+"""The file in the return directory that lets ranks which returned exit."""
+
+_RELEASE_POLL_S: Final = 0.1
+"""Longest sleep of ``wait()`` before the ranks are released: a returned rank waits on it."""
 
 NO_RETURN_MESSAGE: Final = (
     "local_rank {rank} (pid {pid}) exited with code 0 without returning from {fn} "
@@ -117,6 +126,7 @@ class MultiprocessContext(PContext):
         """Ranks we sent a death signal to while they were alive (not exited, reaped or not:
         ``RankProcess.send_signal``)."""
         self._return_dir: Optional[str] = None
+        self._released = False
         self._closed = False
 
     # -- start ------------------------------------------------------------------------------
@@ -178,6 +188,7 @@ class MultiprocessContext(PContext):
                 parent_pid=parent_pid,
                 cpus=cpus[rank],
                 forget_parent=forget_in_forked_child if fork else None,
+                release_file=self._release_file(),
             )
             for rank in range(self.nprocs)
         }
@@ -185,6 +196,28 @@ class MultiprocessContext(PContext):
     def _return_file(self, rank: int) -> str:
         assert self._return_dir is not None
         return os.path.join(self._return_dir, f"{rank}.ret")
+
+    def _release_file(self) -> str:
+        assert self._return_dir is not None
+        return os.path.join(self._return_dir, _RELEASE)
+
+    def _release_ranks(self, *, all_returned: bool) -> None:
+        """Let the ranks that returned exit (``RankSpec.release_file``): once every rank
+        has returned (or exited), as torch sets its "finished reading" event, or at once
+        for a teardown."""
+        if self._released or self._return_dir is None:
+            return
+        if all_returned and not all(
+            p.poll() is not None or os.path.exists(self._return_file(r))
+            for r, p in self._procs.items()
+        ):
+            return
+        try:
+            with open(self._release_file(), "wb"):
+                pass
+        except OSError:
+            return  # the directory is gone: nobody is waiting on it
+        self._released = True
 
     def _fn_name(self) -> str:
         return str(getattr(self.entrypoint, "__qualname__", repr(self.entrypoint)))
@@ -194,6 +227,7 @@ class MultiprocessContext(PContext):
     def _poll(self) -> Optional[RunProcsResult]:
         if not self._procs:
             raise AssertionError("_poll() before start()")
+        self._release_ranks(all_returned=True)
         outcomes = {r: self._outcome(r) for r in self._procs}
         failed = [r for r, o in outcomes.items() if o == "failed"]
         if failed:
@@ -287,7 +321,9 @@ class MultiprocessContext(PContext):
         """Block until a rank exits or ``timeout`` s pass (``PContext.wait``'s sleep)."""
         live = [p for p in self._procs.values() if p.poll() is None]
         if live:
-            wait_any(live, timeout)
+            # A rank that returned does not exit until released, which a poll does: look
+            # again soon, as torch's join(period) would not wake for it either.
+            wait_any(live, timeout if self._released else min(timeout, _RELEASE_POLL_S))
         else:
             time.sleep(0)  # everyone is gone: the next poll returns at once
 
@@ -303,6 +339,7 @@ class MultiprocessContext(PContext):
         if self._closed:
             return
         self._closed = True
+        self._release_ranks(all_returned=False)
         alive = [p for p in self._procs.values() if p.poll() is None]
         for proc in alive:
             logger.warning("Closing process %s via signal %s", proc.pid, death_sig.name)

@@ -54,6 +54,7 @@ from ..engine.handle import (
 )
 from ..engine.logfile.follow import FileFollower
 from ..engine.names.signals import default_action, signal_name
+from ..engine.output.safe_text import one_line
 from ..engine.states import RankState
 from .bridge import EngineBridge
 from .clip import file_log_lines, plural, traceback_text
@@ -454,6 +455,8 @@ class RankvisorApp(DebugKeys, App[int]):
         keeps the newest notice until the next one, and shows text as it is."""
         if title:
             message = f"{title}: {message}"
+        # Notices come from a supervisor, a record replayed, a remote node: show no escape.
+        message = one_line(message, 2000)
         self.notices.append(Notice(message, severity, time.time()))
         self._show_notice()
 

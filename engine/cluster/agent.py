@@ -155,8 +155,9 @@ class RankvisorAgent(SimpleElasticAgent):
         node = int(worker_group.group_rank or 0)
         nnodes = int(worker_group.group_world_size or 1)
         store: Any = worker_group.store
+        world = worker_group.workers[0].world_size if worker_group.workers else None
         self._board.attach(store, node_rank=node, nnodes=nnodes, round_=self.rounds,
-                           base_rank=base)
+                           base_rank=base, world_size=world)
         self._sup.node_label = f"node {node} of {nnodes} ({self._board.host})"
         self._sup.rank_base = base
         self._sup.set_prefixes(prefixes)

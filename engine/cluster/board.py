@@ -38,6 +38,7 @@ from ..control.status import failure_message
 from ..events import Event, RankOutput, RankStateChanged
 from ..names.signals import exit_signal_name
 from .liveness import Liveness
+from .record_check import BadRecord, check_record
 
 __all__ = ["HEARTBEAT_S", "KNOCK_ON", "MESSAGE_CAP", "StatusBoard", "cluster_root_cause"]
 
@@ -55,6 +56,9 @@ KNOCK_ON = re.compile(
     re.IGNORECASE,
 )
 """Messages of a rank that failed because another rank (here or on another node) went away."""
+
+_NAMED = 4
+"""Failed ranks named in one notice; the others are counted."""
 
 _PREFIX = "rankvisor/"
 _GEN = _PREFIX + "gen"
@@ -129,6 +133,8 @@ class StatusBoard:
         self._failures: dict[int, tuple[Any, bool]] = {}
         self._last_output: dict[int, float] = {}
         self._remote: dict[int, dict[str, Any]] = {}
+        self.world_size: int | None = None
+        self._bad_told: set[int] = set()
         self._published_key: str | None = None
         self._published_at = 0.0
         self._gen_seen: int | None = None
@@ -145,12 +151,16 @@ class StatusBoard:
     # -- the round -------------------------------------------------------------------------
 
     def attach(self, store: Store, *, node_rank: int, nnodes: int, round_: int,
-               base_rank: int) -> None:
-        """Use ``store`` (this round's) from now on; the previous round's view is dropped."""
+               base_rank: int, world_size: int | None = None) -> None:
+        """Use ``store`` (this round's) from now on; the previous round's view is dropped.
+
+        ``world_size`` bounds the ranks a remote record may carry (``record_check``)."""
         with self._lock:
             self._store = None if self.store_lost else store
             self.node_rank, self.nnodes, self.round = node_rank, nnodes, round_
             self.base_rank = base_rank
+            self.world_size = world_size
+            self._bad_told = set()
             self._remote = {}
             self._failures = {}
             self._published_key = None
@@ -322,7 +332,8 @@ class StatusBoard:
         gen = self._call(lambda s: s.add(_GEN, 0))
         if gen is None or gen == self._gen_seen:
             return False
-        keys = [f"{_PREFIX}node/{n}" for n in range(self.nnodes) if n != self.node_rank]
+        nodes = [n for n in range(self.nnodes) if n != self.node_rank]
+        keys = [f"{_PREFIX}node/{n}" for n in nodes]
         if not keys:
             return False
         if self._call(lambda s: s.check(keys), default=False):
@@ -333,14 +344,17 @@ class StatusBoard:
         if values is None:
             return False
         remote: dict[int, dict[str, Any]] = {}
-        for value in values:
+        for node, value in zip(nodes, values, strict=False):
             if not value:
                 continue
             try:
-                rec = json.loads(bytes(value))
-                remote[int(rec["node_rank"])] = rec
-            except (ValueError, KeyError, TypeError):
-                continue
+                remote[node] = check_record(value, node=node, this_node=self.node_rank,
+                                            world_size=self.world_size)
+            except BadRecord as e:
+                if node not in self._bad_told:  # one notice a node a round, not one a read
+                    self._bad_told.add(node)
+                    self._notice(f"node {node}'s record in the rendezvous store was "
+                                 f"ignored: {e}", "warning")
         with self._lock:
             old = self._remote
             self._remote = remote
@@ -353,15 +367,18 @@ class StatusBoard:
 
     def _tell_changes(self, old: dict[int, dict[str, Any]],
                       new: dict[int, dict[str, Any]]) -> None:
-        """A line per remote rank that failed since the last read (the TUI's notices)."""
+        """One line per node whose ranks failed since the last read (the TUI's notices):
+        the first few named, the rest counted, however many there are."""
         for node, rec in sorted(new.items()):
             before = {r[0]: r[2] for r in old.get(node, {}).get("ranks", [])}
-            for local, glob, state, code, _count, _age in rec.get("ranks", []):
-                if state == "failed" and before.get(local) != "failed":
-                    self._notice(
-                        f"node {node} ({rec.get('host')}): rank {glob} failed "
-                        f"(exit code {code})", "warning",
-                    )
+            failed = [(glob, code) for local, glob, state, code, _count, _age in rec["ranks"]
+                      if state == "failed" and before.get(local) != "failed"]
+            if not failed:
+                continue
+            shown = ", ".join(f"{g} (exit code {c})" for g, c in failed[:_NAMED])
+            more = f" and {len(failed) - _NAMED} more" if len(failed) > _NAMED else ""
+            self._notice(f"node {node} ({rec['host']}): rank{'s' if len(failed) > 1 else ''} "
+                         f"{shown}{more} failed", "warning")
 
     def _beat(self) -> None:
         """This node's beat, when due (``liveness``)."""

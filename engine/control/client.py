@@ -71,6 +71,38 @@ class NoAnswer(ConnectionError):
     """Connected, but no welcome came (the peer check refused us, or the supervisor hangs)."""
 
 
+class ForeignPeer(NoAnswer):
+    """The socket is served by another user's process: nothing was sent to it."""
+
+
+def _check_peer(sock: socket.socket, socket_path: str) -> None:
+    """Refuse a server that is neither this user nor root (SO_PEERCRED of the listener):
+    a status.json anyone could write may name anyone's socket, and a command sent to a
+    fake would be 'carried out' by it."""
+    pid, uid, _gid = wire.peer_credentials(sock)
+    if uid not in (os.getuid(), 0):
+        raise ForeignPeer(
+            f"the socket {socket_path} is served by another user (uid {uid}, pid {pid}), "
+            "not by your supervisor: nothing was sent to it"
+        )
+
+
+def _connect(sock: socket.socket, socket_path: str, deadline: float) -> None:
+    """``connect`` within the deadline, again after EAGAIN: a Unix socket whose backlog is
+    full refuses at once instead of waiting, which under load is only a matter of time."""
+    pause = 0.002
+    while True:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        try:
+            sock.connect(socket_path)
+            return
+        except BlockingIOError:
+            if time.monotonic() + pause >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(0.05, pause * 2)
+
+
 class _Pending:
     __slots__ = ("done", "message")
 
@@ -164,11 +196,11 @@ class RemoteHandle:
         """
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(timeout_s)
             try:
-                sock.connect(socket_path)
-            except (TimeoutError, socket.timeout):
+                _connect(sock, socket_path, time.monotonic() + timeout_s)
+            except (TimeoutError, socket.timeout, BlockingIOError):
                 raise NoAnswer(f"no answer from {socket_path} within {timeout_s} s") from None
+            _check_peer(sock, socket_path)
         except BaseException:
             sock.close()
             raise
@@ -198,7 +230,7 @@ class RemoteHandle:
                 )
             message = wire.decode_message(line)
             theirs = message.get("protocol")
-            if theirs != wire.PROTOCOL_VERSION:
+            if type(theirs) is not int or theirs != wire.PROTOCOL_VERSION:
                 raise ProtocolMismatch(
                     f"this rankvisor speaks protocol {wire.PROTOCOL_VERSION} "
                     f"(rankvisor {wire.package_version()}), the supervisor {theirs} "

@@ -168,7 +168,10 @@ class RunHost:
         while True:
             self._dirty.wait()
             self._dirty.clear()
-            self._flush()
+            try:
+                self._flush()
+            except Exception:  # noqa: BLE001 - the status writer must outlive a bad step
+                log.exception("status.json could not be written")
             if self._stop.is_set():
                 self._flush()
                 return
@@ -210,7 +213,13 @@ class RunHost:
         record["command"] = list(typed or info.command)
         record["cwd"] = getattr(config, "cwd", None) or os.getcwd()
         record = add_live(record, self._sup)
-        return self._status_hook(record) if self._status_hook is not None else record
+        if self._status_hook is None:
+            return record
+        try:
+            return self._status_hook(record)
+        except Exception:  # noqa: BLE001 - the node's own status must still be written
+            log.exception("the cluster view could not be added to status.json")
+            return record
 
     def _write_status(self) -> None:
         if not self._run_dir:

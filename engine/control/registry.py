@@ -26,12 +26,15 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from ..output.safe_text import one_line
 from ..rundir.atomic import write_atomic
+from ..rundir.regular_file import read_regular
 from .status import (
     EffectiveState,
     effective_state,
     process_start_time,
     read_status,
+    status_problem,
     supervisor_alive,
 )
 
@@ -248,17 +251,9 @@ def _read_small(path: str) -> Any:
     """Decoded JSON of a regular file, or None. O_NONBLOCK: a FIFO in its place must not
     hang ``ls``; O_NOFOLLOW: an entry is never a link to elsewhere."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return json.loads(os.read(fd, 1 << 16))
+        return json.loads(read_regular(path, 1 << 16))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
-    finally:
-        os.close(fd)
 
 
 def entries() -> list[RunEntry]:
@@ -344,6 +339,9 @@ def _by_path(path: str, known: list[RunEntry]) -> RunEntry:
     if status is None:
         inside = _runs_in(path)
         if not inside:
+            problem = status_problem(path)
+            if problem is not None:
+                raise NoSuchRun(f"{one_line(path)}: {problem}; `rankvisor ls` lists your runs")
             raise NoSuchRun(
                 f"{path} is neither a run directory (it has no status.json) nor a log "
                 "directory holding one; `rankvisor ls` lists your runs"

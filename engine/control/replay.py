@@ -10,16 +10,51 @@ can be done to such a run: every command is refused with the reason.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Any, BinaryIO, Callable, Iterator
 
 from ..events import Event, EventSink
 from ..handle import Command, CommandResult, RunInfo, command_problem
+from ..rundir.regular_file import open_regular
 from . import wire
 from .client import recent_output
 
 __all__ = ["RecordedRun"]
 
 EVENTS_FILE = "events.ndjson"
+
+MAX_RECORD_BYTES = 256 * 1024 * 1024
+"""Bytes of a record replayed: millions of events; a bigger one is replayed up to here."""
+
+_LINE_CAP = 16 * 1024 * 1024
+"""The longest line read whole (the run's first line names every rank's files)."""
+
+_TAIL_BYTES = 32 * 1024 * 1024
+"""Bytes read at the end of a record bigger than the cap, for its last run line."""
+
+
+def _lines(f: BinaryIO, cap: int) -> Iterator[bytes]:
+    """The lines of ``f`` from where it is, up to ``cap`` bytes; each at most a wire line."""
+    left = cap
+    while left > 0:
+        line = f.readline(min(left, _LINE_CAP))
+        if not line:
+            return
+        left -= len(line)
+        yield line
+
+
+def _decode(line: bytes) -> tuple[str, Any]:
+    """("run", RunInfo), ("event", Event) or ("", None) for a line of the record."""
+    if not line.strip():
+        return "", None
+    try:
+        message = wire.decode_message(line)
+        if message.get("t") == "run":
+            return "run", wire.run_info_from_wire(message["run"])
+        event = wire.event_from_wire(message)
+    except (wire.WireError, KeyError, TypeError, ValueError):
+        return "", None  # a torn last line (killed mid-write), a tampered one: skip it
+    return ("event", event) if event is not None else ("", None)
 
 
 class RecordedRun:
@@ -45,8 +80,7 @@ class RecordedRun:
         """
         path = os.path.join(run_dir, EVENTS_FILE)
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            f = open_regular(path)
         except OSError as e:
             raise LookupError(
                 f"{run_dir}: no run record ({EVENTS_FILE}: {e.strerror or e}); "
@@ -55,24 +89,23 @@ class RecordedRun:
         first: RunInfo | None = None
         last: RunInfo | None = None
         events: list[Event] = []
-        for line in raw.split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                message = wire.decode_message(line)
-            except wire.WireError:
-                continue  # a torn last line (killed mid-write): the rest still stands
-            kind = message.get("t")
-            if kind == "run":
-                info = wire.run_info_from_wire(message["run"])
-                if first is None:
-                    first = info
-                else:
-                    last = info
-                continue
-            event = wire.event_from_wire(message)
-            if event is not None:
-                events.append(event)
+        with f:
+            # A stream, capped: a record of many GB (or a link swapped in for one) costs
+            # at most MAX_RECORD_BYTES of reading; past it, only the end is looked at, for
+            # the run as it finished.
+            for line in _lines(f, MAX_RECORD_BYTES):
+                kind, value = _decode(line)
+                if kind == "run":
+                    first, last = (value, last) if first is None else (first, value)
+                elif kind == "event":
+                    events.append(value)
+            if f.read(1):
+                f.seek(max(f.tell(), os.fstat(f.fileno()).st_size - _TAIL_BYTES))
+                f.readline(_LINE_CAP)  # the rest of a line cut in half
+                for line in _lines(f, _TAIL_BYTES):
+                    kind, value = _decode(line)
+                    if kind == "run" and first is not None:
+                        last = value
         if first is None:
             raise LookupError(f"{path}: the record is empty or unreadable")
         return cls(run_dir, first, events, last)

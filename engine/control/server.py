@@ -25,7 +25,6 @@ import os
 import select
 import socket
 import stat
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -50,13 +49,16 @@ OUTPUT_QUEUE_BYTES: Final = 4 << 20
 """A client's queue past which its output batches are dropped (and marked skipped)."""
 LIFECYCLE_QUEUE_BYTES: Final = 64 << 20
 """A client's queue past which it is disconnected: it has stopped reading for good."""
+LISTEN_BACKLOG: Final = 1024
+"""Connections the kernel holds before accept: a burst of hundreds of viewers and scripts
+(a Unix socket refuses with EAGAIN when full; the client retries within its timeout)."""
+
 HELLO_TIMEOUT_S: Final = 10.0
 MAX_LINE: Final = 1 << 20
 """The longest line a client may send (its messages are small)."""
 _SEND_CHUNK: Final = 1 << 18
 _GIVE_UP_S: Final = 2.0
 """How long a doomed client's writer tries to deliver its last line before closing."""
-_PEERCRED: Final = struct.Struct("3i")
 
 
 class _Skip:
@@ -262,7 +264,7 @@ class ControlServer:
         try:
             listener.bind(self.socket_path)
             os.chmod(self.socket_path, 0o600)
-            listener.listen(16)
+            listener.listen(LISTEN_BACKLOG)
         except OSError:
             listener.close()
             raise
@@ -342,9 +344,7 @@ class ControlServer:
                 time.sleep(0.05)  # EMFILE and the like: do not spin
                 continue
             try:
-                pid, uid, _gid = _PEERCRED.unpack(
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-                )
+                pid, uid, _gid = wire.peer_credentials(sock)
             except OSError:
                 sock.close()
                 continue
@@ -381,9 +381,9 @@ class ControlServer:
 
     def _handshake(self, client: _Client) -> bool:
         sock = client.sock
-        sock.settimeout(HELLO_TIMEOUT_S)
         buf = bytearray()
-        line = wire.read_line(sock, buf, max_line=MAX_LINE, chunk=65536)
+        line = wire.read_line(sock, buf, max_line=MAX_LINE, chunk=65536,
+                              deadline=time.monotonic() + HELLO_TIMEOUT_S)
         if line is None:
             return False
         try:
@@ -395,7 +395,7 @@ class ControlServer:
             sock.sendall(wire.encode_error(f"expected a hello, not {hello.get('t')!r}"))
             return False
         theirs = hello.get("protocol")
-        if theirs != wire.PROTOCOL_VERSION:
+        if type(theirs) is not int or theirs != wire.PROTOCOL_VERSION:  # not true, not 1.0
             sock.sendall(wire.encode_error(
                 f"this supervisor speaks protocol {wire.PROTOCOL_VERSION} "
                 f"(rankvisor {wire.package_version()}), the viewer {theirs} "

@@ -24,6 +24,7 @@ from ..logfile.tail import last_lines
 from ..names.signals import exit_signal_name
 from ..process.proc_table import stat_fields
 from ..rundir.atomic import write_atomic
+from ..rundir.regular_file import NotRegular, TooBig, read_regular
 
 if TYPE_CHECKING:
     from ..errors import ProcessFailure
@@ -40,6 +41,7 @@ __all__ = [
     "failure_message",
     "process_start_time",
     "read_status",
+    "status_problem",
     "supervisor_alive",
     "write_status",
 ]
@@ -202,17 +204,40 @@ def write_status(run_dir: str, status: dict[str, Any]) -> str:
     return path
 
 
+MAX_STATUS_BYTES = 1 << 24
+"""16 MiB: a status of thousands of ranks is a few MiB; more is read as no status."""
+
+
 def read_status(run_dir: str) -> dict[str, Any] | None:
     """The status in ``run_dir``, or None when there is none or it is not a status object
-    (a file of another program, another schema's shape): never raises for bad content."""
-    try:
-        with open(os.path.join(run_dir, FILENAME), "rb") as f:
-            data = json.loads(f.read(1 << 24))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("schema"), int):
-        return None
+    (a file of another program, another schema's shape, a FIFO, a link, over 16 MiB): never
+    raises for bad content, never blocks; ``status_problem`` says which."""
+    data, _problem = _load_status(run_dir)
     return data
+
+
+def status_problem(run_dir: str) -> str | None:
+    """Why ``read_status(run_dir)`` gives None, in words ("status.json is not valid JSON");
+    None when it reads, or when there is no status.json at all."""
+    return _load_status(run_dir)[1]
+
+
+def _load_status(run_dir: str) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        data = json.loads(read_regular(os.path.join(run_dir, FILENAME), MAX_STATUS_BYTES))
+    except FileNotFoundError:
+        return None, None
+    except (NotRegular, TooBig) as e:
+        return None, f"{FILENAME} {e}"
+    except OSError as e:
+        return None, f"{FILENAME} cannot be read ({e.strerror or e})"
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None, f"{FILENAME} is not valid JSON"
+    if not isinstance(data, dict) or isinstance(data.get("schema"), bool) or not isinstance(
+        data.get("schema"), int
+    ):
+        return None, f"{FILENAME} is not a rankvisor status (no schema number)"
+    return data, None
 
 
 def effective_state(status: dict[str, Any]) -> EffectiveState:

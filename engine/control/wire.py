@@ -36,7 +36,9 @@ import dataclasses
 import enum
 import json
 import socket
+import struct
 import sys
+import time
 import types
 import typing
 from typing import Any, Final, Literal, Union
@@ -153,12 +155,15 @@ def is_lifecycle(event: object) -> bool:
 
 
 def read_line(
-    sock: socket.socket, buf: bytearray, *, max_line: int | None = None, chunk: int = 1 << 20
+    sock: socket.socket, buf: bytearray, *, max_line: int | None = None, chunk: int = 1 << 20,
+    deadline: float | None = None,
 ) -> bytes | None:
     """The next message line from ``sock`` (``buf`` keeps what follows it).
 
     None at the end of the stream, on a read timeout, or (with ``max_line``) when more than
-    that many bytes came without a newline: no message of ours is that long.
+    that many bytes came without a newline: no message of ours is that long. ``deadline``
+    (``time.monotonic()``) bounds the whole line, not each read: a peer that sends a byte
+    now and then does not stretch it.
     """
     while True:
         end = buf.find(b"\n")
@@ -168,6 +173,11 @@ def read_line(
             return line
         if max_line is not None and len(buf) > max_line:
             return None
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sock.settimeout(left)
         try:
             data = sock.recv(chunk)
         except (TimeoutError, socket.timeout):
@@ -177,6 +187,17 @@ def read_line(
         buf += data
 
 
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """The pid, uid and gid of the process at the other end of a Unix socket."""
+    pid, uid, gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid, gid
+
+
+_PEERCRED: Final = struct.Struct("3i")
+
+
 def encode_message(message: dict[str, Any]) -> bytes:
     """One message as one line of bytes."""
     return (_dumps(message) + "\n").encode()
@@ -184,10 +205,17 @@ def encode_message(message: dict[str, Any]) -> bytes:
 
 def decode_message(line: bytes | str) -> dict[str, Any]:
     """One line back into a message dict with a string ``t`` (its type)."""
+    if isinstance(line, (bytes, bytearray)):
+        try:
+            line = bytes(line).decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireError("not a JSON line: the bytes are not UTF-8 text") from None
     try:
         message = _loads(line)
     except ValueError as e:
         raise WireError(f"not a JSON line: {e}") from None
+    except RecursionError:
+        raise WireError("not a JSON line: nested too deep") from None
     if not isinstance(message, dict) or not isinstance(message.get("t"), str):
         raise WireError("not a message: a JSON object with a string 't' was expected")
     return message

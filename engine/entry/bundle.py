@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..control.status import current_attempt, effective_state, read_status
-from ..forensics.environ import ENV_FILE, read_proc_environ, read_rank_env
+from ..forensics.environ import ENV_FILE, read_proc_environ, read_rank_env, redact
+from ..forensics.redaction import redact_argv, redact_record_line
 from ..rundir.atomic import atomic_file
+from ..rundir.regular_file import open_regular
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "Bundle", "default_bundle_path", "make_bundle"]
 
@@ -80,7 +82,7 @@ def default_bundle_path(run_dir: str, directory: str = ".") -> str:
 
 def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[bytes, int]:
     """The file's bytes (its end when it is larger than ``cap``), and its size on disk."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or a link to /dev/zero in a run dir: refused
         size = os.fstat(f.fileno()).st_size
         if size <= cap:
             return f.read(cap), size
@@ -96,10 +98,21 @@ def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[by
     return head + tail, size
 
 
+def _redact_env_file(data: bytes) -> bytes:
+    """An incarnation's env.json with today's redaction (nothing of it if it does not parse:
+    an environment is not packed unread)."""
+    try:
+        record = json.loads(data)
+        record["env"] = redact({str(k): str(v) for k, v in record["env"].items()})
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return b'{"env": null, "note": "not packed: it did not parse"}\n'
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode()
+
+
 def _run_info(run_dir: str) -> dict[str, Any]:
     """The run as it started: the first line of events.ndjson (the wire form of RunInfo)."""
     try:
-        with open(os.path.join(run_dir, "events.ndjson"), "rb") as f:
+        with open_regular(os.path.join(run_dir, "events.ndjson")) as f:
             first = json.loads(f.readline(1 << 22) or b"{}")
     except (OSError, ValueError):
         return {}
@@ -204,6 +217,10 @@ def make_bundle(
                                           keep_first_line=rel == "events.ndjson")
             except OSError:
                 continue  # removed meanwhile (a running run), or unreadable: left out
+            if rel == "events.ndjson":  # the run lines carry the command line
+                data = b"".join(redact_record_line(ln) for ln in data.splitlines(True))
+            elif os.path.basename(rel) == ENV_FILE:  # recorded under older, laxer rules
+                data = _redact_env_file(data)
             add(rel, data)
             bundle.files.append({"name": rel, "size": size, "included": len(data),
                                  "truncated": len(data) < size})
@@ -228,6 +245,10 @@ def make_bundle(
                     {"rank": rank, "source": source, "env": env}, indent=1) + "\n").encode())
 
         run = _run_info(run_dir)
+
+        def redacted(command: object) -> object:
+            return redact_argv(command) if isinstance(command, list) else command
+
         manifest = {
             "created": now,
             "run_dir": run_dir,
@@ -236,8 +257,8 @@ def make_bundle(
             "state": effective_state(status) if status else None,
             # The line a person typed (status.json has it since it was recorded), and the
             # rank's own; where it was typed.
-            "command": (status or {}).get("command") or run.get("command"),
-            "rank_command": run.get("command"),
+            "command": redacted((status or {}).get("command") or run.get("command")),
+            "rank_command": redacted(run.get("command")),
             "cwd": (status or {}).get("cwd"),
             "nprocs": run.get("nprocs"),
             "versions": {
@@ -255,7 +276,10 @@ def make_bundle(
             "files": bundle.files,
             "environments": {str(k): v for k, v in sorted(bundle.environments.items())},
             "redacted": "environment variables whose names contain TOKEN, KEY, SECRET, "
-                        "PASSWORD or CREDENTIAL (any case)",
+                        "PASSWORD, PASSWD, CREDENTIAL or WEBHOOK, or have PAT or AUTH "
+                        "as a word (any case); a URL's password; the value of a "
+                        "--*key, --*token, --*secret or --*password flag in the command; "
+                        "the ranks' own logs are packed as they are",
         }
         add("manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     return bundle

@@ -122,6 +122,7 @@ def main(request_fd: int, ready_fd: int) -> int:
     """Run one request to its end; the process's exit status."""
     preload()
     from ..control.host import RunHost
+    from ..control.registry import StateDirUnsafe
     from ..supervisor.core import Supervisor
     from .headless import exit_status
 
@@ -143,13 +144,18 @@ def main(request_fd: int, ready_fd: int) -> int:
             viewers_seen[0] += 1
 
     restore = sup.install_signal_handlers()
-    host = RunHost(
-        sup,
-        mode="supervisor",
-        exit_status=lambda: exit_status(sup.finished, sup.received_signal),
-        on_failure=request.on_failure,
-        on_clients_changed=clients_changed,
-    )
+    try:
+        host = RunHost(
+            sup,
+            mode="supervisor",
+            exit_status=lambda: exit_status(sup.finished, sup.received_signal),
+            on_failure=request.on_failure,
+            on_clients_changed=clients_changed,
+        )
+    except StateDirUnsafe as e:  # its message says what to do; the class name is no help
+        restore()
+        _say(ready_fd, {"ok": False, "error": str(e)})
+        return 2
     try:
         try:
             sup.start()

@@ -13,14 +13,12 @@ same directory that is then renamed over the target: a reader sees the whole fil
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
-import stat
 from typing import Any, Final, Optional, Union
 
 from ..rundir.atomic import write_atomic
+from ..rundir.regular_file import NotRegular, TooBig, read_regular
 
 __all__ = [
     "MAX_ERROR_FILE_BYTES",
@@ -77,8 +75,10 @@ def read_error_file(path: str, max_bytes: int = MAX_ERROR_FILE_BYTES) -> ErrorFi
         max_bytes: files larger than this are not parsed.
     """
     try:
-        raw = _read_regular_file(path, max_bytes + 1)
-    except _NotRegular as e:
+        raw = read_regular(path, max_bytes)
+    except TooBig:
+        return ErrorFileContent(problem=f"is larger than {max_bytes} bytes")
+    except NotRegular as e:
         return ErrorFileContent(problem=str(e))
     except OSError as e:
         return ErrorFileContent(problem=f"cannot be read ({type(e).__name__}: {e.strerror})")
@@ -115,54 +115,6 @@ def write_error_file(path: str, data: JSON) -> None:
     """
     # 0o666 and the umask give the same mode as torch's open(path, "w").
     write_atomic(path, json.dumps(data).encode(), 0o666)
-
-
-class _NotRegular(Exception):
-    """The path is there but is not a regular file (the message says what it is)."""
-
-
-def _read_regular_file(path: str, limit: int) -> bytes:
-    """Up to ``limit`` bytes of ``path`` if it is a regular file, never following a link.
-
-    O_NONBLOCK makes the open of a FIFO or a device return at once instead of waiting for a
-    writer; the ``fstat`` on the opened descriptor then refuses anything that is not a regular
-    file (checking before opening would leave a window for a swap).
-    """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _NotRegular("is a symbolic link (not followed)") from None
-        raise
-    try:
-        kind = os.fstat(fd).st_mode
-        if not stat.S_ISREG(kind):
-            raise _NotRegular(f"is not a regular file ({_kind_name(kind)})")
-        chunks: list[bytes] = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _kind_name(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a file"
 
 
 def usable_timestamp(value: object) -> Optional[int]:

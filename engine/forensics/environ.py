@@ -4,8 +4,10 @@ Why record it: a bug report needs the variables a rank ran with (``NCCL_*``, ``C
 ``OMP_NUM_THREADS``, torchrun's), and once the rank is gone nothing else knows them:
 ``/proc/<pid>/environ`` goes with the process. Why redact at write time: the run directory
 is shared in bug reports and may be readable by others, so a secret must never reach the
-disk. A variable whose name contains TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL (any case)
-keeps its name, its value becomes ``<redacted>``.
+disk. A variable whose name contains TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL or
+WEBHOOK, or has PAT or AUTH as a word of it (GITHUB_PAT, OAUTH_CLIENT; not PATH), any case,
+keeps its name, its value becomes ``<redacted>``; in every other value a URL's password is
+(``postgres://u:<redacted>@h/db``).
 
 Cost: one JSON file of a few KiB per spawn (0.5-1 ms on a busy machine), written on a
 thread of its own after the ranks started: a start is never delayed. Standard library only.
@@ -15,9 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Mapping
 from typing import Final
+
+from .redaction import redact_url
 
 __all__ = [
     "ENV_FILE",
@@ -33,18 +38,25 @@ __all__ = [
 
 ENV_FILE: Final = "env.json"
 REDACTED: Final = "<redacted>"
-SECRET_WORDS: Final = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
+SECRET_WORDS: Final = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "WEBHOOK")
+SECRET_PARTS: Final = ("PAT", "AUTH", "OAUTH")
+"""Short words that are secrets only as a word of the name (GITHUB_PAT, not PYTHONPATH)."""
+
+_PARTS: Final = re.compile(r"[^A-Z0-9]+")
 
 
 def is_secret(name: str) -> bool:
     """Whether a variable's value must not be shown: its name holds a secret word."""
     upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
+    if any(word in upper for word in SECRET_WORDS):
+        return True
+    return any(part in SECRET_PARTS for part in _PARTS.split(upper))
 
 
 def redact(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with each secret's value replaced by ``REDACTED``, sorted by name."""
-    return {k: (REDACTED if is_secret(k) else v) for k, v in sorted(env.items())}
+    """``env`` with each secret's value replaced by ``REDACTED`` and each URL's password
+    in the others, sorted by name."""
+    return {k: (REDACTED if is_secret(k) else redact_url(v)) for k, v in sorted(env.items())}
 
 
 def write_rank_env(directory: str, additions: Mapping[str, str], *,

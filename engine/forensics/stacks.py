@@ -51,6 +51,7 @@ from datetime import datetime, tzinfo
 from itertools import islice
 from typing import Any, Final
 
+from ..output.safe_text import one_line
 from ..process.proc_table import find_descendants
 
 _BOOTSTRAP_FILE: Final = "py_bootstrap.py"
@@ -329,7 +330,8 @@ class StackDump:
                 error=str(r.get("error", "")),
                 threads=tuple(
                     ThreadStack(
-                        thread_id=int(t.get("thread_id", 0)), name=str(t.get("name", "")),
+                        thread_id=int(t.get("thread_id", 0)),
+                        name=one_line(t.get("name", ""), _NAME_CAP),
                         main=bool(t.get("main", False)), active=bool(t.get("active", False)),
                         owns_gil=bool(t.get("owns_gil", False)),
                         frames=tuple(_frame(f) for f in t.get("frames", ())),
@@ -353,13 +355,20 @@ def _frame_dict(f: Frame) -> dict[str, Any]:
 
 
 def _frame(d: Mapping[str, Any]) -> Frame:
-    return Frame(str(d.get("name", "?")), str(d.get("filename", "")), int(d.get("line") or 0),
-                 str(d.get("code") or ""))
+    # A rank names its own functions and files: hostile text, shown on a terminal.
+    return Frame(one_line(d.get("name", "?"), _NAME_CAP),
+                 one_line(d.get("filename", ""), _NAME_CAP), int(d.get("line") or 0),
+                 one_line(d.get("code") or "", _SOURCE_CHARS))
+
+
+_NAME_CAP: Final = 1000
+"""Characters kept of a frame's function or file name, or a thread's name."""
 
 
 def source_line(pid: int, filename: str, line: int) -> str:
     """Line ``line`` of ``filename`` as process ``pid`` sees it (its root and working
-    directory: a relative name, a container), stripped; "" when it cannot be read."""
+    directory: a relative name, a container), stripped and made safe to show; "" when it
+    cannot be read."""
     if line <= 0 or not filename or filename.startswith("<"):
         return ""
     path = filename if os.path.isabs(filename) else os.path.join(f"/proc/{pid}/cwd", filename)
@@ -370,7 +379,7 @@ def source_line(pid: int, filename: str, line: int) -> str:
                 raw = next(islice(f, line - 1, line), b"")
         except OSError:
             continue
-        return raw.decode("utf-8", "replace").strip()[:_SOURCE_CHARS]
+        return one_line(raw.decode("utf-8", "replace").strip(), _SOURCE_CHARS)
     return ""
 
 
@@ -554,7 +563,7 @@ def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
         # never imported ``threading`` (a script run from a venv, whose site runs no .pth file
         # that imports it, or a rank under rankvisor's bootstrap) has none. The thread whose id
         # is the pid is the main thread.
-        name = str(t.get("thread_name") or ("MainThread" if tid == pid else ""))
+        name = one_line(t.get("thread_name") or ("MainThread" if tid == pid else ""), _NAME_CAP)
         frames = without_bootstrap(
             tuple(_frame(f) for f in t.get("frames") or () if isinstance(f, dict))
         )

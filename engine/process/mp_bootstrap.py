@@ -25,7 +25,8 @@ Order of events in the child, and why:
    function and its arguments (this imports the user's module, after all of the above),
    the call, and writing the return value to a per-rank file, atomically (temp + rename).
    The parent reads that file after the exit; no pipe, so a large return value cannot
-   deadlock and the child never waits for the parent.
+   deadlock. The child then stays until the parent releases it (``RankSpec.release_file``),
+   as torch's children do, before its interpreter exits.
 
 With ``RANKVISOR_POST_MORTEM`` in the rank's environment (``--post-mortem``), an exception
 that would end the rank stops at a pdb prompt in the frame that raised first
@@ -79,6 +80,14 @@ class RankSpec:
     """Under fork, what undoes the child's copy of the parent's bookkeeping (the started
     contexts, their signal handlers); given by the context that starts the rank, which owns
     that bookkeeping. None under spawn and forkserver: the child starts fresh."""
+    release_file: str = ""
+    """Once its return value is stored, the rank stays until this file exists (the parent
+    makes it when every rank has returned, or at its teardown), as torch's ranks wait for
+    their parent to read every return value. An interpreter that finalizes the moment the
+    function returns races torch.distributed's own threads: gloo's worker drops the last
+    collective's work (and its tensors) just after the caller's ``wait()`` returned, and a
+    thread that needs the GIL once finalization began is killed in a C++ destructor:
+    ``std::terminate``, SIGABRT. "" exits at once."""
 
 
 def run_rank(spec: RankSpec) -> None:
@@ -161,6 +170,20 @@ def _run_recorded(spec: RankSpec) -> None:
         # ``record`` turns sys.exit(0) into a plain return (torch does the same and hands
         # back None): the function ended on purpose, so its return value is None.
         _store_return(spec.return_file, None)
+    if spec.release_file:
+        _wait_for_release(spec.release_file, spec.parent_pid)
+
+
+def _wait_for_release(path: str, parent_pid: int | None) -> None:
+    """Stay until ``path`` exists (``RankSpec.release_file``), or the parent is gone."""
+    import time
+
+    pause = 0.001
+    while not os.path.exists(path):
+        if parent_pid is not None and os.getppid() != parent_pid:
+            return  # nobody left to release us (the death signal is on its way anyway)
+        time.sleep(pause)
+        pause = min(0.02, pause * 2)
 
 
 def _bind_numa(spec: RankSpec) -> None:

@@ -99,6 +99,40 @@ class Monitor:
     # -- the loop -------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        """The loop under a watchdog: should a pass raise where no step catches it, say
+        so, SIGKILL every rank (a run nobody watches must not hang) and go on watching
+        until their exits are recorded and the run is over."""
+        crashes = 0
+        while True:
+            try:
+                self._watch()
+                return
+            except Exception as e:  # noqa: BLE001 - the watchdog: anything but a clean end
+                crashes += 1
+                log.exception("the monitor loop failed")
+                if crashes > _MAX_CRASHES:
+                    log.critical("the monitor loop keeps failing; it gives up")
+                    return
+                self._stop_after_crash(e)
+
+    def _stop_after_crash(self, error: Exception) -> None:
+        state = self._state
+        with state.lock:
+            first = not state.shutting_down
+            state.shutting_down = True
+            state.attempt_pending = False
+            live = state.live()
+            if first:
+                self._events.notice(
+                    f"the supervisor's monitor failed ({type(error).__name__}: {error}): "
+                    "stopping the run (SIGKILL to every rank)",
+                    "error",
+                )
+            self._stopper.kill_now(live, "shutdown")
+        time.sleep(0.05)  # never spin on a failure that repeats at once
+        self._events.flush()
+
+    def _watch(self) -> None:
         state = self._state
         failed_steps = 0
         while True:
@@ -112,7 +146,8 @@ class Monitor:
                 guard_fd = self._guard.watch_fd() if self._guard is not None else None
             timeout_ms: float | None = None
             if deadline is not None:
-                timeout_ms = max(0.0, (deadline - time.monotonic()) * 1000.0)
+                # poll() takes a C int of milliseconds: a far deadline is woken for again.
+                timeout_ms = min(_MAX_POLL_MS, max(0.0, (deadline - time.monotonic()) * 1000.0))
             if polling_needed:
                 # No pidfd (old kernel): look again every 10 ms.
                 timeout_ms = 10.0 if timeout_ms is None else min(timeout_ms, 10.0)
@@ -369,6 +404,11 @@ def held_ranks(state: RunState) -> list[int]:
             held.append(s.rank)
     return held
 
+_MAX_POLL_MS = 3_600_000.0
+"""The longest single sleep: an hour, far inside poll()'s C int of milliseconds."""
+
+_MAX_CRASHES = 3
+"""Passes the watchdog restarts after an uncaught failure before it gives up."""
 
 _ERROR_TAIL = 8
 """Last stderr lines read for a failure without an error file's message."""

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
-from ..handle import DEFAULT_TERM_TIMEOUT_S
+from ..handle import DEFAULT_TERM_TIMEOUT_S, MAX_TIMEOUT_S
 from ..names.signals import check_stop_signal
 from ..process.py_bootstrap import is_python_rank, wrap_python_args
 from ..std import Std
@@ -48,9 +48,8 @@ MAX_RUN_ID_LEN = 128
 """The run directory is ``<run_id>_<8 chars>``: this keeps it well inside the 255 bytes a
 file name may have, with room for the log directory's own depth."""
 
-MAX_TERM_TIMEOUT_S = 7 * 24 * 3600.0
-"""A week. Longer is surely a typo, and the monitor's poll() takes its wait-until-SIGKILL in
-milliseconds as a C int (about 24 days)."""
+MAX_TERM_TIMEOUT_S = MAX_TIMEOUT_S
+"""A week (``engine.handle.MAX_TIMEOUT_S``, the same cap as a command's timeout)."""
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 """What run ids are in practice (uuids, scheduler job ids, names): one safe path component,

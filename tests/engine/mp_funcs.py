@@ -136,9 +136,10 @@ def fail_after_peer(marker: str, action: str) -> int:
     """One body for both ranks of the teardown scenarios.
 
     ``action`` "say": print ``PEER_LINE``, create ``marker`` and return at once (the rank
-    that succeeds). "linger": print, return, and stay in the interpreter's shutdown until
-    killed, creating ``marker`` there (after the return value is on disk): a rank caught by
-    the teardown after its function returned, every time. Else wait for ``marker``, then
+    that succeeds). "linger": print, return, and stay until killed (waiting for the
+    engine's release, then in the interpreter's shutdown), creating ``marker`` once the
+    return value is on disk: a rank caught by the teardown after its function returned,
+    every time. Else wait for ``marker``, then
     fail: "raise", "exit" (``sys.exit(1)``) or "segfault" (a real SIGSEGV at address 0).
     """
     if action in ("say", "linger"):
@@ -147,8 +148,13 @@ def fail_after_peer(marker: str, action: str) -> int:
             Path(marker).touch()
         else:
             import atexit
+            import multiprocessing
+            import threading
 
-            atexit.register(_linger, marker)
+            # The engine's own RankSpec: where this rank's return value goes.
+            returned = multiprocessing.current_process()._args[0].return_file  # type: ignore[attr-defined]
+            threading.Thread(target=_mark_once, args=(returned, marker), daemon=True).start()
+            atexit.register(_linger)
         return 1
     while not os.path.exists(marker):
         time.sleep(0.001)  # polling a file the other rank creates: a barrier, not a wait time
@@ -161,8 +167,13 @@ def fail_after_peer(marker: str, action: str) -> int:
     raise ValueError(f"unknown action {action!r}")
 
 
-def _linger(marker: str) -> None:
+def _mark_once(returned: str, marker: str) -> None:
+    while not os.path.exists(returned):
+        time.sleep(0.001)  # a barrier on the file the rank's return writes, not a wait time
     Path(marker).touch()
+
+
+def _linger() -> None:
     while True:
         time.sleep(1)
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .app_seam import app_runner
-from .command import Subcommand
+from .command import Subcommand, say
 from .run_args import PROG, _Parser
 
 __all__ = ["attach_command", "build_attach_parser", "main", "open_handle"]
@@ -92,10 +92,10 @@ def main(argv: list[str], *, need_terminal: bool = True) -> int:
     try:
         handle = open_handle(args.run, read_only=args.read_only, this_node=args.this_node)
     except NoSuchRun as e:
-        print(f"{PROG} attach: {e}", file=sys.stderr)
+        say("attach", str(e))
         return NO_SUCH_RUN
     except (ProtocolMismatch, NoAnswer, OSError) as e:
-        print(f"{PROG} attach: {e}", file=sys.stderr)
+        say("attach", str(e))
         return STALE if isinstance(e, NoAnswer) else 1
     if need_terminal and not sys.stdout.isatty():
         print(f"{PROG} attach: needs a terminal (use `{PROG} status` or `{PROG} logs` "

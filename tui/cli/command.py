@@ -77,7 +77,10 @@ class Refused(Exception):
 
 
 def say(command: str, message: str) -> None:
-    print(f"{PROG} {command}: {message}", file=sys.stderr)
+    """One line to stderr; ``message`` may quote a run's files, so it is made safe first."""
+    from ...engine.output.safe_text import one_line
+
+    print(f"{PROG} {command}: {one_line(message, 4000)}", file=sys.stderr)
 
 
 def stale_line(entry: RunEntry) -> str:

@@ -50,8 +50,12 @@ def _launch(job: Job) -> int:
     ``--foreground`` keeps the supervisor inside the TUI's process; ``--detach`` starts the
     supervisor process and returns.
     """
+    from ...engine.control.registry import state_dir_problem
     from ...engine.entry.headless import run_headless, run_interactive
 
+    problem = state_dir_problem()  # before anything starts: no socket goes where others enter
+    if problem:
+        return _fail(problem)
     if job.detach:
         return _start_detached(job)
     if not job.headless and sys.stdout.isatty():

@@ -27,8 +27,12 @@ __all__ = ["restart", "send_signal", "stop", "terminate", "wait"]
 
 
 def _timeout(value: float | None, p: argparse.ArgumentParser) -> float | None:
+    from ...engine.handle import MAX_TIMEOUT_S
+
     if value is not None and not value >= 0:
         p.error(f"--timeout must be a number of seconds >= 0, not {value}")
+    if value is not None and value > MAX_TIMEOUT_S:
+        p.error(f"--timeout must be at most {MAX_TIMEOUT_S:g} seconds (a week), not {value:g}")
     return value
 
 

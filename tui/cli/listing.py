@@ -16,6 +16,7 @@ from typing import Any, Final
 from ...engine.control import registry
 from ...engine.control.registry import RunEntry
 from ...engine.control.status import FILENAME
+from ...engine.output.safe_text import one_line
 from ...engine.states import RankState
 from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say
 from .ranks import is_cluster
@@ -24,6 +25,19 @@ from .run_args import PROG
 __all__ = ["ls", "rm", "status"]
 
 _ALIVE: Final = frozenset(s.value for s in RankState if s.is_alive)
+
+
+def _shown(value: Any) -> Any:
+    """``value`` with every string in it made one safe line: status.json and the registry
+    are files anyone with the run dir could have edited, and a remote node's host is the
+    rendezvous store's (JSON output needs none of this: ``json.dumps`` escapes controls)."""
+    if isinstance(value, str):
+        return one_line(value, 2000)
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
 
 
 def _started(t: object) -> str:
@@ -155,6 +169,7 @@ def ls(sub: Subcommand, argv: list[str]) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
+    rows = _shown(rows)
     if not rows:
         which = " running" if args.running else " failed" if args.failed else ""
         print(f"no{which} runs (looked in {registry.runs_dir()})")
@@ -245,7 +260,7 @@ def status(sub: Subcommand, argv: list[str]) -> int:
     entry = registry.resolve(args.run, running_only=False)
     state, status = registry.entry_state(entry)
     out = _status_json(entry, state, status)
-    print(json.dumps(out, indent=1) if args.json else _status_text(out))
+    print(json.dumps(out, indent=1) if args.json else _status_text(_shown(out)))
     return EXIT_STALE if state == "stale" else EXIT_OK
 
 
@@ -325,8 +340,8 @@ def _remove(sub: Subcommand, entry: RunEntry, state: str, status: dict[str, Any]
         shutil.rmtree(entry.run_dir)
         removed.append(f"its run directory {entry.run_dir}")
     if removed:
-        print(f"run {entry.run_id} ({state}): removed {' and '.join(removed)}")
+        print(f"run {one_line(entry.run_id)} ({state}): removed {' and '.join(removed)}")
     else:
-        print(f"run {entry.run_id} ({state}) has no entry in the list; nothing removed"
+        print(f"run {one_line(entry.run_id)} ({state}) has no entry in the list; nothing removed"
               + ("" if logs else " (--logs removes its run directory)"))
     return True

@@ -15,8 +15,20 @@ from typing import Any, Final
 
 from ...engine.control import registry
 from ...engine.control.status import FILENAME, current_attempt
+from ...engine.output.safe_text import one_line
 from ...engine.rundir.arrival import arrival_path, read_records
-from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say, stale_line
+from ...engine.rundir.regular_file import NotRegular, open_regular
+from .command import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_STALE,
+    Refused,
+    Subcommand,
+    Usage,
+    on_a_run,
+    say,
+    stale_line,
+)
 from .ranks import Elsewhere, check_ranks, local_ranks, nprocs, world
 from .watch import watch
 
@@ -63,7 +75,7 @@ class _Copier:
             return 0
         total = 0
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:  # never a FIFO's hang, never a link
                 if os.fstat(f.fileno()).st_size < self.offset:  # truncated: start again
                     self.offset = self.lines = 0
                 f.seek(self.offset)
@@ -78,6 +90,8 @@ class _Copier:
                 self.offset += total
         except FileNotFoundError:
             return 0
+        except NotRegular as e:
+            raise Refused(f"{one_line(self.path)} {e}: not read") from None
         sys.stdout.flush()
         return total
 

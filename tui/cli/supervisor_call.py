@@ -56,17 +56,30 @@ def connect_and_run(
     except OSError as e:
         say(command, f"cannot reach the supervisor at {entry.socket}: {e.strerror or e}")
         return EXIT_REFUSED
+    from ...engine.events import EscalationFinished
+
+    ended: list[tuple[int, ...]] = []  # filled on the reader thread, read on ours
+    unsubscribe = handle.subscribe(
+        lambda e: ended.append(e.ranks) if isinstance(e, EscalationFinished) else None
+    ) if wait else (lambda: None)
     try:
         cmd = build(handle)  # Usage and Refused are said by ``on_a_run``, as for every command
         result: CommandResult = handle.execute(cmd)
         if show is not None:
             show(result)
         elif result.message:
-            print(result.message, file=sys.stdout if result.ok else sys.stderr)
+            from ...engine.output.safe_text import one_line
+
+            print(one_line(result.message, 4000), file=sys.stdout if result.ok else sys.stderr)
         if not result.ok:
             return EXIT_REFUSED
         if wait:
-            finished = handle.wait(None)
+            finished, stuck = _the_end(handle, ended)
+            if stuck:
+                say(command, f"rank(s) {', '.join(map(str, stuck))} did not exit after SIGKILL "
+                             "(uninterruptible sleep, D state?): the supervisor waits no "
+                             "longer and the run is not over")
+                return EXIT_REFUSED
             if finished is None:  # the connection ended first: the file says how it ended
                 now, st = registry.entry_state(entry)
                 if now == "stale":
@@ -78,4 +91,26 @@ def connect_and_run(
                 print(f"run {entry.run_id} finished; every rank is gone")
         return EXIT_OK
     finally:
+        unsubscribe()
         handle.detach()
+
+
+def _the_end(handle: Any, ended: list[tuple[int, ...]]) -> tuple[Any, list[int]]:
+    """Wait for the run's end, or for an escalation that ended with ranks still alive
+    (SIGKILL did not end them: a rank in D state): (RunFinished or None, those ranks).
+
+    torch's ``close()`` bounds its wait after SIGKILL; so does this: the supervisor gives up
+    on such a rank ``kill_wait_s`` after its SIGKILL and ends the escalation, and so we go."""
+    while True:
+        finished = handle.wait(0.2)
+        if finished is not None or not handle.connected:
+            return finished, []
+        while ended:
+            ranks = ended.pop(0)
+            try:
+                alive = [r.rank for r in handle.snapshot().ranks
+                         if r.rank in ranks and r.state.is_alive]
+            except ConnectionError:  # NoAnswer: the end of the link is the end of the wait
+                return None, []
+            if alive:
+                return None, alive

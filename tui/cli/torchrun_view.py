@@ -49,7 +49,9 @@ def run_torchrun_view(
     try:
         handle = build_handle(target, read_only=read_only, stack_on_kill=stack_on_kill)
     except AttachError as e:
-        sys.stderr.write(f"rankvisor attach --torchrun: {e}\n")
+        from ...engine.output.safe_text import one_line  # it quotes the target's cmdline
+
+        sys.stderr.write(f"rankvisor attach --torchrun: {one_line(str(e), 4000)}\n")
         return 1
     message = (
         f"detached from torchrun agent {handle.job.agent_pid} (the job goes on)\n"

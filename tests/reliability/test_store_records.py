@@ -1,0 +1,142 @@
+"""Records in the rendezvous store are hostile input (issue 23, cases 2, 3 and 4).
+
+torch's TCPStore has no authentication: anyone who reaches its port can write
+``rankvisor/node/<n>``. Each record here is one that used to crash node 0's status writer
+(a rank entry of the wrong arity, an exit code "x", a rank "one", ``rc.t`` "abc"), carry
+escapes to the terminal (a host with OSC 52, a 7 MB host), amplify (50,000 ranks whose state
+flips) or impersonate (a record under node/1 that says it is node 0). Each is dropped with
+one notice, every string kept is sanitised and capped, and the cluster view stays whole.
+The store is a dict with the four calls the board makes, so nothing but the board runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rankvisor.engine.cluster.board import StatusBoard
+from rankvisor.engine.cluster.record_check import BadRecord, check_record
+from rankvisor.engine.output.sanitize import has_unsafe
+
+
+class DictStore:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def add(self, key: str, value: int) -> int:
+        n = int(self.data.get(key, b"0")) + value
+        self.data[key] = str(n).encode()
+        return n
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return [self.data[k] for k in keys]
+
+
+def good(**over: Any) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "node_rank": 1, "host": "node-b", "round": 0, "attempt": 0, "finished": False,
+        "ranks": [[0, 2, "running", None, 0, 0.5], [1, 3, "running", None, 0, None]],
+        "rc": None, "suspect": None,
+    }
+    rec.update(over)
+    return rec
+
+
+OSC = "\x1b]52;c;cHduZWQ=\x07\x1b]0;PWNED\x07"
+
+BAD = {
+    "wrong arity": good(ranks=[[0, 2, "running"]]),
+    "exit code x": good(ranks=[[0, 2, "failed", "x", 0, None]]),
+    "rank one": good(ranks=[[0, "one", "running", None, 0, None]]),
+    "rc.t abc": good(rc={"rank": 2, "local_rank": 0, "node_rank": 1, "host": "b",
+                         "exitcode": 1, "message": "m", "t": "abc"}),
+    "ranks not a list": good(ranks={"0": 1}),
+    "host a number": good(host=7),
+    "more ranks than the world": good(ranks=[[i, i, "running", None, 0, None]
+                                             for i in range(50_000)]),
+    "another node's rank": good(node_rank=0, host="impostor"),
+    "not an object": [1, 2, 3],
+}
+
+
+def board_with(records: dict[int, Any], *, nnodes: int = 2, world: int = 4,
+               raw: dict[int, bytes] | None = None) -> tuple[StatusBoard, list[str]]:
+    notices: list[str] = []
+    board = StatusBoard(host="node-a", notice=lambda m, _s: notices.append(m))
+    store = DictStore()
+    board.attach(store, node_rank=0, nnodes=nnodes, round_=0, base_rank=0, world_size=world)
+    board.close()  # the test drives the reads itself
+    for node, rec in records.items():
+        store.set(f"rankvisor/node/{node}", json.dumps(rec))
+    for node, data in (raw or {}).items():
+        store.set(f"rankvisor/node/{node}", data)
+    store.add("rankvisor/gen", 1)
+    board.read_now()
+    return board, notices
+
+
+def local_status() -> dict[str, Any]:
+    return {"ranks": [{"rank": 0, "local_rank": 0, "state": "running", "exitcode": None},
+                      {"rank": 1, "local_rank": 1, "state": "running", "exitcode": None}]}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_record_is_dropped_with_one_notice(case: str) -> None:
+    board, notices = board_with({1: BAD[case]})
+    assert board.remote_records() == {}
+    # The status writer's step: never raises, keeps this node's ranks.
+    status = board.cluster_status(local_status())
+    assert [r["node_rank"] for r in status["ranks"]] == [0, 0]
+    board._gen_seen = None
+    board.read_now()  # read again: still one notice, not one per read
+    assert len([n for n in notices if "node 1's record" in n]) == 1, notices
+
+
+def test_an_oversized_or_deep_record_is_refused_unread() -> None:
+    with pytest.raises(BadRecord):
+        check_record(b"[" * 100_000 + b"]" * 100_000, node=1, this_node=0, world_size=4)
+    seven_mb = json.dumps(good(host="x" * 7_000_000)).encode()
+    with pytest.raises(BadRecord, match="bytes"):
+        check_record(seven_mb, node=1, this_node=0, world_size=4)
+
+
+def test_remote_strings_are_sanitised_and_capped() -> None:
+    rec = good(host="evil" + OSC + "x" * 100_000,
+               ranks=[[0, 2, "failed", 1, 0, None]],
+               rc={"rank": 2, "local_rank": 0, "node_rank": 1, "host": OSC, "exitcode": 1,
+                   "signal": None, "message": "boom" + OSC, "t": 1.0, "knock_on": False},
+               suspect={"rank": 2, "reason": "silent" + OSC, "ranks": [2]})
+    board, notices = board_with({1: rec})
+    status = board.cluster_status(local_status())
+    text = json.dumps(status, ensure_ascii=False) + "\n".join(notices)
+    assert not has_unsafe(text) and "\x1b" not in text
+    hosts = {r["host"] for r in status["ranks"]}
+    assert max(len(h) for h in hosts) <= 255
+    assert status["root_cause"]["message"].startswith("boom")
+    assert len(json.dumps(status)) < 10_000
+
+
+def test_failures_of_many_ranks_make_one_notice_per_read() -> None:
+    ranks = [[i, 4 + i, "failed", 1, 0, None] for i in range(200)]
+    board, notices = board_with({1: good(ranks=ranks)}, world=1000)
+    failed = [n for n in notices if "failed" in n]
+    assert len(failed) == 1 and "and 196 more" in failed[0], notices
+
+
+def test_an_impostor_of_this_node_is_not_listed() -> None:
+    board, notices = board_with({1: good(), 2: good(node_rank=0, host="impostor")}, nnodes=3,
+                                world=6)
+    status = board.cluster_status(local_status())
+    assert sorted({(r["node_rank"], r["host"]) for r in status["ranks"]}) == [
+        (0, "node-a"), (1, "node-b")]
+    assert any("node 2's record" in n and "claims node rank 0" in n for n in notices)
