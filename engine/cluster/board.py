@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..control.status import failure_message
+from ..errors import root_cause_rank
 from ..events import Event, RankOutput, RankStateChanged
 from ..names.signals import exit_signal_name
 from .liveness import Liveness
@@ -292,7 +293,8 @@ class StatusBoard:
         real = {r: f for r, (f, ours) in list(self._failures.items()) if not ours}
         if not real:
             return None
-        local = min(real, key=lambda r: real[r].failure_time_ns)
+        local = root_cause_rank(real)  # the same choice as the node's own root cause
+        assert local is not None
         failure = real[local]
         message = failure_message(failure, self._stderr_paths().get(local, ""))
         return {

@@ -151,4 +151,19 @@ def check_record(value: bytes, *, node: int, this_node: int,
         "ranks": _ranks(rec.get("ranks", []), world),
         "rc": _cause(rec.get("rc"), node, world),
         "suspect": _suspect(rec.get("suspect"), world),
+        "door": _door(rec.get("door")),
     }
+
+
+def _door(value: Any) -> str | None:
+    """A node's TCP door, ``HOST:PORT`` (a viewer connects there: no other shape is taken)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > HOST_CAP + 6:
+        raise BadRecord("door is not HOST:PORT")
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(
+        c.isspace() or not c.isprintable() for c in host
+    ):
+        raise BadRecord("door is not HOST:PORT")
+    return value

@@ -66,6 +66,8 @@ BAD = {
                                              for i in range(50_000)]),
     "another node's rank": good(node_rank=0, host="impostor"),
     "not an object": [1, 2, 3],
+    "a door with escapes": good(door=f"node-b{OSC}:4242"),
+    "a door with no port": good(door="node-b"),
 }
 
 
@@ -100,6 +102,14 @@ def test_a_bad_record_is_dropped_with_one_notice(case: str) -> None:
     board._gen_seen = None
     board.read_now()  # read again: still one notice, not one per read
     assert len([n for n in notices if "node 1's record" in n]) == 1, notices
+
+
+def test_a_door_is_kept_as_host_and_port() -> None:
+    rec = check_record(json.dumps(good(door="10.213.7.2:41327")).encode(), node=1,
+                       this_node=0, world_size=4)
+    assert rec["door"] == "10.213.7.2:41327"
+    assert check_record(json.dumps(good()).encode(), node=1, this_node=0,
+                        world_size=4)["door"] is None
 
 
 def test_an_oversized_or_deep_record_is_refused_unread() -> None:
