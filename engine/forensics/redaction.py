@@ -2,7 +2,7 @@
 
 A command line carries secrets as flags (``--api-key sk-...``, ``--hf-token=hf_...``,
 ``--db-password pw``) and as URLs with a password (``postgres://user:pw@host/db``). The
-bundle (``engine.forensics.bundle``) packs the command in manifest.json and in the record
+bundle (``engine.entry.bundle``) packs the command in manifest.json and in the record
 (events.ndjson's run lines): each goes through ``redact_argv`` first, and every value of an
 environment through ``redact_url`` (``engine.forensics.environ``). A rank's own log files are
 packed as they are: what a rank prints is its own (the README says so).

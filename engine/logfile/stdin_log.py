@@ -9,7 +9,7 @@ order the lines were sent::
 
 ``t`` is the wall-clock time (``time.time()``) the line went into the rank's pipe; ``eof``
 marks the moment its stdin was closed. A reader merges these with the rank's output by time
-(the arrival index, ``engine.logfile.arrival``, stamps when each output line arrived).
+(the arrival index, ``engine.rundir.arrival``, stamps when each output line arrived).
 """
 
 from __future__ import annotations

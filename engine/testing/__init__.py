@@ -241,7 +241,7 @@ class ScriptedSupervisor:
 
     Input: ``SendInput`` / ``CloseInput`` reach running ranks of a run whose ``info.stdin``
     is "pipe", each publishing ``RankInput``; a rank waiting at a scripted ``Prompt`` answers
-    the line (``engine.scripted_input``). ``RankInfo.input_wait`` follows the waits.
+    the line (``engine.testing.prompts``). ``RankInfo.input_wait`` follows the waits.
     """
 
     def __init__(

@@ -4,7 +4,7 @@ A FIFO at status.json (``mkfifo`` by anyone who can write the run dir) used to h
 (for every run), ``status``, ``logs``, ``wait`` and ``bundle``; a FIFO at events.ndjson hung
 ``bundle`` and ``attach``; events.ndjson linked to /dev/zero grew ``attach`` to GBs. Every
 run-dir file is now opened as the registry opens its entries (O_NONBLOCK | O_NOFOLLOW, a
-regular file, a size cap: engine/logfile/regular_file.py), the record is read as a capped stream,
+regular file, a size cap: engine/rundir/regular_file.py), the record is read as a capped stream,
 and a status.json that cannot be read is named with the reason, not as a missing one.
 Each command runs as a process of its own under a timeout, so a hang fails, not stalls.
 """

@@ -11,7 +11,7 @@ torchrun's: 0 when every rank succeeded, 1 when one failed (after the root-cause
 128 + N when rankvisor itself was stopped by signal N.
 
 Processes are started, watched and signalled by the engine (``engine.supervisor.core``,
-the supervisor process of ``engine.control.spawn``), never here; the TUI comes through
+the supervisor process of ``engine.entry.spawn``), never here; the TUI comes through
 ``app_seam``.
 """
 

@@ -130,7 +130,7 @@ def _first_lines(chunk: bytes, count: int) -> bytes:
 
 class _Merged:
     """Both streams of a rank, in the order their lines arrived, as the zoomed view shows
-    them: the supervisor's arrival index (``engine.logfile.arrival``) says how many lines of
+    them: the supervisor's arrival index (``engine.rundir.arrival``) says how many lines of
     which file came next. Lines no record covers yet are copied once only one file has any
     (their order is then plain), and at the end; without an index, each file's new bytes in
     turn."""

@@ -2,7 +2,7 @@
 
 A pipe does not echo: the rank's files keep only its own bytes ("(Pdb) 41"), so the zoomed
 view puts each typed line back among them itself. A typed line was sent at a wall-clock time;
-the arrival index stamps when each batch of output lines arrived (``engine.logfile.arrival``).
+the arrival index stamps when each batch of output lines arrived (``engine.rundir.arrival``).
 The typed line goes after every row that had arrived by then, before the first that had not:
 after the prompt it answered, before the answer. Those rows say "stdin" (``streams``), so the
 view marks them. Search looks at the rank's own lines only.
