@@ -126,6 +126,18 @@ def _tasks_on_this_node(env: Mapping[str, str]) -> int | None:
     return counts[index] if index < len(counts) else None
 
 
+def _place(flags: dict[str, str], hosts: list[str], node: str | None,
+           gpus: str | None) -> None:
+    """The rendezvous on the first host, this node's rank and its ranks (one per GPU)."""
+    if hosts:
+        flags["rdzv_backend"] = "c10d"
+        flags["rdzv_endpoint"] = f"{hosts[0]}:{DEFAULT_PORT}"
+    if node and node.isdigit():
+        flags["node_rank"] = node
+    if gpus and gpus.isdigit() and int(gpus) > 0:
+        flags["nproc_per_node"] = gpus
+
+
 def _slurm(env: Mapping[str, str]) -> SchedulerFlags:
     flags: dict[str, str] = {}
     nnodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or env.get(
@@ -137,20 +149,11 @@ def _slurm(env: Mapping[str, str]) -> SchedulerFlags:
     flags["rdzv_id"] = f"{job}.{step}" if step and step.isdigit() else job
     hostlist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get(
         "SLURM_NODELIST")
-    if hostlist:
-        try:
-            hosts = expand_hostlist(hostlist)
-        except HostlistError as e:
-            return SchedulerFlags("Slurm", flags, f"SLURM_JOB_NODELIST is no hostlist: {e}")
-        if hosts:
-            flags["rdzv_backend"] = "c10d"
-            flags["rdzv_endpoint"] = f"{hosts[0]}:{DEFAULT_PORT}"
-    node = env.get("SLURM_NODEID")
-    if node and node.isdigit():
-        flags["node_rank"] = node
-    gpus = env.get("SLURM_GPUS_ON_NODE")
-    if gpus and gpus.isdigit() and int(gpus) > 0:
-        flags["nproc_per_node"] = gpus
+    try:
+        hosts = expand_hostlist(hostlist) if hostlist else []
+    except HostlistError as e:
+        return SchedulerFlags("Slurm", flags, f"SLURM_JOB_NODELIST is no hostlist: {e}")
+    _place(flags, hosts, env.get("SLURM_NODEID"), env.get("SLURM_GPUS_ON_NODE"))
     tasks = _tasks_on_this_node(env)
     if tasks is not None and tasks > 1:
         return SchedulerFlags("Slurm", flags, (
@@ -169,15 +172,7 @@ def _skypilot(env: Mapping[str, str]) -> SchedulerFlags:
     task = env.get("SKYPILOT_TASK_ID")
     if task:
         flags["rdzv_id"] = task
-    if ips:
-        flags["rdzv_backend"] = "c10d"
-        flags["rdzv_endpoint"] = f"{ips[0]}:{DEFAULT_PORT}"
-    node = env.get("SKYPILOT_NODE_RANK")
-    if node and node.isdigit():
-        flags["node_rank"] = node
-    gpus = env.get("SKYPILOT_NUM_GPUS_PER_NODE")
-    if gpus and gpus.isdigit() and int(gpus) > 0:
-        flags["nproc_per_node"] = gpus
+    _place(flags, ips, env.get("SKYPILOT_NODE_RANK"), env.get("SKYPILOT_NUM_GPUS_PER_NODE"))
     return SchedulerFlags("SkyPilot", flags)
 
 
