@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from ..control.status import failure_message
 from ..errors import root_cause_rank
 from ..events import Event, RankOutput, RankStateChanged
+from ..logfile.tail import last_lines
 from ..names.signals import exit_signal_name
 from .liveness import Liveness
 from .record_check import BadRecord, check_record
@@ -293,16 +294,24 @@ class StatusBoard:
         real = {r: f for r, (f, ours) in list(self._failures.items()) if not ours}
         if not real:
             return None
-        local = root_cause_rank(real)  # the same choice as the node's own root cause
+        paths = self._stderr_paths()
+        knock = {r: _knock_on(failure_message(f, paths.get(r, "")))
+                 or (f.exitcode < 0 and _knock_on(" ".join(last_lines(paths.get(r, ""), 5))))
+                 for r, f in real.items()}
+        # A rank that died of a signal after its peer closed the connection (gloo's
+        # IoException, then SIGABRT) may exit before the rank that raised: knock-ons are
+        # demoted here as the cluster's choice demotes them across nodes.
+        own = {r: f for r, f in real.items() if not knock[r]}
+        local = root_cause_rank(own or real)
         assert local is not None
         failure = real[local]
-        message = failure_message(failure, self._stderr_paths().get(local, ""))
+        message = failure_message(failure, paths.get(local, ""))
         return {
             "rank": self.base_rank + local, "local_rank": local, "node_rank": self.node_rank,
             "host": self.host, "exitcode": failure.exitcode,
             "signal": exit_signal_name(failure.exitcode),
             "message": message[:MESSAGE_CAP], "t": failure.failure_time_ns / 1e9,
-            "knock_on": _knock_on(message),
+            "knock_on": knock[local],
         }
 
     def publish_now(self, *, force: bool = True) -> None:

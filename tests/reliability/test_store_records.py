@@ -12,6 +12,7 @@ The store is a dict with the four calls the board makes, so nothing but the boar
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +151,29 @@ def test_an_impostor_of_this_node_is_not_listed() -> None:
     assert sorted({(r["node_rank"], r["host"]) for r in status["ranks"]}) == [
         (0, "node-a"), (1, "node-b")]
     assert any("node 2's record" in n and "claims node rank 0" in n for n in notices)
+
+
+def test_a_peer_aborted_after_a_closed_connection_is_not_the_node_s_candidate(
+        tmp_path: Path) -> None:
+    """Rank 1 raised; rank 0, whose connection it closed, died of SIGABRT a moment before
+    rank 1's own exit was seen (gloo's IoException, then std::terminate): rank 1 is the
+    node's candidate, the abort a knock-on."""
+    from rankvisor.engine.errors import ProcessFailure
+    from rankvisor.engine.events import RankStateChanged
+    from rankvisor.engine.states import RankState
+
+    err0 = tmp_path / "stderr0.log"
+    err0.write_text("terminate called after throwing an instance of 'gloo::IoException'\n"
+                    "  what():  [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                    "Connection closed by peer [10.0.0.2]:1234\n")
+    err1 = tmp_path / "stderr1.log"
+    err1.write_text("RuntimeError: rank 1 fails on purpose\n")
+    board = StatusBoard(host="node-a", stderr_paths=lambda: {0: str(err0), 1: str(err1)})
+    aborted = ProcessFailure(0, 100, -6, "/x", exit_time_ns=10 * 10**9)
+    raised = ProcessFailure(1, 101, 1, "/x", exit_time_ns=10 * 10**9 + 5_000_000)
+    for rank, failure in ((0, aborted), (1, raised)):
+        board.sink(RankStateChanged(rank, RankState.RUNNING, RankState.FAILED, failure.pid,
+                                    failure.exitcode, failure=failure))
+    rc = board.local_record()["rc"]
+    assert (rc["local_rank"], rc["knock_on"]) == (1, False), rc
+    assert "fails on purpose" in rc["message"]
