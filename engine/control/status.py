@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -87,6 +88,17 @@ def supervisor_alive(pid: object, start: object) -> bool:
     return start is None or now == start
 
 
+_TORCH_LOG = re.compile(r"^(?:\[[^\]]*\]:)?\[[WIE]\d{4} [^\]]*\] \[c10d\]")
+"""A line of torch's C++ log (``[W1201 18:58:49.79 WorkerServer.cpp:139] [c10d] ...``), with
+or without the ``[rankN]:`` prefix torch adds."""
+
+
+def is_torch_log_line(line: str) -> bool:
+    """A line torch's C++ logging wrote (its worker server starting or exiting, a socket
+    warning): never what a failure says."""
+    return bool(_TORCH_LOG.search(line))
+
+
 def failure_message(failure: ProcessFailure, stderr_path: str = "") -> str:
     """What a person should read about a failed rank, capped in length.
 
@@ -100,7 +112,9 @@ def failure_message(failure: ProcessFailure, stderr_path: str = "") -> str:
     lines = [ln for ln in str(message or "").splitlines() if "To enable traceback" not in ln]
     text = "\n".join(lines).strip()
     if not text and stderr_path:
-        tail = last_lines(stderr_path, 1)
+        # torch's own log lines at the rank's exit ("[c10d] Server exited" when its worker
+        # server stops) say nothing about the failure: the last line before them does.
+        tail = [ln for ln in last_lines(stderr_path, 8) if not is_torch_log_line(ln)]
         text = tail[-1].strip() if tail else ""
     if not text:
         name = exit_signal_name(failure.exitcode)

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..control.status import is_torch_log_line
 from ..events import Event, RankOutput, RunFinished, SupervisorNotice
 from ..logfile.tail import last_lines
 from ..names.signals import signal_name
@@ -111,7 +112,8 @@ def _report(
         said = [ln for ln in f.text.strip().splitlines() if "To enable traceback" not in ln]
         # A message of our own about an exit (the log file system is full) says more than
         # any stderr line; one about a signal repeats what the head says already.
-        text = said if said and f.exitcode >= 0 else tail or said
+        meaningful = [ln for ln in tail if not is_torch_log_line(ln)]
+        text = said if said and f.exitcode >= 0 else meaningful or tail or said
     last = text[-1] if text else ""
     suspect = getattr(finished, "suspect", None)
     # A suspect named only for failing first is the root cause: its line would say the

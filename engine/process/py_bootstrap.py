@@ -371,7 +371,22 @@ def _serve_worker(path: str) -> None:
             os.unlink(path)  # an earlier incarnation's: torch refuses a path that exists
         _SERVERS.append(_WorkerServer(path))
     except Exception:  # noqa: BLE001 - never the rank's failure
-        pass
+        return
+    # Stopped before the interpreter finalizes, as ``worker_main()`` stops it on the way
+    # out: a server left to finalization destroys its running thread, std::terminate, and a
+    # rank that raised (exit code 1) would end with SIGABRT instead.
+    import atexit
+
+    atexit.register(_stop_servers)
+
+
+def _stop_servers() -> None:
+    while _SERVERS:
+        server = _SERVERS.pop()
+        try:
+            server.shutdown()
+        except Exception:  # noqa: BLE001 - the rank's own exit status is what counts
+            pass
 
 
 def _listen(where: str, wait: bool) -> None:
