@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, PYTHON
+from tests.conftest import BIN, GLOO_JOBS, PYTHON
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, GLOO_JOBS]  # its ranks race the teardown: never beside another job
 
 _LISTED = re.compile(r"^  rank\s+: (\d+) \(local_rank", re.M)
 _STOPPED = re.compile(r"^rankvisor: stopped by rankvisor, not failures: (.*)$", re.M)
