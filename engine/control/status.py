@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ..logfile.tail import last_lines
+from ..logfile.torch_log import said_lines
 from ..names.signals import exit_signal_name
 from ..process.proc_table import stat_fields
 from ..rundir.atomic import write_atomic
@@ -88,17 +87,6 @@ def supervisor_alive(pid: object, start: object) -> bool:
     return start is None or now == start
 
 
-_TORCH_LOG = re.compile(r"^(?:\[[^\]]*\]:)?\[[WIE]\d{4} [^\]]*\] \[c10d\]")
-"""A line of torch's C++ log (``[W1201 18:58:49.79 WorkerServer.cpp:139] [c10d] ...``), with
-or without the ``[rankN]:`` prefix torch adds."""
-
-
-def is_torch_log_line(line: str) -> bool:
-    """A line torch's C++ logging wrote (its worker server starting or exiting, a socket
-    warning): never what a failure says."""
-    return bool(_TORCH_LOG.search(line))
-
-
 def failure_message(failure: ProcessFailure, stderr_path: str = "") -> str:
     """What a person should read about a failed rank, capped in length.
 
@@ -114,7 +102,7 @@ def failure_message(failure: ProcessFailure, stderr_path: str = "") -> str:
     if not text and stderr_path:
         # torch's own log lines at the rank's exit ("[c10d] Server exited" when its worker
         # server stops) say nothing about the failure: the last line before them does.
-        tail = [ln for ln in last_lines(stderr_path, 8) if not is_torch_log_line(ln)]
+        tail = said_lines(stderr_path, 8)
         text = tail[-1].strip() if tail else ""
     if not text:
         name = exit_signal_name(failure.exitcode)

@@ -26,9 +26,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..control.status import is_torch_log_line
 from ..events import Event, RankOutput, RunFinished, SupervisorNotice
 from ..logfile.tail import last_lines
+from ..logfile.torch_log import is_torch_log_line
 from ..names.signals import signal_name
 from ..output.sanitize import sanitize
 from ..supervisor.core import Supervisor

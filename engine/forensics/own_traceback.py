@@ -1,11 +1,14 @@
 """Whether a rank had already failed on its own when our stop signal reached it.
 
 A rank that raised prints its traceback, then spends a moment in Python's shutdown (freeing
-a process group, joining threads); the teardown's SIGTERM, sent a millisecond after the
-first rank's exit, ends that shutdown with -SIGTERM. torchrun, which looks every 0.1 s, sees
-the rank's own exit code and lists it as a failure. So does rankvisor when the rank's stderr
-ends with a traceback (its last line an exception that is not a signal's or an interrupt's)
-written before the signal was sent.
+a process group, stopping torch's worker server, which logs "[c10d] Server exited", joining
+threads); the teardown's SIGTERM, sent a millisecond after the first rank's exit, ends that
+shutdown with -SIGTERM. torchrun, which looks every 0.1 s, sees the rank's own exit code and
+lists it as a failure. So does rankvisor when the rank's stderr ends with a traceback (its
+last line but torch's own log lines an exception that is not a signal's or an interrupt's)
+written before the signal took effect: before it was sent when the rank catches it (a
+handler may print a traceback of its own), before the rank's exit when the signal's default
+action ended it on arrival (nothing it wrote can come after).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import re
 from typing import Final
 
-from ..logfile.tail import last_lines
+from ..logfile.torch_log import said_lines
 
 __all__ = ["own_traceback_before"]
 
@@ -33,7 +36,7 @@ def own_traceback_before(stderr_path: str, t_ns: int | None) -> str:
             return ""
     except OSError:
         return ""
-    tail = [ln for ln in last_lines(stderr_path, _TAIL) if ln.strip()]
+    tail = [ln for ln in said_lines(stderr_path, _TAIL) if ln.strip()]
     if not tail or not any("Traceback (most recent call last)" in ln for ln in tail):
         return ""
     last = tail[-1]

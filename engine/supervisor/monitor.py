@@ -245,7 +245,12 @@ class Monitor:
         # rank that failed by itself during a teardown, or before our signal reached it, is
         # a real failure and may be the root cause.
         caused = slot.exit_caused_by_us(code, slot.exit_time_ns)
-        if caused and code < 0 and own_traceback_before(slot.stderr_path, slot.stop_signal_ns):
+        # Our signal took effect when it was sent if the rank catches it, else on arrival,
+        # which ended the rank: anything it wrote came before its exit.
+        took_effect = slot.exit_time_ns if slot.stop_caught is False else slot.stop_signal_ns
+        if caused and code < 0 and slot.stop_signal_ns is not None and own_traceback_before(
+            slot.stderr_path, took_effect
+        ):
             caused = False  # it had raised before our signal cut its shutdown short
         slot.caused_by_us = caused
         if caused and slot.stop_reason is None:

@@ -1,0 +1,44 @@
+"""A rank's own traceback, read from its stderr file, past torch's log lines at exit."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rankvisor.engine.forensics.own_traceback import own_traceback_before
+from rankvisor.engine.logfile.torch_log import is_torch_log_line
+
+_RAISED = (
+    "Traceback (most recent call last):\n"
+    '  File "job.py", line 3, in <module>\n'
+    "[rank2]: RuntimeError: Timed out waiting 3000ms for send operation to complete\n"
+)
+_SERVER = (
+    "[rank2]:[W1201 19:30:13.696085449 WorkerServer.cpp:144] [c10d] Server shutting down\n"
+    "[rank2]:[W1201 19:30:13.700275068 WorkerServer.cpp:139] [c10d] Server exited\n"
+)
+
+
+def _written(tmp_path: Path, text: str) -> tuple[str, int]:
+    path = tmp_path / "stderr.log"
+    path.write_text(text)
+    return str(path), os.stat(path).st_mtime_ns
+
+
+def test_torch_s_server_lines_after_the_traceback_are_skipped(tmp_path: Path) -> None:
+    path, mtime = _written(tmp_path, _RAISED + _SERVER)
+    assert own_traceback_before(path, mtime).endswith("RuntimeError: Timed out waiting 3000ms "
+                                                      "for send operation to complete")
+    assert all(is_torch_log_line(ln) for ln in _SERVER.splitlines())
+    assert not any(is_torch_log_line(ln) for ln in _RAISED.splitlines())
+
+
+def test_written_after_the_bound_or_not_an_exception_is_not_own(tmp_path: Path) -> None:
+    path, mtime = _written(tmp_path, _RAISED)
+    assert own_traceback_before(path, mtime - 1) == ""
+    assert own_traceback_before(path, None) == ""
+    path, mtime = _written(tmp_path, _RAISED + "KeyboardInterrupt\n")
+    assert own_traceback_before(path, time.time_ns() + 10**9) == ""
+    path, mtime = _written(tmp_path, "step 4\n" + _SERVER)
+    assert own_traceback_before(path, mtime) == ""
