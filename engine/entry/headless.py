@@ -68,8 +68,9 @@ def format_report(
     likely to have started it, with its evidence) and one naming the root cause.
 
     Ranks that rankvisor stopped (the teardown after the failure, terminate, kill) did not
-    fail: they get one line of their own after the root cause, and the torch-style report
-    lists the failures only. When every rank that ended badly was ours (terminate-all, quit,
+    fail: they get one line of their own after the root cause; the torch-style block lists
+    them after the failures, as torchrun's does (torch records the exit codes of the ranks
+    its ``close()`` ended), and never names one the root cause. When every rank that ended badly was ours (terminate-all, quit,
     shutdown) no rank is blamed: the first line says the run was stopped, and the torch-style
     report lists the ranks with no root cause (``ChildFailedError`` agrees).
 
@@ -138,7 +139,11 @@ def _report(
             head += "".join(f"\n  {line}" for line in tail)
         else:
             head += f"\nrankvisor: rank {rank}: no error.json, and stderr is empty ({stderr_path})"
-    return head + "\n" + ChildFailedError(name, failures).format_msg() + "\n"
+    # torch's block as torchrun prints it for the same run (scripts grep it): torchrun lists
+    # the ranks its teardown ended after the failures, as we do; the root cause is a rank
+    # that failed on its own, never one we stopped.
+    listed = {r: failures[r] for r in sorted(failures)} | {r: stopped[r] for r in sorted(stopped)}
+    return head + "\n" + ChildFailedError(name, listed).format_msg() + "\n"
 
 
 def _dump_lines(dumps: Sequence[str]) -> str:
