@@ -70,9 +70,10 @@ def format_report(
     Ranks that rankvisor stopped (the teardown after the failure, terminate, kill) did not
     fail: they get one line of their own after the root cause; the torch-style block lists
     them after the failures, as torchrun's does (torch records the exit codes of the ranks
-    its ``close()`` ended), and never names one the root cause. When every rank that ended badly was ours (terminate-all, quit,
-    shutdown) no rank is blamed: the first line says the run was stopped, and the torch-style
-    report lists the ranks with no root cause (``ChildFailedError`` agrees).
+    its ``close()`` ended), and never names one the root cause. When every rank that ended
+    badly was ours (terminate-all, quit, shutdown) no rank is blamed: the first line says the
+    run was stopped, and the torch-style report lists the ranks with no root cause
+    (``ChildFailedError`` agrees).
 
     ``causes`` (rank -> exit cause) adds a line for each failure whose cause says more than
     the report does; ``dumps`` are the paths of stack dumps saved for the run.
