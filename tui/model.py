@@ -325,9 +325,9 @@ class RankView:
         default_factory=lambda: deque(maxlen=HISTORY)
     )
     events_bytes: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """stream -> (path, about how many bytes of that file its events showed): the length
-    of their lines, which is the bytes' for plain text (a file's first tail is set against
-    it)."""
+    """stream -> (path, about how many bytes of that file its events showed): their lines'
+    UTF-8 size with newlines, the file's bytes but for escapes the sanitiser neutralised and
+    lines cut at the display cap (a file's first tail is set against it)."""
     file_ahead: dict[str, str] = field(default_factory=dict)
     """stream -> path of the file the pane shows that stream from, ahead of the events (a
     flood: ``RunView.add_file_tail``); while the rank's files are those, its events draw no
@@ -619,7 +619,7 @@ class RunView:
         path = _path_of(view, kind)
         before = view.events_bytes.get(kind)
         shown = before[1] if before is not None and before[0] == path else 0
-        view.events_bytes[kind] = (path, shown + sum(map(len, event.lines)) + len(event.lines))
+        view.events_bytes[kind] = (path, shown + _utf8_size(event.lines))
         if event.lines:
             self._show_lines(view, kind, event.lines)
         if event.partial or view.buffer.partial_stream == kind:
@@ -965,6 +965,14 @@ def _own_best(view: RankView) -> Progress | None:
 
 def _path_of(view: RankView, kind: LineKind) -> str:
     return view.stdout_path if kind == "stdout" else view.stderr_path
+
+
+def _utf8_size(lines: Sequence[str]) -> int:
+    """The bytes ``lines`` took in their file, each with its newline (counted in C: a flood
+    brings thousands a batch)."""
+    text = "\n".join(lines)
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+    return size + 1 if lines else 0
 
 
 def _follows_its_files(view: RankView) -> bool:

@@ -78,6 +78,19 @@ def test_the_pane_goes_on_from_the_file_and_the_late_events_draw_nothing() -> No
     assert [t for _, t in _texts(run, 1)] == [f"stdout {i}" for i in range(10)]
 
 
+def test_a_first_tail_of_non_ascii_lines_repeats_none_of_what_the_events_showed() -> None:
+    # Each "é" is two bytes in the file: the events showed 5 lines of 7 bytes (35), the
+    # tail was read from byte 28 ("éé 4" on): counted in characters (25) the events would
+    # seem not to reach it, and "éé 4" would be drawn twice.
+    run = RunView(scripted_info(1))
+    view = run.ranks[0]
+    run.add_output(RankOutput(0, "stdout", tuple(f"\u00e9\u00e9 {i}" for i in range(5))))
+    tail = tuple(f"\u00e9\u00e9 {i}" for i in range(4, 7))
+    assert run.add_file_tail(0, "stdout", view.stdout_path, tail, start=28, gap=True)
+    texts = [t for kind, t in _texts(run, 0) if kind != "marker"]
+    assert texts == [f"\u00e9\u00e9 {i}" for i in range(7)]
+
+
 def test_a_restart_gives_the_pane_back_to_the_events() -> None:
     run = RunView(scripted_info(1))
     view = run.ranks[0]
