@@ -7,10 +7,15 @@ recorded answer: 3, 8 and 64 ranks (folded) at 80 columns."""
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
-from rankvisor.engine.handle import TerminateRanks
+from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.control.server import ControlServer
+from rankvisor.engine.handle import SupervisorHandle, TerminateRanks
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
 from rankvisor.engine.testing import ScriptedSupervisor
@@ -41,14 +46,27 @@ def shown(screen: StacksScreen, width: int = 200) -> list[str]:
 
 
 @pytest.mark.torch
-async def test_s_on_a_real_gloo_hang_names_the_rank_that_never_entered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("over", ["in-process", "socket"])
+async def test_s_on_a_real_gloo_hang_names_the_rank_that_never_entered(
+    tmp_path: Path, over: str
+) -> None:
+    """In the supervisor's own process, and as a read-only viewer over its control socket
+    (the collectives pause nobody: such a viewer may ask)."""
     sup = Supervisor(SupervisorConfig(
         entrypoint=PYTHON,
         args=("-u", str(BIN / "fr_gloo_job.py"), "--skip", "1", "--heartbeat", "--timeout",
               "120"),
         nprocs=3, log_dir=str(tmp_path / "logs"), term_timeout=2.0, sample_interval=0,
     ))
-    app = RankvisorApp(sup)
+    server: ControlServer | None = None
+    handle: SupervisorHandle = sup
+    if over == "socket":
+        sock_dir = tempfile.mkdtemp(dir="/tmp", prefix="rvs")  # sun_path is 108 bytes
+        server = ControlServer(sup, os.path.join(sock_dir, "c.sock"))
+        server.start()
+        sup.start()
+        handle = RemoteHandle.connect(server.socket_path, read_only=True)
+    app = RankvisorApp(handle)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             # The hang: ranks 0 and 2 wait in all_reduce #5 (the supervisor's own poll of
@@ -87,6 +105,10 @@ async def test_s_on_a_real_gloo_hang_names_the_rank_that_never_entered(tmp_path:
             assert lines[0].startswith("collectives · torch's Flight Recorder · saved at "), lines
             assert VERDICT in lines, lines
     finally:
+        if server is not None:
+            handle.detach()
+            server.close()
+            shutil.rmtree(os.path.dirname(server.socket_path), ignore_errors=True)
         sup.shutdown(timeout_s=2.0)
 
 
