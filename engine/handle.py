@@ -90,6 +90,21 @@ class DumpStacks:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadCollectives:
+    """Ask every running rank's Flight Recorder now, through torch's worker server in the
+    rank (bounded, answered on the server's own thread: no rank is paused), and save the
+    answer under the run directory; the result's ``data`` carries it.
+
+    ``data`` is the JSON of ``rankvisor collectives --json`` (engine/control/COLLECTIVES.md):
+    ``ranks`` (per rank and process group the last collective enqueued, started and
+    completed, or the rank's ``error``), ``verdicts``, ``source`` ("live") and ``path`` (the
+    saved capture, "" if none). A handle that cannot ask refuses it in words that say why
+    ("no collectives: ..."). Like ``DumpStacks`` it waits for its answer, and a read-only
+    viewer may ask for it.
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class SendInput:
     """Write ``text`` and a newline to the stdin of ``ranks`` (None: every running rank).
 
@@ -110,14 +125,21 @@ class CloseInput:
 
 Command = Union[
     SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks, SendInput,
-    CloseInput,
+    CloseInput, ReadCollectives,
 ]
 
 COMMAND_CLASSES = (
     SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks, SendInput,
-    CloseInput,
+    CloseInput, ReadCollectives,
 )
 """Every command type, for ``isinstance`` checks and the wire's registry."""
+
+def reads_only(command: object) -> bool:
+    """True for the commands a read-only viewer may ask for: they read the ranks without
+    pausing them (a nonblocking stack dump, the collectives)."""
+    return isinstance(command, ReadCollectives) or (
+        isinstance(command, DumpStacks) and command.nonblocking)
+
 
 NATIVE_NEEDS_BLOCKING = (
     "not dumped: native frames need a blocking dump (py-spy pauses each rank while it reads "
@@ -175,7 +197,8 @@ class CommandResult:
 
     ``data``: what a command hands back besides (plain JSON data, so that it travels as it
     is): ``DumpStacks`` puts its dump there (``engine.forensics.stacks.StackDump.to_dict``,
-    ``path`` the saved file). None for every other command.
+    ``path`` the saved file), ``ReadCollectives`` the ranks' collectives. None for every
+    other command but the input commands (who was reached).
     """
 
     ok: bool

@@ -31,6 +31,7 @@ from tests.scenarios import (  # noqa: E402
     failure_script,
     pdb_script,
     play_rounds,
+    recorded_collectives,
     recorded_stacks,
     running_script,
     scripted_info,
@@ -178,8 +179,11 @@ def errors_suspect(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[Non
 
 
 def stacks(tmp: Path) -> tuple[RankvisorApp, Callable[..., Awaitable[None]]]:
-    """S: every rank's stack merged; the odd rank (3, stalled in its data loader) first."""
-    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
+    """S: torch's Flight Recorder says rank 3 never entered the all_reduce its peers wait in
+    (the verdict, a row per rank); below, every rank's stack merged, rank 3's (stalled in
+    its data loader) first."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks(),
+                                collectives=recorded_collectives(4, skipped=3))
     app = make_app(engine)
 
     async def drive(pilot) -> None:  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 from rankvisor.engine.events import Event, RankOutput, RankStateChanged, RankStats, SupervisorNotice
+from rankvisor.engine.forensics.collectives import Verdict
 from rankvisor.engine.forensics.exit_cause import ExitFacts, classify
 from rankvisor.engine.forensics.stacks import Frame, RankStack, StackDump, ThreadStack, merge
 from rankvisor.engine.handle import RankInfo, RunInfo
@@ -40,6 +41,7 @@ __all__ = [
     "PDB_WHERE",
     "pdb_prompt",
     "pdb_script",
+    "recorded_collectives",
     "recorded_stacks",
     "TRACEBACK",
     "failure_script",
@@ -379,6 +381,24 @@ def recorded_stacks(nprocs: int = 4, stalled: int = 3) -> StackDump:
         ranks.append(RankStack(r, pid, (ThreadStack(pid, "MainThread", frames, main=True),),
                                dumped_pid=pid))
     return StackDump(EPOCH + 75.25, tuple(ranks), merge(ranks), reason="asked")
+
+
+def recorded_collectives(nprocs: int = 3, skipped: int = 1, at: int = 5) -> dict[str, Any]:
+    """``ReadCollectives``' answer recorded from tests/bin/fr_gloo_job.py --skip 1
+    --heartbeat (3 gloo ranks; rank 1 never entered all_reduce #5, the others wait in it),
+    for ``nprocs`` ranks: rank ``skipped``'s last was #``at - 1``, every other rank's is #``at``
+    and its last completed #``at - 1``; gloo reports no start."""
+    def coll(seq: int) -> dict[str, Any]:
+        return {"op": "all_reduce", "seq": seq, "sizes": [[4]]}
+
+    ranks = [{"rank": r, "groups": [{
+        "pg": "0", "desc": "default_pg",
+        "last_enqueued": coll(at - 1 if r == skipped else at), "last_started": None,
+        "last_completed": coll(at - 1)}]} for r in range(nprocs)]
+    entered = tuple(r for r in range(nprocs) if r != skipped)
+    verdict = Verdict("0", "default_pg", "all_reduce", at, entered, (skipped,),
+                      {skipped: at - 1})
+    return {"ranks": ranks, "verdicts": [verdict.to_json()], "source": "live", "path": ""}
 
 
 PDB_WHERE = "train.py:52 in train_step"

@@ -4,7 +4,8 @@ Rank 1 never enters all_reduce #5 while every rank prints a heartbeat from a thr
 output silence cannot explain): while it hangs, ``rankvisor collectives --json`` has the
 verdict; after the timeout the suspect is rank 1 with torch's record as its reason. Also: a
 script under ``worker_main()`` and one without both serve; a rank restarted alone gets a fresh
-socket and answers again.
+socket and answers again; ranks in one all_reduce line at different collective numbers are
+two groups of the merged stacks.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rankvisor.engine.entry.bundle import make_bundle
 from rankvisor.engine.events import RunFinished
 from rankvisor.engine.forensics.collectives_run import read_run
 from rankvisor.engine.forensics.worker_server import ask, socket_path
-from rankvisor.engine.handle import RestartRank
+from rankvisor.engine.handle import DumpStacks, RestartRank
 from rankvisor.engine.process.py_bootstrap import ENV_WORKER_SOCKET
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
@@ -166,6 +167,38 @@ def test_a_person_s_restart_of_one_rank_is_named_not_its_peers(tmp_path: Path) -
     s = finished.suspect
     assert s is not None and s.rank == 1 and s.kind == "signal", s
     assert s.reason.startswith("rank 1: restarted by your SIGTERM at "), s.reason
+
+
+def test_a_rank_a_collective_behind_in_the_same_line_is_a_group_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """Every main thread in the same all_reduce line, rank 2's one collective behind (a
+    thread of its own holds the GIL, so it cannot return from the all_reduce gloo completed):
+    py-spy alone sees one stack; with the Flight Recorder the merged stacks are two groups,
+    each with its collective number, rank 2's first (the assertions of the synthetic test in
+    tests/engine/test_collectives.py, on a real job)."""
+    from rankvisor.engine.forensics.stacks import StackDump, find_py_spy, merge
+
+    if find_py_spy() is None:
+        pytest.skip("py-spy is not installed")
+    with Supervisor(_config(tmp_path, "--behind", "2", "--timeout", "120")) as sup:
+        watch = sup.collectives
+        assert watch is not None
+        # While rank 2 waits in #4 the others sleep: a verdict then says *they* had not
+        # entered it yet. The state to read is the one after: they wait in #5, rank 2 not.
+        v = wait_until(lambda: next((v for v in watch.verdicts() if v.missing == (2,)), None),
+                       timeout=90)
+        assert v is not None and v.entered == (0, 1) and v.last_of[2] == v.seq - 1
+        result = sup.execute(DumpStacks(nonblocking=True))
+        assert result.ok and result.data is not None, result.message
+        dump = StackDump.from_dict(result.data)
+        assert [g.ranks for g in merge(dump.ranks)] == [(0, 1, 2)]  # one line, one stack
+        behind, ahead = f"all_reduce #{v.seq - 1} on pg 0", f"all_reduce #{v.seq} on pg 0"
+        assert [(g.ranks, g.collective, g.odd) for g in dump.groups] == [
+            ((2,), behind, True), ((0, 1), ahead, False)]
+        assert dump.groups[0].who() == f"rank 2 (in {behind})"
+        assert dump.groups[0].frames == dump.groups[1].frames
+        sup.shutdown(5)
 
 
 @pytest.mark.parametrize("worker_main", [False, True], ids=["plain", "worker_main"])

@@ -49,6 +49,7 @@ from ..events import (
     RunFinished,
     SupervisorNotice,
 )
+from ..forensics.collectives_run import ask_workers
 from ..handle import (
     DEFAULT_TERM_TIMEOUT_S,
     CloseInput,
@@ -57,6 +58,7 @@ from ..handle import (
     DumpStacks,
     KillRanks,
     RankInfo,
+    ReadCollectives,
     RestartAll,
     RestartRank,
     RunInfo,
@@ -307,6 +309,8 @@ class TorchrunHandle:
             return CommandResult(False, INPUT_REFUSED)
         if isinstance(command, DumpStacks):
             return self._dump(command)
+        if isinstance(command, ReadCollectives):
+            return self._read_collectives()
         with self._lock:
             wanted = self._wanted(command.ranks)
             if isinstance(wanted, CommandResult):
@@ -375,6 +379,19 @@ class TorchrunHandle:
             return CommandResult(False, f"no stack dumped: {dump.problem or first}",
                                  dump.to_dict())
         return CommandResult(True, "", dump.to_dict())
+
+    def _read_collectives(self) -> CommandResult:
+        """Ask the workers' own worker servers (torchrun starts none: only a script under
+        ``worker_main()`` with ``TORCH_WORKER_SERVER_SOCKET`` set serves one)."""
+        with self._lock:
+            pids = {r: x.worker.pid for r, x in sorted(self._ranks.items())
+                    if x.state.is_alive}
+        if not pids:
+            return CommandResult(False, words.no_running_rank("ask"))
+        data = ask_workers(pids)
+        if data is None:
+            return CommandResult(False, f"no collectives: {words.NO_WORKER_SERVER}")
+        return CommandResult(True, "", data)
 
     def snapshot(self) -> RunInfo:
         """The job and every rank of its current attempt as known now."""

@@ -45,6 +45,7 @@ from ..handle import (
     DumpStacks,
     KillRanks,
     RankInfo,
+    ReadCollectives,
     RestartAll,
     RestartRank,
     RunInfo,
@@ -498,6 +499,13 @@ class ClusterHandle:
             return CommandResult(False, problem)
         if isinstance(command, RestartAll):
             return self.local.execute(command)  # a new round on every node, through the store
+        if isinstance(command, ReadCollectives):
+            # Each node's supervisor asks its own ranks and numbers them as its own: this
+            # node's answer, said so (``rankvisor collectives`` on a node reads that node's).
+            result = self.local.execute(command)
+            note = f"node {self.me}'s ranks only, numbered on that node"
+            return dataclasses.replace(result, message="; ".join(
+                m for m in (note, result.message) if m))
         ranks = self._ranks_of(command)
         parts: dict[int, tuple[int, ...] | None] = {}
         if ranks is None:

@@ -32,10 +32,12 @@ from ..events import (
     SupervisorNotice,
 )
 from ..forensics.stacks import DEFAULT_TIMEOUT_S
+from ..forensics.worker_server import DEFAULT_TIMEOUT_S as ASK_TIMEOUT_S
 from ..handle import (
     Command,
     CommandResult,
     DumpStacks,
+    ReadCollectives,
     RunInfo,
     TerminateRanks,
     command_problem,
@@ -300,7 +302,8 @@ class RemoteHandle:
             return CommandResult(False, str(e))
         # A stack dump waits for py-spy (bounded per rank): give it that long on top.
         wait = self.answer_timeout_s + (
-            DEFAULT_TIMEOUT_S if isinstance(command, DumpStacks) else 0.0
+            DEFAULT_TIMEOUT_S if isinstance(command, DumpStacks)
+            else ASK_TIMEOUT_S if isinstance(command, ReadCollectives) else 0.0
         )
         answer = self._ask({"t": "command", "command": data}, wait)
         if answer is None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ..events import Event, RankOutput, RankStats
-from ..handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle
+from ..handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle, reads_only
 from . import wire
 
 __all__ = ["READ_ONLY_DUMP_REFUSAL", "READ_ONLY_REFUSAL", "ControlServer"]
@@ -479,8 +479,8 @@ class ControlServer:
             if client.read_only:
                 return CommandResult(False, READ_ONLY_REFUSAL)
             return CommandResult(False, f"not carried out: {e}")
-        if client.read_only and not (isinstance(command, DumpStacks) and command.nonblocking):
-            # The one exception: a nonblocking dump reads the ranks without pausing them.
+        if client.read_only and not reads_only(command):
+            # The exceptions read the ranks without pausing them.
             if isinstance(command, DumpStacks):
                 return CommandResult(False, READ_ONLY_DUMP_REFUSAL)
             return CommandResult(False, READ_ONLY_REFUSAL)

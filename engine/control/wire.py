@@ -69,6 +69,7 @@ from ..handle import (
     DumpStacks,
     KillRanks,
     RankInfo,
+    ReadCollectives,
     RestartAll,
     RestartRank,
     RunInfo,
@@ -121,7 +122,7 @@ COMMAND_TYPES: Final[dict[str, type]] = {
     cls.__name__: cls
     for cls in (
         SignalRanks, TerminateRanks, KillRanks, RestartRank, RestartAll, DumpStacks, SendInput,
-        CloseInput,
+        CloseInput, ReadCollectives,
     )
 }
 STREAMS: Final = ("stdout", "stderr", "filtered_stdout", "filtered_stderr")

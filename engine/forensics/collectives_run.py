@@ -3,7 +3,9 @@
 Each rank incarnation's worker server listens at a path derived from its files' directory
 (``worker_server.socket_path``), so a run's directory is enough to find every rank's: the
 newest incarnation of each rank of the current attempt. A finished run (nobody answers)
-is read from its last saved capture, ``<run_dir>/collectives/latest.json``.
+is read from its last saved capture, ``<run_dir>/collectives/latest.json``. The workers of a
+torchrun job rankvisor did not start are found by the socket their environment names
+(``ask_workers``): only a script under torch's ``worker_main()`` serves one.
 """
 
 from __future__ import annotations
@@ -11,12 +13,20 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
+from ..names.refusals import NO_WORKER_SERVER
+from ..process.proc_table import read_environ
 from .collectives import RankCollectives, parse_answer, snapshot_json
-from .worker_server import ask_all, socket_path
+from .worker_server import DEFAULT_TIMEOUT_S, ask_all, socket_path
 
-__all__ = ["CAPTURES_DIR", "rank_sockets", "read_run", "saved_captures", "text_of"]
+__all__ = ["CAPTURES_DIR", "NO_VERDICT", "ask_workers", "rank_sockets", "read_run",
+           "saved_captures", "text_of"]
+
+NO_VERDICT = "no collective that some ranks entered and others did not"
+TORCH_SOCKET_ENV = "TORCH_WORKER_SERVER_SOCKET"
+"""Where torch's ``worker_main()`` serves its worker server."""
 
 CAPTURES_DIR = "collectives"
 """Where a run's captures are saved, in its run dir."""
@@ -77,6 +87,23 @@ def read_run(run_dir: str, attempt: int, *, live: bool = True,
     return data, saved
 
 
+def ask_workers(pids: Mapping[int, int], timeout_s: float = DEFAULT_TIMEOUT_S,
+                ) -> dict[str, Any] | None:
+    """The collectives JSON of processes rankvisor did not start (rank -> pid), asked at the
+    socket each one's environment names; None when none names one (nothing to ask)."""
+    sockets: dict[int, str] = {}
+    for rank, pid in pids.items():
+        path = (read_environ(pid) or {}).get(TORCH_SOCKET_ENV)
+        if path:
+            sockets[rank] = path
+    if not sockets:
+        return None
+    answers = ask_all(sockets, "fr_trace_json", timeout_s=timeout_s)
+    readings = [parse_answer(r, a) for r, a in answers.items()]
+    readings += [RankCollectives(r, error=NO_WORKER_SERVER) for r in pids if r not in sockets]
+    return {**snapshot_json(readings), "source": "live", "path": ""}
+
+
 def _coll(c: dict[str, Any] | None) -> str:
     if not c:
         return "-"
@@ -100,6 +127,5 @@ def text_of(data: dict[str, Any]) -> str:
             )
     verdicts = data.get("verdicts", [])
     lines.append("")
-    lines += [v.get("words", "") for v in verdicts] or [
-        "no collective that some ranks entered and others did not"]
+    lines += [v.get("words", "") for v in verdicts] or [NO_VERDICT]
     return "\n".join(lines)

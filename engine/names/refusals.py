@@ -14,6 +14,8 @@ from typing import Final
 
 __all__ = [
     "ALL_RESTARTING",
+    "NO_COLLECTIVES",
+    "NO_WORKER_SERVER",
     "NOT_STARTED",
     "OVER",
     "SHUTTING_DOWN",
@@ -31,6 +33,15 @@ NOT_STARTED: Final = "the run has not started"
 SHUTTING_DOWN: Final = "the run is shutting down"
 OVER: Final = "the run is over"
 ALL_RESTARTING: Final = "all ranks are being restarted already"
+NO_COLLECTIVES: Final = (
+    "no collectives: no rank of this run serves torch's Flight Recorder (it was started "
+    "with --no-collectives, or no rank is a Python script)"
+)
+NO_WORKER_SERVER: Final = (
+    "no worker server: a torchrun worker serves one only when its script runs under torch's "
+    "worker_main() with TORCH_WORKER_SERVER_SOCKET set (and TORCH_FR_BUFFER_SIZE for its "
+    "Flight Recorder)"
+)
 
 
 def ranks_text(ranks: Iterable[int]) -> str:

@@ -25,6 +25,7 @@ from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snap
 from ..forensics.collectives_run import CAPTURES_DIR
 from ..forensics.fr_dump import write_for_torchfrtrace
 from ..forensics.nccl_dumps import read_dumps
+from ..forensics.worker_server import DEFAULT_TIMEOUT_S as ASK_TIMEOUT_S
 from ..forensics.worker_server import Answer, ask_all
 from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from .state import RunState
@@ -141,9 +142,21 @@ class CollectiveWatch:
         except Exception:  # noqa: BLE001 - never the run's failure
             log.exception("collectives capture failed")
 
-    def save(self, reason: str) -> str:
-        run_dir = self._run_dir()
+    def answer(self, reason: str, paths: Mapping[int, str],
+               timeout_s: float = ASK_TIMEOUT_S) -> dict[str, object]:
+        """``ReadCollectives``' answer: ask ``paths`` (rank -> socket) now, save the capture,
+        and hand back its JSON with ``source`` "live" and ``path`` (saved, or "")."""
+        if paths:
+            self.ask(paths, timeout_s)
         readings = self.readings()
+        return {**snapshot_json(readings), "source": "live",
+                "path": self._save(reason, readings)}
+
+    def save(self, reason: str) -> str:
+        return self._save(reason, self.readings())
+
+    def _save(self, reason: str, readings: list[RankCollectives]) -> str:
+        run_dir = self._run_dir()
         if not run_dir or all(r.error for r in readings):
             return ""  # no rank answered (none imported torch.distributed): nothing to keep
         record = {"reason": reason, "time": time.time(), **snapshot_json(readings)}

@@ -21,6 +21,7 @@ from ..handle import (
     CommandResult,
     DumpStacks,
     KillRanks,
+    ReadCollectives,
     RestartAll,
     RestartRank,
     SendInput,
@@ -32,6 +33,7 @@ from ..handle import (
 from ..names import refusals as words
 from ..process.stdin_pipe import StdinRefused
 from ..states import RankState
+from .collective_watch import CollectiveWatch
 from .input_watch import InputWatch
 from .publisher import Publisher
 from .rank_slot import RankSlot
@@ -76,8 +78,10 @@ class CommandHandler:
         wakeup: Wakeup,
         stacks: StackCapture | None = None,
         input_watch: InputWatch | None = None,
+        collectives: CollectiveWatch | None = None,
     ) -> None:
         self._config = config
+        self._collectives = collectives
         self._state = state
         self._events = events
         self._stopper = stopper
@@ -92,6 +96,8 @@ class CommandHandler:
         """
         if isinstance(command, DumpStacks):
             return self._dump(command)
+        if isinstance(command, ReadCollectives):
+            return self._read_collectives()
         try:
             check_command(command)
             with self._state.lock:
@@ -145,6 +151,19 @@ class CommandHandler:
             return CommandResult(False, f"no stack dumped: {dump.problem or _first_error(dump)}",
                                  dump.to_dict())
         return CommandResult(True, note, dump.to_dict())
+
+    def _read_collectives(self) -> CommandResult:
+        """Ask the running ranks' worker servers: sockets under the lock, the asking outside."""
+        watch = self._collectives
+        if watch is None:
+            return CommandResult(False, words.NO_COLLECTIVES)
+        with self._state.lock:
+            if not self._state.started:
+                return CommandResult(False, words.NOT_STARTED)
+            if self._state.closed:
+                return CommandResult(False, words.OVER)
+            paths = watch.live_paths()
+        return CommandResult(True, "", watch.answer("asked", paths))
 
     # -- resolving ranks ------------------------------------------------------------------
 

@@ -156,7 +156,7 @@ class Supervisor:
         )
         self._commands = CommandHandler(
             config, self._state, self._events, self._stopper, self._wakeup, self._stacks,
-            self._input,
+            self._input, self.collectives,
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,

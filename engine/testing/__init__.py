@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union, cast
 
 from ..control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
 from ..events import (
@@ -67,6 +67,7 @@ from ..handle import (
     DumpStacks,
     KillRanks,
     RankInfo,
+    ReadCollectives,
     RestartAll,
     RestartRank,
     RunInfo,
@@ -74,6 +75,7 @@ from ..handle import (
     SignalRanks,
     TerminateRanks,
     command_problem,
+    reads_only,
     term_timeout,
 )
 from ..names import refusals as words
@@ -237,7 +239,11 @@ class ScriptedSupervisor:
             it, merged again); without one each running rank is "in" ``main (train.py:1)``.
             Saved under the run directory with ``write_files``; its path is given either way.
         read_only: Stand for a read-only viewer's handle: every command is refused with the
-            control server's words (a nonblocking stack dump excepted), as over the socket.
+            control server's words (a nonblocking stack dump and the collectives excepted),
+            as over the socket.
+        collectives: A recorded answer ``ReadCollectives`` hands back (the JSON of
+            ``rankvisor collectives --json``); without one it is refused as a run whose
+            ranks serve no Flight Recorder is.
 
     Input: ``SendInput`` / ``CloseInput`` reach running ranks of a run whose ``info.stdin``
     is "pipe", each publishing ``RankInput``; a rank waiting at a scripted ``Prompt`` answers
@@ -258,12 +264,14 @@ class ScriptedSupervisor:
         detachable: bool = False,
         stacks: StackDump | None = None,
         read_only: bool = False,
+        collectives: Mapping[str, Any] | None = None,
     ) -> None:
         self._detachable = detachable
         self.read_only = read_only
         """As a ``RemoteHandle`` of a read-only viewer says it (the app reads it)."""
         self._stdin = ScriptedStdin()
         self._stacks = stacks
+        self._collectives = collectives
         self._info = info
         self._steps = _split(script)
         self._step = 0
@@ -350,6 +358,7 @@ class ScriptedSupervisor:
             RestartRank: self._cmd_restart_rank,
             RestartAll: self._cmd_restart_all,
             DumpStacks: self._cmd_dump_stacks,
+            ReadCollectives: self._cmd_collectives,
             SendInput: self._cmd_input,
             CloseInput: self._cmd_input,
         }
@@ -357,7 +366,7 @@ class ScriptedSupervisor:
             self.calls.append(command)
             if not self._react:
                 return CommandResult(True)
-            if self.read_only and not (isinstance(command, DumpStacks) and command.nonblocking):
+            if self.read_only and not reads_only(command):
                 # As the control server answers a read-only viewer, before anything else.
                 refusal = READ_ONLY_DUMP_REFUSAL if isinstance(command, DumpStacks) else (
                     READ_ONLY_REFUSAL)
@@ -372,7 +381,8 @@ class ScriptedSupervisor:
                 if self._shutting_down:
                     # The real one dumps while shutting down; this one's shutdown is over
                     # as soon as it is asked for.
-                    raise _Refused(words.OVER if isinstance(command, DumpStacks)
+                    raise _Refused(words.OVER if isinstance(command, (DumpStacks,
+                                                                      ReadCollectives))
                                    else words.SHUTTING_DOWN)
                 result = handler(command)
                 self._settle()
@@ -599,6 +609,11 @@ class ScriptedSupervisor:
             dump = replace(dump, path=os.path.join(run_dir, "stacks",
                                                    dump_file_name(when, timezone.utc)))
         return CommandResult(True, note, dump.to_dict())
+
+    def _cmd_collectives(self, _cmd: ReadCollectives) -> CommandResult:
+        if self._collectives is None:
+            raise _Refused(words.NO_COLLECTIVES)
+        return CommandResult(True, "", {**self._collectives, "source": "live", "path": ""})
 
     def _cmd_input(self, cmd: SendInput | CloseInput) -> CommandResult:
         """A line (or EOF) to each running rank named, rank by rank, as the Supervisor does:

@@ -232,8 +232,11 @@ def test_discovery_lines_and_refused_restart(torchrun: Any) -> None:
 
 def test_the_workers_stacks_are_dumped_and_saved_with_the_job(torchrun: Any) -> None:
     """The handle dumps torchrun's workers too (rankvisor runs as root here: Yama would
-    otherwise allow only their ancestors); a read-only view may take a nonblocking dump."""
+    otherwise allow only their ancestors); a read-only view may take a nonblocking dump, and
+    ask for the collectives."""
     from rankvisor.engine.forensics.stacks import StackDump, find_py_spy
+    from rankvisor.engine.handle import CommandResult, ReadCollectives
+    from rankvisor.engine.names.refusals import NO_WORKER_SERVER
     from rankvisor.tui.cli.torchrun_view import build_handle
 
     if find_py_spy() is None:
@@ -252,6 +255,10 @@ def test_the_workers_stacks_are_dumped_and_saved_with_the_job(torchrun: Any) -> 
         assert sorted(r for g in dump.groups for r in g.ranks) == [0, 1]
         assert os.path.dirname(dump.path) == os.path.join(handle.snapshot().log_dir, "stacks")
         assert "--- rank 1 " in Path(dump.path).read_text()
+        # The collectives pause nobody either; torchrun started no worker server in these
+        # workers (their script does not run under worker_main()): the view says so.
+        asked = handle.execute(ReadCollectives())
+        assert asked == CommandResult(False, f"no collectives: {NO_WORKER_SERVER}")
     finally:
         handle.detach()
 

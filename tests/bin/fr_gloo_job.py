@@ -8,18 +8,36 @@
   --mismatch R    rank R calls broadcast where the others call all_reduce #AT (run it with
                   TORCH_DISTRIBUTED_DEBUG=DETAIL: torch names the mismatch)
   --barrier R     at step AT every rank calls monitored_barrier, rank R only after sleeping
+  --behind R      rank R stays in the all_reduce line one collective behind the others: from
+                  step AT-1 a thread of its own waits until the main thread waits in an
+                  all_reduce, then holds the GIL in one long C call (as a C extension may),
+                  so the main thread cannot return from a collective gloo has completed; the
+                  others, a step ahead, wait in the next one in the same line
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import linecache
 import sys
 import threading
 import time
 
 import torch
 import torch.distributed as dist
+
+
+def _hog_once_in_a_collective(main: threading.Thread) -> None:
+    """Wait until ``main`` waits for a collective's work (in ``work.wait()``, the GIL
+    released), then hold the GIL for good: one C call that does not let go of it."""
+    while True:
+        frame = sys._current_frames().get(main.ident or 0)
+        if (frame is not None and frame.f_code.co_name == "all_reduce"
+                and "wait()" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)):
+            break
+        time.sleep(0.01)
+    sum(range(10**15))
 
 
 def _beat() -> None:
@@ -37,6 +55,12 @@ def loop(a: argparse.Namespace) -> None:
     for i in range(1, a.steps + 1):
         if rank == a.skip and i == a.at:
             time.sleep(3600)
+        if i == a.at - 1 and a.behind >= 0:
+            if rank == a.behind:
+                threading.Thread(target=_hog_once_in_a_collective,
+                                 args=(threading.main_thread(),), daemon=True).start()
+            else:
+                time.sleep(1.0)  # so that it waits in this step's all_reduce first
         if i == a.at and a.barrier >= 0:
             if rank == a.barrier:
                 time.sleep(3600)
@@ -60,6 +84,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--mismatch", type=int, default=-1)
     p.add_argument("--barrier", type=int, default=-1)
+    p.add_argument("--behind", type=int, default=-1)
     p.add_argument("--heartbeat", action="store_true")
     p.add_argument("--worker-main", action="store_true")
     a = p.parse_args()

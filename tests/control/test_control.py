@@ -24,10 +24,12 @@ from rankvisor.engine.events import Event, RankOutput, RankStateChanged, Supervi
 from rankvisor.engine.handle import (
     CommandResult,
     KillRanks,
+    ReadCollectives,
     RestartRank,
     SignalRanks,
     TerminateRanks,
 )
+from rankvisor.engine.names import refusals
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
@@ -258,6 +260,9 @@ def test_a_read_only_viewer_is_refused_every_command(serve: Any) -> None:
         assert viewer.execute(command) == CommandResult(False, READ_ONLY_REFUSAL)
     assert all(r.state is RankState.RUNNING for r in s.sup.snapshot().ranks)
     assert viewer.snapshot() == s.sup.snapshot()  # looking is allowed
+    # Asking for the collectives pauses nobody: allowed, and answered by the supervisor
+    # (these ranks run `-c` code, which the bootstrap does not wrap: nothing serves them).
+    assert viewer.execute(ReadCollectives()) == CommandResult(False, refusals.NO_COLLECTIVES)
 
 
 def _rate_lines(rec_counts: list[tuple[float, int]], start: float, end: float) -> float:

@@ -30,6 +30,7 @@ from rankvisor.engine.handle import (
     DumpStacks,
     KillRanks,
     RankInfo,
+    ReadCollectives,
     RestartAll,
     RestartRank,
     RunInfo,
@@ -121,6 +122,7 @@ commands = st.one_of(
     st.builds(RestartRank, small),
     st.builds(RestartAll),
     st.builds(DumpStacks, st.none() | ranks, st.booleans(), st.booleans()),
+    st.builds(ReadCollectives),
 )
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -20,8 +22,10 @@ from rankvisor.engine.forensics.collectives import (
     snapshot_json,
     verdicts,
 )
+from rankvisor.engine.forensics.collectives_run import TORCH_SOCKET_ENV, ask_workers
 from rankvisor.engine.forensics.suspect import RankFacts, find_suspect
 from rankvisor.engine.forensics.worker_server import Answer, ask, socket_path
+from rankvisor.engine.names.refusals import NO_WORKER_SERVER
 
 DATA = Path(__file__).parent / "data" / "fr_gloo"
 S = 1_000_000_000
@@ -128,6 +132,30 @@ def test_ask_posts_to_the_handler_and_reads_its_answer(tmp_path: Path) -> None:
     assert a.ok and a.body == b'{"entries": []}' and a.at_ns > 0
     assert server.request.startswith(b"POST /handler/fr_trace_json ")
     assert "no worker server" in ask(str(tmp_path / "none.sock"), "fr_trace_json").error
+
+
+def test_a_torchrun_worker_is_asked_at_the_socket_its_environment_names(tmp_path: Path) -> None:
+    """``attach --torchrun``: torchrun starts no worker server; a worker under
+    ``worker_main()`` names its socket in its environment, the others cannot be asked."""
+    path = str(tmp_path / "w0.sock")
+    server = _Server(path, json.dumps(_dumps()[0]).encode())
+    server.start()
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    served = subprocess.Popen(sleep, env={**os.environ, TORCH_SOCKET_ENV: path})
+    plain = subprocess.Popen(sleep, env={k: v for k, v in os.environ.items()
+                                         if k != TORCH_SOCKET_ENV})
+    try:
+        assert ask_workers({1: plain.pid}) is None  # nothing to ask: the handle says so
+        data = ask_workers({0: served.pid, 1: plain.pid})
+        server.join(5)
+        assert data is not None and data["source"] == "live"
+        by_rank = {r["rank"]: r for r in data["ranks"]}
+        assert by_rank[0]["groups"][0]["last_enqueued"]["seq"] == 5
+        assert by_rank[1]["error"] == NO_WORKER_SERVER
+    finally:
+        for p in (served, plain):
+            p.kill()
+            p.wait()
 
 
 def test_a_deep_directory_gets_a_short_socket_path_both_sides_agree_on(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """UI test fixtures: the scripted engine and a clock the test moves (``make_app`` also turns
 the cursor blink off, so screenshots of one state never differ), and ``wait_for``, the one
-way a UI test waits for something."""
+way a UI test waits for something; ``open_stacks`` opens the stacks view (S) and waits for its
+dump."""
 
 from __future__ import annotations
 
@@ -48,3 +49,15 @@ def clock() -> FakeClock:
 def four_ranks(clock: FakeClock) -> ScriptedSupervisor:
     """Four ranks running and logging, with stats; commands answered as a Supervisor would."""
     return ScriptedSupervisor(scripted_info(4), running_script(4), clock=clock)
+
+
+async def open_stacks(app: Any, pilot: Any, timeout: float = 10.0) -> Any:
+    """Press S and wait for the stacks view's dump (and its collectives); the screen."""
+    from rankvisor.tui.screens.stacks import StacksScreen
+
+    await pilot.press("S")
+    screen = app.screen
+    assert isinstance(screen, StacksScreen)
+    await wait_for(pilot, lambda: screen.dump is not None and screen.collectives is not None,
+                   timeout=timeout)
+    return screen

@@ -8,7 +8,7 @@ from rankvisor.tui.app import make_app
 
 from tests.scenarios import scripted_info, suspect_script
 
-from .conftest import wait_for
+from .conftest import open_stacks, wait_for
 
 
 def _header(app) -> str:  # type: ignore[no-untyped-def]
@@ -149,7 +149,6 @@ async def test_restart_all_is_the_default_once_the_ranks_show_a_process_group() 
 async def test_the_stacks_view_has_a_cursor_arrows_move_it_enter_and_space_fold() -> None:
     """On open no cursor showed and Down / Enter did nothing (only Tab moved); space, tried
     as "toggle", paused following on the grid behind without a word."""
-    from rankvisor.tui.screens.stacks import StacksScreen
     from textual.widgets import Collapsible
     from textual.widgets._collapsible import CollapsibleTitle
 
@@ -158,10 +157,7 @@ async def test_the_stacks_view_has_a_cursor_arrows_move_it_enter_and_space_fold(
     engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
     app = make_app(engine)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("S")
-        screen = app.screen
-        assert isinstance(screen, StacksScreen)
-        await wait_for(pilot, lambda: screen.dump is not None)
+        screen = await open_stacks(app, pilot)
         groups = list(screen.query(Collapsible))
         assert len(groups) >= 2
         await wait_for(pilot, lambda: isinstance(screen.focused, CollapsibleTitle))

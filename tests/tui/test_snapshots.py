@@ -15,6 +15,7 @@ from tests.scenarios import (
     failure_script,
     pdb_script,
     play_rounds,
+    recorded_collectives,
     recorded_stacks,
     running_script,
     scripted_info,
@@ -142,10 +143,12 @@ def test_timeline_at_the_suspect(snap_compare, size, tmp_path: Path) -> None:  #
 
 @pytest.mark.parametrize("size", SIZES)
 def test_stacks_view(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
-    """S: the merged stacks of a recorded dump of the demo; rank 3 (in _stall) first,
-    marked odd and highlighted, open on its frames; ranks 0, 1, 2 (in _train) closed below;
-    the saved file's path at the bottom."""
-    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks())
+    """S: the collectives first (rank 3 never entered all_reduce #5: the verdict, then a row
+    per rank, rank 3's marked odd); the merged stacks of a recorded dump of the demo below,
+    rank 3 (in _stall) first, marked odd and highlighted, open on its frames; ranks 0, 1, 2
+    (in _train) closed below; the saved file's path at the bottom."""
+    engine = ScriptedSupervisor(scripted_info(4), running_script(4), stacks=recorded_stacks(),
+                                collectives=recorded_collectives(4, skipped=3))
 
     async def open_stacks(pilot) -> None:  # type: ignore[no-untyped-def]
         await pilot.press("S")

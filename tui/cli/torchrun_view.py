@@ -12,7 +12,7 @@ from typing import Any
 
 from ...engine.attach import AttachError, TorchrunHandle
 from ...engine.control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
-from ...engine.handle import CommandResult, DumpStacks
+from ...engine.handle import CommandResult, DumpStacks, reads_only
 from .app_seam import app_runner
 
 __all__ = ["READ_ONLY_REFUSAL", "run_torchrun_view"]
@@ -20,14 +20,15 @@ __all__ = ["READ_ONLY_REFUSAL", "run_torchrun_view"]
 
 class _ReadOnly(TorchrunHandle):
     """A handle that watches only: every command is refused with the same words as a
-    read-only viewer of a supervisor gets, but a nonblocking stack dump (it pauses nobody)."""
+    read-only viewer of a supervisor gets, but a nonblocking stack dump and the collectives
+    (they pause nobody)."""
 
     read_only = True
 
     def execute(self, command: object) -> CommandResult:  # type: ignore[override]
+        if reads_only(command):
+            return super().execute(command)  # type: ignore[arg-type]
         if isinstance(command, DumpStacks):
-            if command.nonblocking:
-                return super().execute(command)
             return CommandResult(False, READ_ONLY_DUMP_REFUSAL)
         return CommandResult(False, READ_ONLY_REFUSAL)
 

@@ -62,7 +62,8 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
         (
             ("e", "errors: the suspect, then tracebacks, root cause first"),
             ("a", "timeline: every rank's lines as they arrived, at the first failure"),
-            ("S", "stacks: every rank's Python stack, merged, odd ranks first"),
+            ("S", "stacks: who never entered a collective (torch's Flight Recorder, a row"
+             " per rank), then every rank's Python stack merged, odd ranks first"),
             ("f", "filtered_stdout.log / filtered_stderr.log"),
             ("/  n  N", "search all the zoomed log shows; next / previous match"),
             ("o", "zoomed or filtered view: both (zoom: in arrival order), stdout, stderr"),

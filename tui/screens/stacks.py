@@ -7,6 +7,11 @@ the smallest group, the ranks that are not where the others are, comes first and
 highlighted, open. Every group opens to its full stack. The file the dump was saved to is
 named at the bottom (it also holds every thread of every rank). A read-only viewer asks for a
 nonblocking dump, the one kind it may take: it never pauses a rank.
+
+Above the groups, the collectives: the same worker thread first asks the engine for every
+rank's Flight Recorder (``ReadCollectives``), and the verdict ("rank 1 did not enter
+all_reduce #5") and the table per rank show as soon as it answers. A handle that cannot ask
+says why ("no collectives: ..."). Once no rank runs, both are the last ones saved.
 """
 
 from __future__ import annotations
@@ -18,26 +23,34 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Collapsible, Static
 from textual.widgets._collapsible import CollapsibleTitle
 
+from ...engine.forensics.collectives_run import read_run
 from ...engine.forensics.stacks import SavedDump, StackDump, StackGroup, latest_dump
-from ...engine.handle import CommandResult, DumpStacks
+from ...engine.handle import Command, CommandResult, DumpStacks, ReadCollectives
 from ..model import RunView
+from ..widgets.collectives_table import collectives_view
 from ..widgets.key_footer import KeyFooter
 
 __all__ = ["StacksScreen", "group_title"]
 
 
-class _Dumped(Message):
-    """The dump's answer came back on the worker thread."""
-
+class _Answer(Message):
     def __init__(self, result: CommandResult) -> None:
         super().__init__()
         self.result = result
+
+
+class _Dumped(_Answer):
+    """The dump's answer came back on the worker thread."""
+
+
+class _Collected(_Answer):
+    """The collectives' answer came back on the worker thread (before the dump's)."""
 
 
 def group_title(group: StackGroup) -> str:
@@ -65,11 +78,16 @@ class StacksScreen(Screen[None]):
         self.nonblocking = nonblocking
         self.dump: StackDump | None = None
         """The last dump shown (None while the first is under way or failed)."""
+        self.collectives: CommandResult | None = None
+        """The last collectives answer shown (a saved capture as an ok result; None while
+        the first is under way)."""
         self.busy = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="stacks-head")
-        yield VerticalScroll(id="stacks")
+        with VerticalScroll(id="stacks"):
+            yield Static(id="stacks-collectives")
+            yield Vertical(id="stack-groups")
         yield Static(id="stacks-path")
         yield KeyFooter()
 
@@ -101,34 +119,70 @@ class StacksScreen(Screen[None]):
             return
         if not self.run.alive and self.run.log_dir:
             # Nothing runs to dump: the newest dump saved during the run (before a SIGKILL,
-            # a person's S) is what there is to see.
+            # a person's S) is what there is to see, and the collectives saved with it.
             self.show_saved(latest_dump(self.run.log_dir))
+            self.show_saved_collectives(self.run.log_dir)
             return
         self.busy = True
         alive = len(self.run.alive)
         self.query_one("#stacks-head", Static).update(Text(
             f"dumping the stacks of {alive} running rank(s) with py-spy"
             + (" (nonblocking)" if self.nonblocking else "") + "...", "italic"))
+        self.query_one("#stacks-collectives", Static).update(Text(
+            "asking each rank's Flight Recorder...", "italic dim"))
         self._dump_worker()
 
     @work(thread=True, group="stacks", exclusive=True, exit_on_error=False,
           description="stack dump")
     def _dump_worker(self) -> None:
+        # The collectives first: they answer within 2 s and show before py-spy is done.
+        self.post_message(_Collected(self._ask(ReadCollectives())))
+        self.post_message(_Dumped(self._ask(DumpStacks(None, nonblocking=self.nonblocking))))
+
+    def _ask(self, command: Command) -> CommandResult:
         handle = self.app.handle  # type: ignore[attr-defined]
         try:
-            result = handle.execute(DumpStacks(None, nonblocking=self.nonblocking))
+            result: CommandResult = handle.execute(command)
         except Exception as error:  # a bug in a handle must not take the UI down
             result = CommandResult(False, f"{type(error).__name__}: {error}")
-        self.post_message(_Dumped(result))
+        return result
+
+    def on__collected(self, message: _Collected) -> None:
+        self.show_collectives(message.result)
 
     def on__dumped(self, message: _Dumped) -> None:
         self.busy = False
         self.show_result(message.result)
 
+    def show_collectives(self, result: CommandResult, caption: str = "asked now") -> None:
+        """Show the collectives' answer: the verdicts and the table, or why there is none."""
+        self.collectives = result
+        box = self.query_one("#stacks-collectives", Static)
+        if not result.ok or result.data is None:
+            message = result.message or "no answer"
+            if not message.startswith("no collectives"):
+                message = f"no collectives: {message}"
+            box.update(Text(message, "dim"))
+            return
+        box.update(collectives_view(result.data, caption))
+
+    def show_saved_collectives(self, run_dir: str) -> None:
+        """No rank runs: the last capture saved during the run, when and why it was taken."""
+        data, source = read_run(run_dir, 0, live=False)
+        if not source:
+            self.show_collectives(CommandResult(
+                False, "no collectives: none was saved during the run"))
+            return
+        when = data.get("time")
+        at = (datetime.fromtimestamp(when, self.app_time_zone()).strftime("%H:%M:%S")
+              if isinstance(when, (int, float)) else "?")
+        why = f", {data['reason']}" if data.get("reason") else ""
+        self.show_collectives(CommandResult(True, "", data), f"saved at {at}{why}")
+
     def show_saved(self, saved: StackDump | SavedDump | None) -> None:
         """No rank runs: show the newest saved dump, saying when and why it was taken."""
         head = self.query_one("#stacks-head", Static)
-        box = self.query_one("#stacks", VerticalScroll)
+        box = self.query_one("#stack-groups", Vertical)
         box.remove_children()
         if saved is None:
             head.update(Text("no running rank to dump, and no dump was saved during the run",
@@ -156,7 +210,7 @@ class StacksScreen(Screen[None]):
     def show_result(self, result: CommandResult) -> None:
         """Show a dump's answer: its groups, or why there is none."""
         head = self.query_one("#stacks-head", Static)
-        box = self.query_one("#stacks", VerticalScroll)
+        box = self.query_one("#stack-groups", Vertical)
         path = self.query_one("#stacks-path", Static)
         data: dict[str, Any] | None = result.data
         dump = StackDump.from_dict(data) if data is not None else None
@@ -175,7 +229,7 @@ class StacksScreen(Screen[None]):
             self.notify(result.message, timeout=3)
 
     def _show_dump(self, dump: StackDump, title: Text) -> None:
-        box = self.query_one("#stacks", VerticalScroll)
+        box = self.query_one("#stack-groups", Vertical)
         box.remove_children()
         self.dump = dump
         self.query_one("#stacks-head", Static).update(title)
