@@ -38,6 +38,7 @@ class LineBlock(Sequence[str]):
     """
 
     __slots__ = ("_lines", "_reads", "count", "data")
+    # ``_reads`` is a hint (not counted atomically): the pump only asks whether it moved.
 
     def __init__(self, data: bytes, count: int, reads: list[int] | None = None) -> None:
         self.data = data
@@ -48,9 +49,13 @@ class LineBlock(Sequence[str]):
     @property
     def text(self) -> str:
         """The lines as one string, each ending in a newline."""
+        return self.read_data().decode("utf-8", "surrogatepass")
+
+    def read_data(self) -> bytes:
+        """``data``, counted as a read of the whole block (a console writing the bytes)."""
         if self._reads is not None:
-            self._reads[0] += 1  # a hint (not atomic): the pump only asks whether it moved
-        return self.data.decode("utf-8", "surrogatepass")
+            self._reads[0] += 1
+        return self.data
 
     def all(self) -> tuple[str, ...]:
         """Every line (made once)."""
