@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from rankvisor.engine.events import RankOutput
+from rankvisor.engine.output.console import ConsoleSink
 from rankvisor.engine.output.lines import cut_marker
 from rankvisor.engine.output.pump import OutputPump, TextBatch
 from rankvisor.engine.output.text_batch import LineBlock
@@ -497,3 +499,18 @@ def test_unread_lines_gather_into_fewer_batches(tmp_path: Path) -> None:
     assert read.get(0) == [f"0:{i}:" + "x" * 16 for i in range(3000)]
     assert unread.next_line[(0, "stdout")] == 3000
     assert counts["unread"] * 2 < counts["read"], counts
+
+
+def test_a_console_writes_a_block_as_read_and_counts_it_read(tmp_path: Path) -> None:
+    """A console that shows a rank writes the pump's block of lines with its prefixes
+    (no split into lines), and that is a read: the pump stays quick for it."""
+    out = io.StringIO()
+    console = ConsoleSink(out, name="w", presanitized=True)
+    path = tmp_path / "c.log"
+    path.write_bytes("a\nb é\n".encode())
+    pump = OutputPump(console)
+    pump.add(3, "stdout", str(path))
+    pump.flush()
+    assert out.getvalue() == "[w3]:a\n[w3]:b é\n"
+    assert pump._reads[0] == 1
+    pump.stop()
