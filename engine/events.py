@@ -66,7 +66,9 @@ class RankOutput:
     stream: Stream
     lines: tuple[str, ...]
     """Complete lines, without their newline, sanitised (SGR colours kept, other escapes
-    neutralised), each at most the display cap long."""
+    neutralised), each at most the display cap long. From the output pump, a ``LineBlock``
+    (``engine.output.text_batch``) that reads as this tuple and equals it: its lines are
+    made only when read whole."""
     partial: str = ""
     """The current unterminated last line (a progress bar mid-redraw), "" if none."""
     attempt: int = 0

@@ -41,6 +41,7 @@ import sys
 import time
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any, Final, Literal, Union
 
 from ..errors import ProcessFailure
@@ -77,6 +78,7 @@ from ..handle import (
     SignalRanks,
     TerminateRanks,
 )
+from ..output.text_batch import LineBlock
 from ..result import RunProcsResult
 from ..states import RankState
 
@@ -406,6 +408,13 @@ def run_result_from_wire(data: Any) -> RunProcsResult:
 # -- events --------------------------------------------------------------------------------
 
 
+def _joined(lines: Sequence[str]) -> str:
+    """A batch's lines joined by newlines; a block the pump read is one already."""
+    if type(lines) is LineBlock:
+        return lines.text[:-1]
+    return "\n".join(lines)
+
+
 def event_to_wire(event: Event) -> dict[str, Any]:
     """An event as a message dict (``t`` "o" for output batches, else "ev" with its type)."""
     if type(event) is RankOutput:
@@ -413,7 +422,7 @@ def event_to_wire(event: Event) -> dict[str, Any]:
             "t": "o", "r": event.rank, "s": _STREAM_NO[event.stream], "f": event.first_line,
         }
         if event.lines:
-            out["l"] = "\n".join(event.lines)
+            out["l"] = _joined(event.lines)
         if event.partial:
             out["p"] = event.partial
         if event.attempt:
@@ -433,7 +442,7 @@ def encode_event(event: Event) -> bytes:
         parts = ['{"t":"o","r":', str(event.rank), ',"s":', str(_STREAM_NO[event.stream]),
                  ',"f":', str(event.first_line)]
         if event.lines:
-            parts += [',"l":', _dumps_utf8("\n".join(event.lines))]
+            parts += [',"l":', _dumps_utf8(_joined(event.lines))]
         if event.partial:
             parts += [',"p":', _dumps_utf8(event.partial)]
         if event.attempt:

@@ -44,7 +44,7 @@ from typing import Any, Callable, Collection, Iterable, TextIO, Union
 
 from ..events import RankOutput
 from .sanitize import sanitize
-from .text_batch import Prefixes, TextBatch, prefix_for
+from .text_batch import LineBlock, Prefixes, TextBatch, prefix_for
 
 __all__ = ["ConsoleSink"]
 
@@ -349,6 +349,10 @@ class ConsoleSink:
                     data, n = item.data, item.count
                 else:
                     lines = item.lines
+            elif type(item.lines) is LineBlock and self._filter is None and not self._check:
+                if not item.lines:
+                    continue
+                data, n = item.lines.read_data(), item.lines.count  # as the pump read it
             else:
                 lines = item.lines
             if data is None:

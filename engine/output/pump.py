@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Collection, Final, Iterable, Literal, Sequence
+import time
+from typing import Callable, Collection, Final, Iterable, Literal, Sequence
 
 from ..events import RankOutput, Stream
 from ..rundir.arrival import ArrivalWriter
 from .dup_filter import DuplicateFilter
 from .lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
-from .text_batch import Batch, Prefixes, TextBatch
+from .text_batch import Batch, LineBlock, Prefixes, TextBatch
 from .wakeups import Wake, Waker, make_waker
 
 # Prefixes and TextBatch are re-exported for callers.
@@ -43,6 +44,9 @@ _HEAD: Final = 64
 """Bytes of a file's content remembered to recognise it (see ``OutputPump._truncated``)."""
 
 StdStream = Literal["stdout", "stderr"]
+
+UNREAD_AFTER_S: Final = 1.0
+"""Seconds without a batch's lines read whole after which the pump counts as unread."""
 
 
 class _Tail:
@@ -100,6 +104,8 @@ class OutputPump:
     comes before its stderr batch (the order the arrival index records). ``lines`` are
     complete lines (decoded, ``\\r``-collapsed, sanitised, cut at ``max_line_chars`` with a
     marker), ``partial`` the unterminated line; a batch may carry only a changed ``partial``.
+    A ``RankOutput``'s ``lines`` is a ``LineBlock``: the chunk's lines as bytes, made into
+    ``str`` only when read (every chunk is handled whole: no Python object per line here).
     A file truncated in place while its rank writes on (logrotate's ``copytruncate``): its
     last partial line is delivered as final, then ``TRUNCATED_NOTICE`` (not in the file;
     ``first_line`` starts again at 0), then the new content; NUL bytes a writer without
@@ -127,6 +133,9 @@ class OutputPump:
         name: the pump thread's name.
         backend: force "inotify", "watchfiles" or "poll" (tests, benchmarks); None follows
             ``use_inotify``.
+        unread_debounce: with ``RankOutput`` batches, the debounce while nobody reads their
+            lines whole (none for ``UNREAD_AFTER_S``: a supervisor without a console or a
+            viewer): fewer, bigger reads, as torch's 0.1 s poll. 0: always ``debounce``.
     """
 
     def __init__(
@@ -144,6 +153,7 @@ class OutputPump:
         sweep_interval: float = 1.0,
         name: str = "OutputPump",
         backend: str | None = None,
+        unread_debounce: float = 0.0,
     ) -> None:
         self._sink = sink
         forced_poll = os.environ.get("RANKVISOR_TAIL_POLL", "").lower() in ("1", "true", "yes")
@@ -157,6 +167,12 @@ class OutputPump:
         self._chunk = chunk_size
         self._batch_chars = batch_chars
         self._debounce = debounce
+        self._unread_debounce = 0.0 if text_batches else unread_debounce
+        self._reads = [0]
+        """Full reads of this pump's line blocks (each block counts into it)."""
+        self._reads_seen = -1
+        self._read_at = 0.0
+        """When a batch's lines were last seen read whole (``lines_read`` moved)."""
         self._sweep = sweep_interval
         self._name = name
         self._lock = threading.RLock()
@@ -375,8 +391,13 @@ class OutputPump:
                     logger.exception("output pump cycle failed")
             waker = self._waker
             assert waker is not None
+            busy = self._read_last >= self._busy_bytes
             try:
-                wake = waker.wait(self._sweep, self._read_last >= self._busy_bytes)
+                if self._unread():
+                    # Nobody waits for these lines: let them gather, busy or not.
+                    wake = waker.wait(self._sweep, False, self._unread_debounce)
+                else:
+                    wake = waker.wait(self._sweep, busy)
             except Exception:
                 # A notification backend that breaks must not silence the ranks: poll.
                 logger.exception("waiting for file changes failed; polling from now on")
@@ -386,6 +407,18 @@ class OutputPump:
                     )
                 waker.close()
                 wake = Wake(None, True)
+
+    def _unread(self) -> bool:
+        """Whether no batch's lines were read whole for ``UNREAD_AFTER_S`` (see
+        ``unread_debounce``); a read seen now makes the next waits quick again."""
+        if not self._unread_debounce:
+            return False
+        now = time.monotonic()
+        reads = self._reads[0]
+        if reads != self._reads_seen:
+            self._reads_seen = reads
+            self._read_at = now
+        return now - self._read_at > UNREAD_AFTER_S
 
     def _handle(self, wake: Wake) -> None:
         if wake.dirs is None:
@@ -508,10 +541,9 @@ class OutputPump:
             return 0, False
         fd = tail.fd
         assert fd is not None
-        # Text mode collects blocks of lines (b"a\nb\n"), event mode collects lines.
-        text_mode = self._text
-        feed: Callable[[bytes], Any] = tail.asm.feed_bytes if text_mode else tail.asm.feed
-        parts: list[Any] = []
+        # Blocks of lines (b"a\nb\n"), a chunk at a time: never a Python object per line.
+        feed = tail.asm.feed_bytes
+        parts: list[bytes] = []
         chunk = self._chunk
         first = True
         read = 0
@@ -558,10 +590,7 @@ class OutputPump:
                 tail.head = head + data[: _HEAD - len(head)]
             got = feed(data)
             if got:
-                if text_mode:
-                    parts.append(got)
-                else:
-                    parts += got
+                parts.append(got)
             if read >= budget:
                 full = True  # more may wait: another pass, after the other files
                 break
@@ -645,12 +674,11 @@ class OutputPump:
         tail.first_line = 0
         tail.sent_partial = ""
 
-    def _close_lines(self, tail: _Tail) -> list[Any]:
-        last = tail.asm.close()
-        return [(x + "\n").encode("utf-8", "surrogatepass") for x in last] if self._text else last
+    def _close_lines(self, tail: _Tail) -> list[bytes]:
+        return [(x + "\n").encode("utf-8", "surrogatepass") for x in tail.asm.close()]
 
     def _collect(
-        self, batch: list[Batch], tail: _Tail, parts: list[Any], closed: int = 0
+        self, batch: list[Batch], tail: _Tail, parts: list[bytes], closed: int = 0
     ) -> None:
         partial = tail.asm.partial
         if not parts and partial == tail.sent_partial:
@@ -660,19 +688,17 @@ class OutputPump:
         f = self._filters.get(tail.stream)
         if f is not None and not f.applies_to(tail.rank):
             f = None
+        data = b"".join(parts) if len(parts) != 1 else parts[0]
+        count = tail.asm.lines_done - tail.counted
+        out: Batch
         if self._text:
-            data = b"".join(parts) if len(parts) != 1 else parts[0]
-            count = tail.asm.lines_done - tail.counted
-            out: Batch = TextBatch(
-                tail.rank, tail.stream, data, count, partial, tail.attempt, first_line
-            )
-            text = data.decode("utf-8", "surrogatepass") if f is not None and data else ""
+            out = TextBatch(tail.rank, tail.stream, data, count, partial, tail.attempt, first_line)
         else:
-            count = len(parts)
-            text = "\n".join(parts) + "\n" if f is not None and parts else ""
             out = RankOutput(
-                tail.rank, tail.stream, tuple(parts), partial, tail.attempt, first_line
+                tail.rank, tail.stream, LineBlock(data, count, self._reads),  # type: ignore[arg-type]
+                partial, tail.attempt, first_line,
             )
+        text = data.decode("utf-8", "surrogatepass") if f is not None and data else ""
         batch.append(out)
         tail.counted = tail.asm.lines_done
         tail.first_line += count

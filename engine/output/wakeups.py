@@ -72,10 +72,11 @@ class Waker:
         except OSError:
             pass  # closed: ``close`` raced a last wait
 
-    def wait(self, timeout: float, busy: bool = False) -> Wake:
+    def wait(self, timeout: float, busy: bool = False, debounce: float | None = None) -> Wake:
         """Block until the next look at the files is due (``timeout`` is ignored here:
         polling looks every ``interval``). ``busy``: the last look found a lot to read;
-        notifying wakers then skip their debounce."""
+        notifying wakers then skip their debounce. ``debounce``: this wait's, instead of the
+        waker's own (the inotify waker; the others keep theirs)."""
         if self._poller.poll(self._interval * 1000):
             self._drain_pipe()
         return Wake(None)
@@ -141,18 +142,19 @@ class InotifyWaker(Waker):
                 with self._lock:
                     self._unresolved.discard(path)
 
-    def wait(self, timeout: float, busy: bool = False) -> Wake:
+    def wait(self, timeout: float, busy: bool = False, debounce: float | None = None) -> Wake:
         ready = self._poller.poll(None if timeout is None else timeout * 1000)
         if not ready:
             return Wake(None)  # a safety sweep: nothing is lost if an event was
         poked = any(fd == self._wakeup.fd for fd, _ in ready)
         if poked:
             self._drain_pipe()
-        if self._debounce and not busy:
+        pause = self._debounce if debounce is None else debounce
+        if pause and not busy:
             # Let a burst of writes land: one read for all of it. Not when busy: the files
             # have filled up while we read them, and a pump that sleeps while 32 busy ranks
             # keep the cores loses its turn for a whole scheduler period.
-            time.sleep(self._debounce)
+            time.sleep(pause)
         events = self._dirs.read()
         if events is None:  # the kernel queue overflowed: events were lost
             self._mark_all_unresolved()
@@ -221,7 +223,7 @@ class RustNotifyWaker(Waker):
         """The stop_event protocol RustNotify checks every step: true when poked."""
         return self._poked.is_set()
 
-    def wait(self, timeout: float, busy: bool = False) -> Wake:
+    def wait(self, timeout: float, busy: bool = False, debounce: float | None = None) -> Wake:
         from watchfiles._rust_notify import RustNotify
 
         dirs = tuple(sorted({_nearest_existing_dir(f) for f in list(self._files)}))

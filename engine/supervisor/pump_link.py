@@ -3,6 +3,8 @@
 Every rank's stdout and stderr always go to files; the pump tails them into batched
 ``RankOutput`` events, delivered on the pump's thread straight to the sinks, and notes in
 each rank's ``arrival.idx`` (``engine.rundir.arrival``) the order their lines arrived in.
+A batch's lines are made into ``str`` only if a sink reads them whole; while none does
+(tee off, no viewer), the pump reads every ``UNREAD_DEBOUNCE_S``.
 
 Pump calls are queued under the state lock and run by ``run_ops`` outside it: the pump
 calls our sink while holding its own lock, and a sink may call back into the Supervisor, so
@@ -17,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable
 from functools import partial
+from typing import Final
 
 from ..events import Event, RankOutput
 from ..forensics.activity import OutputActivity
@@ -32,6 +35,11 @@ __all__ = ["PumpLink"]
 log = logging.getLogger(__name__)
 
 _STREAMS: tuple[StdStream, StdStream] = ("stdout", "stderr")
+
+UNREAD_DEBOUNCE_S: Final = 0.25
+"""How long the pump lets a rank's output gather while nobody reads its lines (no console
+shows them, no viewer is attached): four reads a second, each a chunk of every busy file,
+is what the supervisor's own uses need (arrival index, activity, progress, filters)."""
 
 
 class _AddBatch:
@@ -78,7 +86,8 @@ class PumpLink:
     def start(self) -> None:
         """Start the pump thread (the run starts; called once)."""
         self._pump = OutputPump(
-            self._sink, name="rankvisor-pump", debounce=self._config.output_debounce_s
+            self._sink, name="rankvisor-pump", debounce=self._config.output_debounce_s,
+            unread_debounce=UNREAD_DEBOUNCE_S,
         ).start()
 
     def _sink(self, batch: list[Batch]) -> None:

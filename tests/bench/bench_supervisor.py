@@ -328,6 +328,10 @@ def child_per_million(seconds: float) -> dict[str, Any]:
         for kind in ("torchrun", "rankvisor"):
             pct = _whole(_launch_cmd(kind, args, std), seconds, warmup=6)
             out[f"{kind}_{name}"] = pct / 100 * 1e6 / LOG_LINES_PER_S
+    # The floor: what the supervisor spends with the same 8 ranks printing nothing (stats,
+    # forensics, status), in the same units, over the same window.
+    pct = _whole(_launch_cmd("rankvisor", [SLEEPER], "--redirects"), seconds, warmup=6)
+    out["rankvisor_idle"] = pct / 100 * 1e6 / LOG_LINES_PER_S
     return out
 
 
@@ -386,6 +390,8 @@ def _table(r: dict[str, dict[str, Any]]) -> str:
         f"{g('per_million', 'rankvisor_tee_off', '{:.3f}')} s "
         f"| {g('per_million', 'torchrun_tee_on', '{:.3f}')} / "
         f"{g('per_million', 'torchrun_tee_off', '{:.3f}')} s | <= half of torchrun's |",
+        "| the same, 8 ranks printing nothing, tee off (the supervisor's floor) | "
+        f"{g('per_million', 'rankvisor_idle', '{:.3f}')} s | - | - |",
     ]
     return "\n".join(rows)
 

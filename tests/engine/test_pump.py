@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import threading
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 from rankvisor.engine.events import RankOutput
+from rankvisor.engine.output.console import ConsoleSink
 from rankvisor.engine.output.lines import cut_marker
 from rankvisor.engine.output.pump import OutputPump, TextBatch
+from rankvisor.engine.output.text_batch import LineBlock
 
 from tests.conftest import BIN, PYTHON, wait_until
 
@@ -437,4 +440,77 @@ def test_backlog_is_read_round_robin_across_files(tmp_path: Path) -> None:
     for rank in (0, 1):
         lines = [line for call in calls for out in call if out.rank == rank for line in out.lines]
         assert lines == ["r%d line %06d" % (rank, i) for i in range(5000)]
+    pump.stop()
+
+
+def test_lines_are_a_block_read_as_a_tuple(tmp_path: Path) -> None:
+    """A batch's lines stay the bytes they were read as until read whole; its last lines
+    (a rank's last line, its step) come without making the others."""
+    got: list[RankOutput] = []
+    path = tmp_path / "b.log"
+    path.write_bytes("one\ntwo é\nthree\nfour".encode())
+    pump = OutputPump(got.extend)
+    pump.add(0, "stdout", str(path))
+    pump.flush()
+    (batch,) = got
+    block = batch.lines
+    assert isinstance(block, LineBlock) and block.data == "one\ntwo é\nthree\n".encode()
+    assert len(block) == 3 and block[-1] == "three" and block[-2:] == ("two é", "three")
+    assert pump._reads == [0], "the last lines are not a read of the whole block"
+    assert block == ("one", "two é", "three") and batch.partial == "four"
+    assert pump._reads == [1]
+    assert batch == RankOutput(0, "stdout", ("one", "two é", "three"), "four", 0, 0)
+    assert list(block) == ["one", "two é", "three"]
+    assert block[0] == "one" and block[1:] == block[-2:]
+    pump.stop()
+
+
+def test_unread_lines_gather_into_fewer_batches(tmp_path: Path) -> None:
+    """With ``unread_debounce``, a pump whose lines nobody reads reads less often (fewer,
+    bigger batches); every line still comes once, in order. Two pumps on the same file in
+    one run, one read whole and one not: a ratio, not a time."""
+    path = tmp_path / "0" / "stdout.log"
+    path.parent.mkdir()
+    path.touch()
+    read, unread = Collector(), Collector()
+    counts = {"read": 0, "unread": 0}
+
+    def reading(batch: list[Any]) -> None:
+        for b in batch:
+            tuple(b.lines)  # a console or a viewer: the whole block
+        counts["read"] += sum(1 for b in batch if b.lines)
+        read(batch)
+
+    def not_reading(batch: list[Any]) -> None:
+        counts["unread"] += sum(1 for b in batch if b.lines)
+        with unread.lock:  # counts only: nothing here reads a block whole
+            for b in batch:
+                unread.next_line[(b.rank, b.stream)] += len(b.lines)
+
+    pumps = [OutputPump(sink, debounce=0.002, unread_debounce=0.3).start()
+             for sink in (reading, not_reading)]
+    for pump in pumps:
+        pump.add(0, "stdout", str(path))
+    writer = subprocess.Popen([PYTHON, WRITER, str(path), "--lines", "3000", "--burst", "10",
+                               "--interval", "0.01"])
+    assert writer.wait(timeout=60) == 0
+    for pump in pumps:
+        pump.stop()
+    assert read.get(0) == [f"0:{i}:" + "x" * 16 for i in range(3000)]
+    assert unread.next_line[(0, "stdout")] == 3000
+    assert counts["unread"] * 2 < counts["read"], counts
+
+
+def test_a_console_writes_a_block_as_read_and_counts_it_read(tmp_path: Path) -> None:
+    """A console that shows a rank writes the pump's block of lines with its prefixes
+    (no split into lines), and that is a read: the pump stays quick for it."""
+    out = io.StringIO()
+    console = ConsoleSink(out, name="w", presanitized=True)
+    path = tmp_path / "c.log"
+    path.write_bytes("a\nb é\n".encode())
+    pump = OutputPump(console)
+    pump.add(3, "stdout", str(path))
+    pump.flush()
+    assert out.getvalue() == "[w3]:a\n[w3]:b é\n"
+    assert pump._reads[0] == 1
     pump.stop()
