@@ -12,6 +12,7 @@ at a pdb prompt asks first (it ends the rank).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -39,6 +40,14 @@ QUIT_WARNING: Final = (
     "'{word}' ends pdb and so rank {rank} (bdb.BdbQuit); in a torch.distributed job its "
     "peers may then fail or hang in their next collective. Send it? [y/N] "
 )
+
+
+_NUDGE: Final = signal.SIGURG
+"""Interrupts the main thread's wait for a key, to no other effect (ignored by default)."""
+
+
+def _ignore(_sig: int, _frame: object) -> None:
+    """A handler that only makes a blocked wait return."""
 
 
 class _Reprompt(Exception):
@@ -154,13 +163,35 @@ class DebugConsole:
         """The console until the person leaves (Ctrl-D) or the rank ends; exit status 0."""
         self._setup_readline()
         old = signal.signal(signal.SIGUSR2, self._on_signal)
+        old_nudge = signal.signal(_NUDGE, _ignore)
+        woken, wake = os.pipe()
+        os.set_blocking(wake, False)
+        old_fd = signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+        threading.Thread(target=self._nudge_on_sigint, args=(woken,), daemon=True,
+                         name="rankvisor-debug-sigint").start()
         try:
             self._say_header()
             self._show_history()
             self._handle.subscribe(self._sink)
             return self._loop()
         finally:
+            signal.set_wakeup_fd(old_fd)
+            os.close(wake)  # the nudger reads the end of the pipe and stops
+            signal.signal(_NUDGE, old_nudge)
             signal.signal(signal.SIGUSR2, old)
+
+    def _nudge_on_sigint(self, woken: int) -> None:
+        """A Ctrl-C that lands just before readline waits for a key is only raised at the
+        next key (readline looks at signals when its wait is interrupted): on each SIGINT,
+        interrupt the main thread's wait with a signal whose handler does nothing."""
+        try:
+            while data := os.read(woken, 64):
+                if signal.SIGINT in data and self._main is not None:
+                    signal.pthread_kill(self._main, _NUDGE)
+        except OSError:
+            pass
+        finally:
+            os.close(woken)
 
     def _on_signal(self, _sig: int, _frame: object) -> None:
         if self._in_input:
