@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from .worker_server import Answer
 
@@ -206,9 +206,16 @@ def parse_answer(rank: int, answer: Answer) -> RankCollectives:
     return parse_fr(rank, data, answer.at_ns)
 
 
+ON_ITS_WAY_NS: Final = 500_000_000
+"""How long after its peers entered a collective a rank that has not may still be on its
+way in: ranks reach a collective within milliseconds of each other when none hangs (a loaded
+machine delays one by tens), and when they all fail at once (a mismatch torch detects) a
+rank asked a moment after its peers entered says nothing about a hang."""
+
+
 def verdicts(ranks: Iterable[RankCollectives]) -> list[Verdict]:
     """For each process group: the furthest collective that some of its ranks entered and
-    others, asked since, did not."""
+    others, asked well after that (``ON_ITS_WAY_NS``), did not."""
     known = [r for r in ranks if not r.error]
     pgs: dict[str, str] = {}
     for r in known:
@@ -239,7 +246,8 @@ def verdicts(ranks: Iterable[RankCollectives]) -> list[Verdict]:
             # timeout retires it too): nothing says the others were asked too early.
             continue
         at = {r.rank: r.at_ns for r in known}
-        missing = tuple(r for r in behind if not since or at.get(r, 0) >= since)
+        missing = tuple(r for r in behind
+                        if not since or at.get(r, 0) >= since + ON_ITS_WAY_NS)
         unknown = tuple(r for r in behind if r not in missing)
         if not missing:
             continue

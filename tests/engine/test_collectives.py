@@ -71,6 +71,22 @@ def test_an_answer_older_than_the_peers_entry_blames_nobody() -> None:
     assert verdicts(same) == []
 
 
+def test_a_rank_asked_a_moment_after_its_peers_entered_is_not_blamed_yet() -> None:
+    # Ranks that all fail at once (a mismatch torch detects) were each read a moment apart:
+    # one behind by a few milliseconds was on its way in, not hanging.
+    readings = _readings()
+    entries = _dumps()[0]["entries"]
+    entered = min(e["time_created_ns"] for e in entries if e["collective_seq_id"] == 5)
+    soon = [r if r.rank != 1 else RankCollectives(1, r.groups, at_ns=entered + S // 10)
+            for r in readings]
+    [v] = verdicts(soon) or [None]  # type: ignore[list-item]
+    assert v is None or (not v.missing and v.unknown == (1,))
+    later = [r if r.rank != 1 else RankCollectives(1, r.groups, at_ns=entered + 6 * S // 10)
+             for r in readings]
+    [v] = verdicts(later)
+    assert v.missing == (1,)
+
+
 def test_a_rank_that_could_not_be_asked_is_listed_with_its_error() -> None:
     r = parse_answer(3, Answer(error="worker server: the rank is gone"))
     assert r.to_json() == {"rank": 3, "groups": [], "error": "worker server: the rank is gone"}
