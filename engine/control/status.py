@@ -8,9 +8,9 @@ supervisor killed with SIGKILL leaves its last status behind. That status may st
 supervisor's pid still names the same process (its start time, /proc/<pid>/stat field 22,
 must match: pids are reused). The fields are described in ``STATUS.md`` beside this module.
 
-Standard library, ``engine.process`` (signal names, /proc reads) and ``engine.logfile``
-(a failed rank's last stderr line) only: the CLI, the UI and
-the supervisor process all read and write it.
+Standard library, ``engine.process`` (signal names, /proc reads), ``engine.logfile`` and
+``engine.forensics.own_traceback`` (a failed rank's last stderr line, its exception) only:
+the CLI, the UI and the supervisor process all read and write it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from ..forensics.own_traceback import raised_line
 from ..logfile.torch_log import said_lines
 from ..names.signals import exit_signal_name
 from ..process.proc_table import stat_fields
@@ -99,6 +100,11 @@ def failure_message(failure: ProcessFailure, stderr_path: str = "") -> str:
         message = message.get("message", "")
     lines = [ln for ln in str(message or "").splitlines() if "To enable traceback" not in ln]
     text = "\n".join(lines).strip()
+    if (failure.exitcode < 0 and not failure.caused_by_us and stderr_path
+            and not isinstance(failure.message, dict)):
+        # It raised, then died of a signal nobody sent on its way out (torch's threads at
+        # the interpreter's end: SIGABRT): its exception says more than the signal.
+        text = raised_line(stderr_path) or text
     if not text and stderr_path:
         # torch's own log lines at the rank's exit ("[c10d] Server exited" when its worker
         # server stops) say nothing about the failure: the last line before them does.

@@ -19,7 +19,7 @@ from typing import Final
 
 from ..logfile.torch_log import said_lines
 
-__all__ = ["own_traceback_before"]
+__all__ = ["own_traceback_before", "raised_line"]
 
 _EXCEPTION: Final = re.compile(r"^(?:\[[^\]]*\]:)*\s*([A-Za-z_][\w.]*(?:Error|Exception))\b")
 _NOT_OWN: Final = ("KeyboardInterrupt", "SignalException", "SystemExit")
@@ -35,6 +35,15 @@ def own_traceback_before(stderr_path: str, t_ns: int | None) -> str:
         if os.stat(stderr_path).st_mtime_ns > t_ns:
             return ""
     except OSError:
+        return ""
+    return raised_line(stderr_path)
+
+
+def raised_line(stderr_path: str) -> str:
+    """The exception line that ends ``stderr_path`` (torch's own log lines after it
+    skipped) when a traceback comes before it; "" when the rank's stderr does not end with
+    an exception of its own (an interrupt's, a signal's, ``SystemExit`` are not)."""
+    if not stderr_path:
         return ""
     tail = [ln for ln in said_lines(stderr_path, _TAIL) if ln.strip()]
     if not tail or not any("Traceback (most recent call last)" in ln for ln in tail):

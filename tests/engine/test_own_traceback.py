@@ -42,3 +42,19 @@ def test_written_after_the_bound_or_not_an_exception_is_not_own(tmp_path: Path) 
     assert own_traceback_before(path, time.time_ns() + 10**9) == ""
     path, mtime = _written(tmp_path, "step 4\n" + _SERVER)
     assert own_traceback_before(path, mtime) == ""
+
+
+def test_a_rank_that_raised_then_died_of_sigabrt_is_told_by_its_exception(
+    tmp_path: Path,
+) -> None:
+    # torch's threads may end a rank that raised with SIGABRT on its way out: status.json's
+    # message is its exception, not "Signal 6 (SIGABRT) received by PID".
+    from rankvisor.engine.control.status import failure_message
+    from rankvisor.engine.errors import ProcessFailure
+
+    path, _ = _written(tmp_path, _RAISED + _SERVER + "terminate called without an active "
+                       "exception\n")
+    aborted = ProcessFailure(3, 4242, -6, "")
+    assert failure_message(aborted, path).endswith("send operation to complete")
+    stopped = ProcessFailure(3, 4242, -15, "", caused_by_us=True)
+    assert failure_message(stopped, path).startswith("Signal 15 (SIGTERM)")
