@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 __all__ = ["connect_and_run"]
 
 
+def _finished(command: str, entry: RunEntry, status: dict[str, Any] | None) -> int:
+    """A finished run: nothing to stop, no rank to act on."""
+    code = status.get("exitcode") if status else None
+    if command == "stop":
+        print(f"run {entry.run_id} has already finished (exit code {code})")
+        return EXIT_OK
+    say(command, f"run {entry.run_id} has finished (exit code {code}) and its supervisor "
+                 "has exited: there is no rank to act on")
+    return EXIT_REFUSED
+
+
 def connect_and_run(
     command: str, entry: RunEntry, build: Callable[[Any], Command], *, wait: bool = False,
     show: Callable[[CommandResult], None] | None = None,
@@ -31,14 +42,8 @@ def connect_and_run(
     if state == "stale":
         say(command, stale_line(entry))
         return EXIT_STALE
-    code = status.get("exitcode") if status else None
-    if state == "finished" and command == "stop":
-        print(f"run {entry.run_id} has already finished (exit code {code})")
-        return EXIT_OK
-    if state == "finished" and not entry.supervisor_alive():
-        say(command, f"run {entry.run_id} has finished (exit code {code}) and its supervisor "
-                     "has exited: there is no rank to act on")
-        return EXIT_REFUSED
+    if state == "finished" and (command == "stop" or not entry.supervisor_alive()):
+        return _finished(command, entry, status)
     from ...engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
 
     try:
@@ -47,6 +52,11 @@ def connect_and_run(
         if not entry.supervisor_alive():
             say(command, stale_line(entry))
             return EXIT_STALE
+        state, status = registry.entry_state(entry)
+        if state == "finished":
+            # It ended between our look and the connect: its final status is written
+            # before its socket goes, so the status now says so.
+            return _finished(command, entry, status)
         say(command, f"the supervisor (pid {entry.supervisor_pid}) does not answer at "
                      f"{entry.socket or '(no socket)'}: {e.strerror or e}")
         return EXIT_REFUSED
