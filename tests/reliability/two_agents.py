@@ -45,7 +45,13 @@ def main(node: int, port: int, run_id: str, log_dir: str) -> int:
         spec, logs_specs=engine.DefaultLogsSpecs(log_dir=log_dir), start_method="spawn",
         exit_barrier_timeout=120,
     )
-    result = agent.run()
+    try:
+        result = agent.run()
+    finally:
+        # As torchrun's launcher ends every run: the rendezvous (and the store it holds)
+        # shut down before the interpreter's end, where a store thread left running may
+        # end the agent with SIGABRT ("terminate called without an active exception").
+        handler.shutdown()
     print("RESULT " + json.dumps({
         "node": node, "failed": result.is_failed(), "returned": sorted(result.return_values),
         "failures": {str(r): f.exitcode for r, f in result.failures.items()},
