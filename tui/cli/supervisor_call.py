@@ -48,23 +48,23 @@ def connect_and_run(
 
     try:
         handle = RemoteHandle.connect(entry.socket, name=f"{PROG} {command}")
-    except (FileNotFoundError, ConnectionRefusedError) as e:
-        if not entry.supervisor_alive():
-            say(command, stale_line(entry))
-            return EXIT_STALE
-        state, status = registry.entry_state(entry)
-        if state == "finished":
-            # It ended between our look and the connect: its final status is written
-            # before its socket goes, so the status now says so.
-            return _finished(command, entry, status)
-        say(command, f"the supervisor (pid {entry.supervisor_pid}) does not answer at "
-                     f"{entry.socket or '(no socket)'}: {e.strerror or e}")
-        return EXIT_REFUSED
-    except (ProtocolMismatch, NoAnswer) as e:
-        say(command, str(e))
-        return EXIT_REFUSED
-    except OSError as e:
-        say(command, f"cannot reach the supervisor at {entry.socket}: {e.strerror or e}")
+    except (ProtocolMismatch, NoAnswer, OSError) as e:
+        if not isinstance(e, ProtocolMismatch):
+            state, status = registry.entry_state(entry)
+            if state == "finished":
+                # It ended between our look and the connect (or the handshake): its final
+                # status is written before its socket closes, so the status now says so.
+                return _finished(command, entry, status)
+        if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+            if not entry.supervisor_alive():
+                say(command, stale_line(entry))
+                return EXIT_STALE
+            say(command, f"the supervisor (pid {entry.supervisor_pid}) does not answer at "
+                         f"{entry.socket or '(no socket)'}: {e.strerror or e}")
+        elif isinstance(e, (ProtocolMismatch, NoAnswer)):
+            say(command, str(e))
+        else:
+            say(command, f"cannot reach the supervisor at {entry.socket}: {e.strerror or e}")
         return EXIT_REFUSED
     from ...engine.events import EscalationFinished
 
