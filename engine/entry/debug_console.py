@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from typing import Any, Final, TextIO
 
@@ -43,11 +44,10 @@ QUIT_WARNING: Final = (
 
 
 _NUDGE: Final = signal.SIGURG
-"""Interrupts the main thread's wait for a key, to no other effect (ignored by default)."""
-
-
-def _ignore(_sig: int, _frame: object) -> None:
-    """A handler that only makes a blocked wait return."""
+"""Interrupts the main thread's wait for a key (ignored by default, so no other process's)."""
+NUDGE_EVERY_S: Final = 0.05
+NUDGE_FOR_S: Final = 10.0
+"""How often, and how long at most, a Ctrl-C not yet raised nudges the main thread."""
 
 
 class _Reprompt(Exception):
@@ -74,6 +74,8 @@ class DebugConsole:
         """The input line is drawn (readline's pre-input hook ran): output goes above it."""
         self._in_input = False
         """The main thread is inside ``input()``: only then may the signal interrupt it."""
+        self._at_keys = False
+        """The main thread is inside either ``input()`` (the line's or a question's)."""
         self._ended = ""
         self._own: deque[str] = deque()
         """Lines sent from here whose RankInput has not come back yet (not shown twice)."""
@@ -83,6 +85,8 @@ class DebugConsole:
         """Text typed when the prompt changed under it: offered again with the new one."""
         self._main = threading.main_thread().ident
         self._readline: Any = None
+        self._sigints = [0, 0]
+        """Ctrl-Cs (seen by the nudger, caught by the main thread): nudged while unequal."""
 
     # -- the event sink (the handle's reader thread) ---------------------------------------
 
@@ -163,7 +167,7 @@ class DebugConsole:
         """The console until the person leaves (Ctrl-D) or the rank ends; exit status 0."""
         self._setup_readline()
         old = signal.signal(signal.SIGUSR2, self._on_signal)
-        old_nudge = signal.signal(_NUDGE, _ignore)
+        old_nudge = signal.signal(_NUDGE, self._on_nudge)
         woken, wake = os.pipe()
         os.set_blocking(wake, False)
         old_fd = signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
@@ -181,17 +185,31 @@ class DebugConsole:
             signal.signal(signal.SIGUSR2, old)
 
     def _nudge_on_sigint(self, woken: int) -> None:
-        """A Ctrl-C that lands just before readline waits for a key is only raised at the
-        next key (readline looks at signals when its wait is interrupted): on each SIGINT,
-        interrupt the main thread's wait with a signal whose handler does nothing."""
+        """A Ctrl-C can be lost inside ``input()``: one that lands just before readline
+        waits for a key is only looked at after the next key, and the KeyboardInterrupt of
+        one that lands in a readline hook is dropped. So on each SIGINT, until the main
+        thread has caught its KeyboardInterrupt, interrupt its wait with a signal whose
+        handler raises one (inside ``input()`` only)."""
         try:
             while data := os.read(woken, 64):
-                if signal.SIGINT in data and self._main is not None:
+                if signal.SIGINT not in data or self._main is None:
+                    continue
+                self._sigints[0] += data.count(signal.SIGINT)
+                for _ in range(int(NUDGE_FOR_S / NUDGE_EVERY_S)):
+                    time.sleep(NUDGE_EVERY_S)
+                    if self._sigints[1] >= self._sigints[0]:
+                        break
                     signal.pthread_kill(self._main, _NUDGE)
+                else:  # two Ctrl-Cs caught as one: count them even
+                    self._sigints[1] = self._sigints[0]
         except OSError:
             pass
         finally:
             os.close(woken)
+
+    def _on_nudge(self, _sig: int, _frame: object) -> None:
+        if self._at_keys and self._sigints[1] < self._sigints[0]:
+            raise KeyboardInterrupt
 
     def _on_signal(self, _sig: int, _frame: object) -> None:
         if self._in_input:
@@ -254,8 +272,12 @@ class DebugConsole:
             try:
                 done = self._step()
             except KeyboardInterrupt:  # Ctrl-C, at the prompt or while a line was sent
+                self._sigints[1] += 1
                 self._out.write("\n")
-                self._ask_sigint()
+                try:
+                    self._ask_sigint()
+                except KeyboardInterrupt:  # again, while the SIGINT was sent: not a crash
+                    self._sigints[1] += 1
                 continue
             if done:
                 return 0
@@ -296,11 +318,11 @@ class DebugConsole:
         rl = self._readline
         if rl is not None:
             rl.set_startup_hook((lambda: rl.insert_text(keep)) if keep else None)
-        self._in_input = True
+        self._in_input = self._at_keys = True
         try:
             return input(prompt)
         finally:
-            self._in_input = False
+            self._in_input = self._at_keys = False
             with self._lock:
                 self._reading = False
 
@@ -331,12 +353,16 @@ class DebugConsole:
     def _confirm(self, question: str) -> bool:
         with self._lock:
             shown, self._prompt = self._prompt, question  # output goes above the question
+        self._at_keys = True
         try:
             answer = input(question)
-        except (EOFError, KeyboardInterrupt, _Reprompt):
+        except (EOFError, KeyboardInterrupt, _Reprompt) as e:
+            if isinstance(e, KeyboardInterrupt):
+                self._sigints[1] += 1
             self._out.write("\n")
             return False
         finally:
+            self._at_keys = False
             with self._lock:
                 self._reading = False
                 self._prompt = shown

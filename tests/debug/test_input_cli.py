@@ -163,75 +163,105 @@ def test_detach_at_the_prompt_and_continue_from_a_new_viewer(runs: Runs) -> None
         second.detach()
 
 
-def _read_until(fd: int, buf: bytearray, needle: bytes, timeout: float = START_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while needle not in buf and time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
+class Console:
+    """``rankvisor debug`` in a real terminal (a pty), killed at the end if still there."""
+
+    def __init__(self, *argv: str) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execvp(PYTHON, [PYTHON, "-m", "rankvisor.tui", "debug", *argv])
+        self.buf = bytearray()
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def until(self, needle: bytes, count: int = 1) -> bool:
+        """Whether the screen shows ``needle`` ``count`` times within START_S."""
+        deadline = time.monotonic() + START_S
+        while self.buf.count(needle) < count and time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if not ready:
+                continue
             try:
-                data = os.read(fd, 4096)
+                data = os.read(self.fd, 4096)
             except OSError:
-                return needle in buf
+                break
             if not data:
                 break
-            buf += data
-    return needle in buf
+            self.buf += data
+        return self.buf.count(needle) >= count
+
+    def tail(self) -> bytes:
+        return bytes(self.buf[-600:])
+
+    def exit_code(self) -> int:
+        _, code = os.waitpid(self.pid, 0)
+        self.pid = 0
+        return os.waitstatus_to_exitcode(code)
+
+    def __enter__(self) -> Console:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.pid:
+            try:
+                os.kill(self.pid, 9)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        os.close(self.fd)
 
 
 def test_rankvisor_debug_in_a_terminal(runs: Runs) -> None:
     run_dir = runs.start("bp_job.py", 2)
     waiting(run_dir, (0,))
-    pid, fd = pty.fork()
-    if pid == 0:  # the console, in a real terminal
-        os.execvp(PYTHON, [PYTHON, "-m", "rankvisor.tui", "debug", run_dir, "--rank", "0"])
-    buf = bytearray()
-    try:
-        assert _read_until(fd, buf, b"(Pdb) "), bytes(buf)
-        os.write(fd, b"p x\r")
-        assert _read_until(fd, buf, b"41"), bytes(buf)
-        os.write(fd, b"c\r")
-        assert _read_until(fd, buf, b"leaving the console"), bytes(buf)
-        _, code = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(code) == 0
-    finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+    with Console(run_dir, "--rank", "0") as console:
+        assert console.until(b"(Pdb) "), console.tail()
+        console.type(b"p x\r")
+        assert console.until(b"41"), console.tail()
+        console.type(b"c\r")
+        assert console.until(b"leaving the console"), console.tail()
+        assert console.exit_code() == 0
     assert cli("wait", run_dir).returncode == 0
     assert "done 0" in stdout_of(run_dir, 0)
+
+
+def test_every_ctrl_c_asks_even_one_typed_as_the_prompt_is_drawn(runs: Runs) -> None:
+    # Each Ctrl-C is typed the moment the prompt comes back: it lands in readline's hooks
+    # or just before its wait for a key, where one alone would be lost until the next key.
+    run_dir = runs.start("bp_job.py", 1)
+    waiting(run_dir, (0,))
+    question = b"send SIGINT to rank 0? [y/N]"
+    with Console(run_dir) as console:
+        assert console.until(b"(Pdb) "), console.tail()
+        for i in range(1, 13):
+            console.type(b"\x03")
+            assert console.until(question, i), (i, console.tail())
+            console.type(b"\r")  # no, and the prompt is back
+            assert console.until(question + b" \r\n(Pdb) ", i), (i, console.tail())
+        console.type(b"\x04")
+        assert console.until(b"left the console"), console.tail()
+        assert console.buf.count(question) == 12  # one question per Ctrl-C, none twice
+    assert cli("input", run_dir, "0", "c").returncode == 0
+    assert cli("wait", run_dir).returncode == 0
 
 
 def test_ctrl_c_asks_ctrl_d_leaves_and_the_rank_waits_on(runs: Runs) -> None:
     run_dir = runs.start("bp_job.py", 1)
     waiting(run_dir, (0,))
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvp(PYTHON, [PYTHON, "-m", "rankvisor.tui", "debug", run_dir])
-    buf = bytearray()
-    try:
-        assert _read_until(fd, buf, b"(Pdb) "), bytes(buf)
-        os.write(fd, b"q\r")  # a pdb quit asks first; no is the default
-        assert _read_until(fd, buf, b"[y/N]"), bytes(buf)
-        os.write(fd, b"\r")
-        assert _read_until(fd, buf, b"[y/N] \r\n(Pdb) "), bytes(buf)  # not sent: asked again
-        os.write(fd, b"\x03")  # Ctrl-C asks before it sends SIGINT to the rank
-        assert _read_until(fd, buf, b"send SIGINT to rank 0? [y/N]"), bytes(buf)
-        os.write(fd, b"y\r")
-        assert _read_until(fd, buf, b"--KeyboardInterrupt--"), bytes(buf)  # pdb's own answer
-        os.write(fd, b"\x04")  # Ctrl-D
-        assert _read_until(fd, buf, b"left the console"), bytes(buf)
-        _, code = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(code) == 0
-    finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+    with Console(run_dir) as console:
+        assert console.until(b"(Pdb) "), console.tail()
+        console.type(b"q\r")  # a pdb quit asks first; no is the default
+        assert console.until(b"[y/N]"), console.tail()
+        console.type(b"\r")
+        assert console.until(b"[y/N] \r\n(Pdb) "), console.tail()  # not sent: asked again
+        console.type(b"\x03")  # Ctrl-C asks before it sends SIGINT to the rank
+        assert console.until(b"send SIGINT to rank 0? [y/N]"), console.tail()
+        console.type(b"y\r")
+        assert console.until(b"--KeyboardInterrupt--"), console.tail()  # pdb's own answer
+        console.type(b"\x04")  # Ctrl-D
+        assert console.until(b"left the console"), console.tail()
+        assert console.exit_code() == 0
     status = read_status(run_dir)
     assert status is not None and status["ranks"][0]["state"] == "running"
     assert status["ranks"][0]["input_wait"] is not None  # untouched: still at its prompt
