@@ -8,6 +8,7 @@ summary line."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -21,6 +22,17 @@ from rankvisor.engine.events import Event, RankOutput, RankStateChanged, Supervi
 from rankvisor.engine.handle import DumpStacks, TerminateRanks
 
 TICK = re.compile(r"t=(\d+\.\d+)")
+MIRROR_WAIT_S = 30.0
+
+
+def _mirrored(viewer: ClusterHandle, ranks: set[int]) -> bool:
+    """Whether each of ``ranks`` has some bytes of its files mirrored on this host."""
+    files = {r.rank: (r.stdout_path, r.stderr_path) for r in viewer.snapshot().ranks}
+
+    def has_bytes(path: str) -> bool:
+        return bool(path) and os.path.isfile(path) and os.path.getsize(path) > 0
+
+    return all(any(has_bytes(p) for p in files.get(rank, ())) for rank in ranks)
 
 
 def main() -> None:
@@ -34,6 +46,7 @@ def main() -> None:
     out = sys.stdout
     local_ranks = {r.rank + local.snapshot().rank_base for r in local.snapshot().ranks}
     latencies: list[float] = []
+    seen_ranks: set[int] = set()
 
     def say(**what: object) -> None:
         with lock:
@@ -50,6 +63,8 @@ def main() -> None:
                     latencies.append(lag)
                 say(kind="line", rank=event.rank, line=line, lag=lag, first=event.first_line,
                     t=now)
+            if event.lines:
+                seen_ranks.add(event.rank)
         elif isinstance(event, RankStateChanged) and event.rank not in local_ranks:
             say(kind="state", rank=event.rank, new=event.new.value, t=now)
         elif isinstance(event, SupervisorNotice):
@@ -72,6 +87,11 @@ def main() -> None:
         time.sleep(1.0)
         say(kind="tick", connections=viewer.connections,
             reachable={n: node.reachable for n, node in viewer.nodes.items()})
+    # A stack dump holds the link's other answers (the mirror's reads among them) until
+    # py-spy is done: wait, bounded, for the files of every remote rank that wrote.
+    deadline = time.monotonic() + MIRROR_WAIT_S
+    while time.monotonic() < deadline and not _mirrored(viewer, seen_ranks):
+        time.sleep(0.2)
     got = viewer.bytes_in + sum(n.handle.bytes_read for n in viewer.nodes.values()
                                 if n.handle is not None)
     lat = sorted(latencies)
