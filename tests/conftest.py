@@ -20,14 +20,6 @@ GLOO_JOBS = pytest.mark.xdist_group("gloo-jobs")
 agent's restart) run one after another on one worker (pyproject: ``--dist loadgroup``): two
 such jobs at once on two cores starve each other's ranks, and the silence looks like none."""
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker more than the cores. Most tests wait on their children (a
-    rank's timeout, a probe's window, torch imported in another process), so a core's
-    worker alone leaves it idle part of the time: on 2 cores the suite took 629 s with 2
-    workers and 537 s with 3, every test passing in both."""
-    return (os.cpu_count() or 1) + 1
-
-
 collect_ignore = ["bench"]
 """Benchmarks print figures; they are run by hand, never collected as tests."""
 
