@@ -8,7 +8,9 @@ lists it as a failure. So does rankvisor when the rank's stderr ends with a trac
 last line but torch's own log lines an exception that is not a signal's or an interrupt's)
 written before the signal took effect: before it was sent when the rank catches it (a
 handler may print a traceback of its own), before the rank's exit when the signal's default
-action ended it on arrival (nothing it wrote can come after).
+action ended it on arrival (nothing it wrote can come after). A traceback the signal cut
+short while the rank printed it (Python writes it a line at a time) has no exception line
+yet: it ends with a frame, and it counts too.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from typing import Final
 
 from ..logfile.torch_log import said_lines
 
-__all__ = ["own_traceback_before", "raised_line"]
+__all__ = ["CUT_SHORT", "own_traceback_before", "raised_line"]
 
 _EXCEPTION: Final = re.compile(r"^(?:\[[^\]]*\]:)*\s*([A-Za-z_][\w.]*(?:Error|Exception))\b")
 _NOT_OWN: Final = ("KeyboardInterrupt", "SignalException", "SystemExit")
 _TAIL: Final = 40
+_FRAME: Final = re.compile(r"^(?:\[[^\]]*\]:)*(?:\s+\S|\s*\^+\s*$)")
+"""A traceback's frame lines: ``  File ...``, its source line, the ``^^^`` under it."""
+CUT_SHORT: Final = "a traceback of its own, cut short by the stop signal"
 
 
 def own_traceback_before(stderr_path: str, t_ns: int | None) -> str:
@@ -36,7 +41,16 @@ def own_traceback_before(stderr_path: str, t_ns: int | None) -> str:
             return ""
     except OSError:
         return ""
-    return raised_line(stderr_path)
+    return raised_line(stderr_path) or (CUT_SHORT if _cut_short(stderr_path) else "")
+
+
+def _cut_short(stderr_path: str) -> bool:
+    """Whether ``stderr_path`` ends inside a traceback: its header, then frames only."""
+    tail = [ln for ln in said_lines(stderr_path, _TAIL) if ln.strip()]
+    heads = [i for i, ln in enumerate(tail) if "Traceback (most recent call last)" in ln]
+    if not heads or heads[-1] == len(tail) - 1:
+        return bool(heads)  # the header was the last line written
+    return all(_FRAME.match(ln) for ln in tail[heads[-1] + 1:])
 
 
 def raised_line(stderr_path: str) -> str:

@@ -58,3 +58,20 @@ def test_a_rank_that_raised_then_died_of_sigabrt_is_told_by_its_exception(
     assert failure_message(aborted, path).endswith("send operation to complete")
     stopped = ProcessFailure(3, 4242, -15, "", caused_by_us=True)
     assert failure_message(stopped, path).startswith("Signal 15 (SIGTERM)")
+
+
+def test_a_traceback_the_stop_signal_cut_short_is_own(tmp_path: Path) -> None:
+    # Python writes a traceback a line at a time: our SIGTERM can end the rank between its
+    # frames and its exception line. It had raised on its own all the same.
+    from rankvisor.engine.forensics.own_traceback import CUT_SHORT
+
+    frames = ('Traceback (most recent call last):\n  File "input_all.py", line 5, in <module>\n'
+              '    input("name? ")\n    ^^^^^^^^^^^^^^^\n')
+    for cut in (frames, frames.split("\n")[0] + "\n", "[rank0]:" + frames.split("\n")[0]
+                + "\n[rank0]:  File \"x.py\", line 1, in <module>\n"):
+        path, mtime = _written(tmp_path, "ready\n" + cut)
+        assert own_traceback_before(path, mtime) == CUT_SHORT, cut
+        assert own_traceback_before(path, mtime - 1) == ""
+    # Frames then a line of another kind (the job went on printing) is no cut traceback.
+    path, mtime = _written(tmp_path, frames + "step 5\n")
+    assert own_traceback_before(path, mtime) == ""
