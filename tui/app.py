@@ -275,11 +275,8 @@ class RankvisorApp(DebugKeys, App[int]):
         run = self.run_view
         changed: set[int] = set()
         for rank, count in drained.skipped.items():
-            if 0 <= rank < len(run.ranks):
-                run.ranks[rank].buffer.mark(
-                    f"… {plural(count, 'line')} not drawn "
-                    "(the UI fell behind; all are on disk: enter)"
-                )
+            if run.lines_not_drawn(rank, f"… {plural(count, 'line')} not drawn "
+                                   "(the UI fell behind; all are on disk: enter)"):
                 changed.add(rank)
         now = self.clock()
         for output in drained.outputs:

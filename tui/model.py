@@ -327,7 +327,8 @@ class RankView:
     events_bytes: dict[str, tuple[str, int]] = field(default_factory=dict)
     """stream -> (path, about how many bytes of that file its events showed): their lines'
     UTF-8 size with newlines, the file's bytes but for escapes the sanitiser neutralised and
-    lines cut at the display cap (a file's first tail is set against it)."""
+    lines cut at the display cap (a file's first tail is set against it); -1 once lines
+    of the rank were not drawn (the UI fell behind): how many bytes is then unknown."""
     file_ahead: dict[str, str] = field(default_factory=dict)
     """stream -> path of the file the pane shows that stream from, ahead of the events (a
     flood: ``RunView.add_file_tail``); while the rank's files are those, its events draw no
@@ -619,7 +620,8 @@ class RunView:
         path = _path_of(view, kind)
         before = view.events_bytes.get(kind)
         shown = before[1] if before is not None and before[0] == path else 0
-        view.events_bytes[kind] = (path, shown + _utf8_size(event.lines))
+        if shown >= 0:
+            view.events_bytes[kind] = (path, shown + _utf8_size(event.lines))
         if event.lines:
             self._show_lines(view, kind, event.lines)
         if event.partial or view.buffer.partial_stream == kind:
@@ -648,6 +650,17 @@ class RunView:
             found = self.progress_reader.read(line)
             if found is not None and _note_progress(view, found):
                 view.progress = found
+
+    def lines_not_drawn(self, rank: int, marker: str) -> bool:
+        """Lines of ``rank`` were dropped on their way (the UI fell behind): ``marker``
+        says so in its pane, and the bytes its events showed are no longer known."""
+        if not 0 <= rank < len(self.ranks):
+            return False
+        view = self.ranks[rank]
+        view.buffer.mark(marker)
+        for kind in ("stdout", "stderr"):
+            view.events_bytes[kind] = (_path_of(view, kind), -1)  # type: ignore[arg-type]
+        return True
 
     def following_file(self, rank: int) -> bool:
         """Whether the pane of ``rank`` shows its lines from its files, ahead of its events."""
@@ -681,10 +694,15 @@ class RunView:
             return False  # an earlier incarnation's file
         if view.file_ahead.get(kind) != path:
             shown = view.events_bytes.get(kind)
-            if shown is not None and shown[0] == path and shown[1] > start:
+            last = view.buffer.tail(1, kind, this_incarnation=True)
+            if shown is not None and shown[0] == path and shown[1] < 0:
+                # Lines were not drawn: what the events showed is known by its last line
+                # only. The lines after it in this read are new; all are if it is not there.
+                if last and last[0] in lines:
+                    lines = lines[len(lines) - lines[::-1].index(last[0]):]
+            elif shown is not None and shown[0] == path and shown[1] > start:
                 # The events reached into this read (it took a while): the lines after the
                 # last they showed are new; if it is not among them, they went past it.
-                last = view.buffer.tail(1, kind, this_incarnation=True)
                 if not last or last[0] not in lines:
                     return False  # they keep up: no need to follow the file
                 lines = lines[len(lines) - lines[::-1].index(last[0]):]

@@ -155,3 +155,22 @@ async def test_flooding_ranks_panes_follow_their_files_to_each_last_line(
             await wait_for(pilot, lambda: app.shut_down, 30, step=0.05)
     finally:
         sup.shutdown()
+
+
+def test_lines_not_drawn_leave_the_first_tail_to_the_last_line_shown() -> None:
+    # The UI fell behind and 10 lines never came as events: the bytes they showed are not
+    # the file's offset any more, so the first tail is set against the last line shown.
+    run = RunView(scripted_info(1))
+    view = run.ranks[0]
+
+    def lines(a: int, b: int) -> tuple[str, ...]:
+        return tuple(f"stdout {i:03d}" for i in range(a, b))  # 11 bytes each, newline too
+
+    run.add_output(RankOutput(0, "stdout", lines(0, 10), first_line=0))
+    assert run.lines_not_drawn(0, "… 10 lines not drawn")
+    run.add_output(RankOutput(0, "stdout", lines(20, 25), first_line=20))
+    # Read from line 15 on: its offset is what the events' 15 lines took, by chance.
+    assert run.add_file_tail(0, "stdout", view.stdout_path, lines(15, 31), start=15 * 11,
+                             gap=True)
+    shown = [int(text.split()[1]) for kind, text in _texts(run, 0) if kind == "stdout"]
+    assert shown == [*range(10), *range(20, 31)]
