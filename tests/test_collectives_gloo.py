@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rankvisor.engine.entry.bundle import make_bundle
@@ -140,8 +141,23 @@ def test_a_hang_before_any_timeout_names_a_live_suspect(tmp_path: Path, fr: bool
     config.collectives = fr
     config.live_quiet_s = 2.0
     with Supervisor(config) as sup:
-        reading = wait_until(lambda: (r := sup.live_suspect) is not None and r.suspect and r,
-                             timeout=90)
+        run_dir = Path(sup.snapshot().log_dir)
+
+        def hung_since_ns() -> int | None:
+            """When the ranks stopped at step 4: the earliest write of its lines."""
+            files = list(run_dir.glob("attempt_0/*/stdout.log"))
+            if len(files) < 3 or not all(b"step 4" in f.read_bytes() for f in files):
+                return None
+            return min(f.stat().st_mtime_ns for f in files)
+
+        def hang_reading() -> Any:
+            # On a loaded machine a quiet spell at the start (a rank still importing torch,
+            # after a warning of its import, while its peers wait in init_process_group) can
+            # name that rank for a moment; the reading wanted is the hang's, at step 5.
+            r, since = sup.live_suspect, hung_since_ns()
+            return r is not None and r.suspect and since and r.since_ns >= since and r
+
+        reading = wait_until(hang_reading, timeout=90)
         s = reading.suspect  # type: ignore[union-attr]
         assert s.rank == 1, s
         if fr:
