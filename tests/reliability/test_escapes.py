@@ -360,9 +360,13 @@ def test_run_cgroups_whose_owner_died_are_swept_by_the_next_run(
         owner.wait(timeout=10)
         # The rank died with its parent (death signal); its children did not.
         wait_until(lambda: not pid_alive(pids[0]), timeout=10)
-        assert all(pid_alive(p) for p in pids[1:]) and os.path.isdir(run_dir)
-        cgroups.sweep_stale()
-        assert not os.path.exists(run_dir) and not _run_dirs(owner.pid)
+        # A run another test starts meanwhile sweeps the same cgroups (every gone owner's):
+        # then it kills the children and removes the directory itself. Otherwise they live
+        # on (had they died with their parent, nothing would remove it: the wait fails).
+        if all(pid_alive(p) for p in pids[1:]) and os.path.isdir(run_dir):
+            cgroups.sweep_stale()
+        assert wait_until(lambda: not os.path.exists(run_dir), timeout=10), run_dir
+        assert not _run_dirs(owner.pid)
         wait_until(lambda: not leftovers.alive(), timeout=10)
     finally:
         if owner.poll() is None:
