@@ -695,17 +695,17 @@ class RunView:
         if view.file_ahead.get(kind) != path:
             shown = view.events_bytes.get(kind)
             last = view.buffer.tail(1, kind, this_incarnation=True)
+            after = _after_last(lines, last[0]) if last else None
             if shown is not None and shown[0] == path and shown[1] < 0:
                 # Lines were not drawn: what the events showed is known by its last line
                 # only. The lines after it in this read are new; all are if it is not there.
-                if last and last[0] in lines:
-                    lines = lines[len(lines) - lines[::-1].index(last[0]):]
+                lines = lines if after is None else after
             elif shown is not None and shown[0] == path and shown[1] > start:
                 # The events reached into this read (it took a while): the lines after the
                 # last they showed are new; if it is not among them, they went past it.
-                if not last or last[0] not in lines:
+                if after is None:
                     return False  # they keep up: no need to follow the file
-                lines = lines[len(lines) - lines[::-1].index(last[0]):]
+                lines = after
             if not _follows_its_files(view):
                 view.buffer.mark(
                     "… lines too fast to draw: the pane shows the newest of this rank's "
@@ -983,6 +983,14 @@ def _own_best(view: RankView) -> Progress | None:
 
 def _path_of(view: RankView, kind: LineKind) -> str:
     return view.stdout_path if kind == "stdout" else view.stderr_path
+
+
+def _after_last(lines: Sequence[str], line: str) -> Sequence[str] | None:
+    """The lines after the last ``line`` among ``lines``; None when it is not there."""
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i] == line:
+            return lines[i + 1:]
+    return None
 
 
 def _utf8_size(lines: Sequence[str]) -> int:

@@ -41,26 +41,33 @@ def own_traceback_before(stderr_path: str, t_ns: int | None) -> str:
             return ""
     except OSError:
         return ""
-    return raised_line(stderr_path) or (CUT_SHORT if _cut_short(stderr_path) else "")
+    tail = _said(stderr_path)
+    return _raised(tail) or (CUT_SHORT if _cut_short(tail) else "")
 
 
-def _cut_short(stderr_path: str) -> bool:
-    """Whether ``stderr_path`` ends inside a traceback: its header, then frames only."""
-    tail = [ln for ln in said_lines(stderr_path, _TAIL) if ln.strip()]
-    heads = [i for i, ln in enumerate(tail) if "Traceback (most recent call last)" in ln]
-    if not heads or heads[-1] == len(tail) - 1:
-        return bool(heads)  # the header was the last line written
-    return all(_FRAME.match(ln) for ln in tail[heads[-1] + 1:])
+_HEADER: Final = "Traceback (most recent call last)"
+
+
+def _said(stderr_path: str) -> list[str]:
+    """The non-blank lines of the file's end, torch's own log lines left out."""
+    return [ln for ln in said_lines(stderr_path, _TAIL) if ln.strip()]
+
+
+def _cut_short(tail: list[str]) -> bool:
+    """Whether ``tail`` ends inside a traceback: its header, then frames only."""
+    heads = [i for i, ln in enumerate(tail) if _HEADER in ln]
+    return bool(heads) and all(_FRAME.match(ln) for ln in tail[heads[-1] + 1:])
 
 
 def raised_line(stderr_path: str) -> str:
     """The exception line that ends ``stderr_path`` (torch's own log lines after it
     skipped) when a traceback comes before it; "" when the rank's stderr does not end with
     an exception of its own (an interrupt's, a signal's, ``SystemExit`` are not)."""
-    if not stderr_path:
-        return ""
-    tail = [ln for ln in said_lines(stderr_path, _TAIL) if ln.strip()]
-    if not tail or not any("Traceback (most recent call last)" in ln for ln in tail):
+    return _raised(_said(stderr_path)) if stderr_path else ""
+
+
+def _raised(tail: list[str]) -> str:
+    if not tail or not any(_HEADER in ln for ln in tail):
         return ""
     last = tail[-1]
     m = _EXCEPTION.match(last)
