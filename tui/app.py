@@ -60,7 +60,7 @@ from .bridge import EngineBridge
 from .clip import file_log_lines, plural, traceback_text
 from .debug_keys import DebugKeys
 from .messages import CommandFinished, EngineEvent, RankSelected, ZoomRequested
-from .model import RunView
+from .model import RankView, RunView
 from .screens.confirm import ConfirmScreen, QuitScreen, RestartRankScreen
 from .screens.errors import ErrorsScreen
 from .screens.help import HelpScreen
@@ -189,6 +189,8 @@ class RankvisorApp(DebugKeys, App[int]):
         files are never looked at: an idle viewer costs no syscall a tick)."""
         self._following: set[int] = set()
         """Ranks whose files grew at the last look (looked at again at the next tick)."""
+        self._told_follow: dict[int, tuple[int, int]] = {}
+        """rank -> the incarnation whose files the handle was told this viewer follows."""
         for view in self.run_view.ranks:
             view.restart_clock(clock())  # quiet since we started watching
         self._drain_hz = drain_hz
@@ -322,8 +324,22 @@ class RankvisorApp(DebugKeys, App[int]):
                     rank, kind, path, tail.lines, tail.partial, start=tail.start, gap=tail.gap
                 ):
                     shown.add(rank)
+            if run.following_file(rank):
+                self._tell_following(view)
         self._following = growing
         return shown
+
+    def _tell_following(self, view: RankView) -> None:
+        """A pane that shows its rank from the files needs none of its line events: tell
+        the handle once an incarnation (``RemoteHandle.follow_files``: the supervisor then
+        stops encoding and sending them; a handle without it goes on as before)."""
+        incarnation = (view.attempt, view.restart_count)
+        if self._told_follow.get(view.rank) == incarnation:
+            return
+        self._told_follow[view.rank] = incarnation
+        follow = getattr(self.handle, "follow_files", None)
+        if callable(follow):
+            follow(view.rank, *incarnation)
 
     def _tick(self) -> None:
         """The drain tick: draw what arrived since the last one.

@@ -176,6 +176,13 @@ class RemoteHandle:
         }
         self._filtered = {"filtered_stdout": now.filtered_stdout_path,
                           "filtered_stderr": now.filtered_stderr_path}
+        self._follows_files = welcome.get("follows_files") is True
+        """The supervisor takes "follow" (``follow_files``)."""
+        self._incarnations: dict[int, tuple[int, int]] = {
+            r.rank: (r.attempt, r.restart_count) for r in now.ranks
+        }
+        self._followed: set[int] = set()
+        """Ranks whose lines the supervisor no longer sends us (we read their files)."""
         for data in welcome.get("history", ()):
             event = wire.event_from_wire(data)
             if event is not None:
@@ -382,6 +389,29 @@ class RemoteHandle:
         waited = self.answer_timeout_s if wait_s is None else wait_s
         return f"no answer from the supervisor within {waited:g} s"
 
+    def follow_files(self, rank: int, attempt: int, restart_count: int) -> bool:
+        """Say that this viewer shows ``rank`` from its files now (its pane follows them under
+        a flood: ``engine.logfile.follow``), as of that incarnation: the supervisor then
+        sends none of its stdout and stderr lines until the rank's next incarnation, only a
+        skipped marker now and then, which reaches the sinks as an empty batch of that
+        stream (the cue to look at the files). Lines a viewer would throw away cost neither
+        process a thing. False (nothing changes) when the supervisor does not take it, the
+        connection is gone, or the rank has run again since."""
+        if not self._follows_files or self._gone.is_set():
+            return False
+        with self._lock:
+            if self._incarnations.get(rank) != (attempt, restart_count):
+                return False
+            self._followed.add(rank)
+        message = {"t": "follow", "rank": rank, "attempt": attempt,
+                   "restart_count": restart_count}
+        try:
+            with self._send_lock:
+                self._sock.sendall(wire.encode_message(message))
+        except OSError:
+            return False
+        return True
+
     # -- the reader thread -----------------------------------------------------------------
 
     def _read_loop(self) -> None:
@@ -478,6 +508,9 @@ class RemoteHandle:
         self._history.append(event)
         if isinstance(event, RankRestarted):
             self._paths[event.rank] = (event.attempt, event.stdout_path, event.stderr_path)
+            with self._lock:  # new files: the supervisor sends their lines again
+                self._incarnations[event.rank] = (event.attempt, event.restart_count)
+                self._followed.discard(event.rank)
         elif isinstance(event, AttemptStarted):
             for stream, path in self._filtered.items():
                 if path:
@@ -521,6 +554,13 @@ class RemoteHandle:
             count = int(message["count"])
         except (KeyError, TypeError, ValueError):
             return
+        if stream in ("stdout", "stderr"):
+            with self._lock:
+                followed = rank in self._followed
+            if followed:  # we read its files: this says only that they grew
+                self._deliver(RankOutput(rank, stream, (),  # type: ignore[arg-type]
+                                         attempt=attempt, first_line=first + count))
+                return
         key = (rank, stream)
         since = time.monotonic()
         older = self._unread.get(key)

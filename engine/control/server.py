@@ -10,7 +10,11 @@ every client's queue under one short lock, and never touches a socket. A client 
 reading fills its queue; from then on its output batches are dropped and replaced by one
 "skipped" marker per stretch of lines (the client reads those lines from the files, which are
 the record); lifecycle events are never dropped, but a client so far behind that even they
-pass a generous bound is disconnected with a line saying why.
+pass a generous bound is disconnected with a line saying why. A viewer whose pane shows a
+rank from its files (under a flood: ``engine.logfile.follow``) says so ("follow"); from then
+until that rank's next incarnation its stdout and stderr batches are only counted into that
+client's skipped markers, never encoded: the marker tells the viewer to look at the files,
+and the lines it would have thrown away cost neither side a thing.
 
 Security: the socket's directory is created 0700 when missing, the socket is chmod 0600, and
 every connection's peer credentials (SO_PEERCRED) must be our uid or root; any other peer is
@@ -30,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..events import Event, RankOutput, RankStats
+from ..events import Event, RankOutput, RankRestarted, RankStats
 from ..handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle, reads_only
 from . import wire
 
@@ -97,6 +101,8 @@ class _Client:
         self.dropped_lines = 0
         self.dropping = False
         """Output is being dropped until the queue drains to half its bound."""
+        self.follows: set[int] = set()
+        """Ranks this viewer reads from their files (until their next incarnation)."""
         self.closed = False
         """No more queueing; the writer sends what is queued (the reason line) then stops."""
         self.give_up = 0.0
@@ -144,7 +150,13 @@ class ControlServer:
         # Subscribe first, then look: an event between the two is in the history and may
         # already show in the snapshot; a viewer folding it again lands where it would.
         self._unsubscribe = handle.subscribe(self._sink)
-        self._initial = wire.run_info_to_wire(handle.snapshot())
+        first = handle.snapshot()
+        self._initial = wire.run_info_to_wire(first)
+        self._incarnations: dict[int, tuple[int, int]] = {
+            r.rank: (r.attempt, r.restart_count) for r in first.ranks
+        }
+        """rank -> (attempt, restart count) of its files now: a viewer's "follow" names the
+        incarnation it read, so one that crossed a restart on its way is not taken."""
 
     # -- the sink (engine threads) -------------------------------------------------------
 
@@ -164,6 +176,10 @@ class ControlServer:
                         self._put(client, data)
             else:
                 self._history.append(data[:-1])
+                if isinstance(event, RankRestarted):  # new files: every viewer gets lines
+                    self._incarnations[event.rank] = (event.attempt, event.restart_count)
+                    for client in self._clients:
+                        client.follows.discard(event.rank)
                 for client in self._clients:
                     self._offer_lifecycle(client, data)
 
@@ -177,7 +193,9 @@ class ControlServer:
             if not self._clients:
                 return
             size = _estimate(event)
-            takers = [c for c in self._clients if self._takes(c, size)]
+            followed = event.stream in ("stdout", "stderr")
+            takers = [c for c in self._clients
+                      if not (followed and event.rank in c.follows) and self._takes(c, size)]
             for client in self._clients:
                 if not client.closed and client not in takers:
                     self._drop_output(client, event)
@@ -411,6 +429,7 @@ class ControlServer:
             "version": wire.package_version(),
             "supervisor_pid": os.getpid(),
             "read_only": client.read_only,
+            "follows_files": True,
             "initial": self._initial,
         })
         with self._lock:
@@ -458,6 +477,8 @@ class ControlServer:
                 ))
             elif kind == "bye":
                 return
+            elif kind == "follow":
+                self._follow(client, message)
             elif kind in self._requests:
                 try:
                     answer = self._requests[kind](message, client.read_only)
@@ -471,6 +492,22 @@ class ControlServer:
                     "message": f"unknown message type {kind!r} ignored (this supervisor "
                     f"speaks protocol {wire.PROTOCOL_VERSION})",
                 }))
+
+    def _follow(self, client: _Client, message: dict[str, Any]) -> None:
+        """A viewer reads a rank's files: send it no more of that incarnation's lines."""
+        try:
+            rank = message["rank"]
+            seen = (message["attempt"], message["restart_count"])
+            if not all(type(v) is int for v in (rank, *seen)):
+                raise TypeError
+        except (KeyError, TypeError):
+            self._reply(client, wire.encode_message({
+                "t": "error", "message": "follow: needs integer rank, attempt, restart_count"
+            }))
+            return
+        with self._lock:
+            if self._incarnations.get(rank) == seen:
+                client.follows.add(rank)
 
     def _run(self, client: _Client, message: dict[str, Any]) -> CommandResult:
         try:

@@ -87,6 +87,16 @@ class BenchApp(RankvisorApp):
         self.lags: list[float] = []
         self.measuring = False
         self.frame_bytes = 0
+        self.file_lines = 0
+        """Lines the panes took from the files (under a flood the events bring none)."""
+        add_file_tail = self.run_view.add_file_tail
+
+        def counted(rank: int, stream: str, path: str, lines: Any, *args: Any,
+                    **kwargs: Any) -> bool:
+            self.file_lines += len(lines)
+            return add_file_tail(rank, stream, path, lines, *args, **kwargs)
+
+        self.run_view.add_file_tail = counted  # type: ignore[method-assign]
         self._render_console = Console(
             width=160,
             height=48,
@@ -108,6 +118,14 @@ class BenchApp(RankvisorApp):
         self.frames.append(now)
         for hook in list(self.frame_hooks):
             hook(now)
+
+    tell_follow = True
+    """False: the app does not tell its supervisor which files it follows (as before the
+    ``follow`` message), for a turn-about comparison (``--without-follow``)."""
+
+    def _tell_following(self, view: Any) -> None:
+        if self.tell_follow:
+            super()._tell_following(view)
 
     def _drain(self, upto: int | None = None) -> set[int]:
         changed = super()._drain(upto)
@@ -291,8 +309,8 @@ async def run_config(
                 busy0, all0 = _machine_busy()
                 thread0 = time.thread_time()
                 wall0 = time.perf_counter()
-                lines0 = app.bridge.lines_seen
                 drawn0 = sum(v.lines_seen for v in ranks)
+                files0 = app.file_lines
                 skipped0 = skipped_lines[0]
                 latencies: list[float] = []
                 screen = app.main_screen
@@ -311,8 +329,8 @@ async def run_config(
                 busy1, all1 = _machine_busy()
                 thread_cpu = time.thread_time() - thread0
                 app.measuring = False
-                lines = app.bridge.lines_seen - lines0
-                drawn_window = sum(v.lines_seen for v in ranks) - drawn0
+                drawn_window = sum(v.lines_seen for v in ranks) - drawn0 + app.file_lines - files0
+                lines = drawn_window  # from the events and from the files
                 skipped_window = skipped_lines[0] - skipped0
                 skipped = sum(
                     1 for v in ranks for i in range(len(v.buffer)) if v.buffer[i][0] == "marker"
@@ -537,6 +555,11 @@ def main(argv: list[str] | None = None) -> int:
         "--idle-rate", type=float, default=0.0, help="lines/s per idle rank (0: sleeping)"
     )
     p.add_argument("--no-idle", action="store_true", help="skip the idle-viewer cost")
+    p.add_argument(
+        "--without-follow", choices=("no", "yes", "turn"), default="no",
+        help="the app does not tell the supervisor the files it follows (turn: each config "
+        "twice, with and without, in turn)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON only")
     a = p.parse_args(argv)
     configs = a.config or ["8x10000", "64x1250", "64x10000"]
@@ -544,8 +567,12 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for spec in configs:
         nprocs, rate = spec.lower().split("x")
-        for mode in modes:
+        tells = {"no": [True], "yes": [False], "turn": [True, False]}[a.without_follow]
+        for mode, tell in ((m, t) for m in modes for t in tells):
+            BenchApp.tell_follow = tell
             result = asyncio.run(run_config(int(nprocs), float(rate), a.seconds, a.keys, mode))
+            if not tell:
+                result["mode"] += " (no follow)"
             results.append(result)
             if not a.json:
                 print(json.dumps(result), flush=True)

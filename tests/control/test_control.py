@@ -418,3 +418,59 @@ def test_a_skipped_stretch_is_read_back_only_for_its_last_lines_unless_passed(
     assert got[0].first_line == len(on_disk) - 25
     assert list(got[0].lines) == on_disk[-25:]
     release.touch()
+
+
+# Numbered lines on stdout every 5 ms, for ever (each incarnation from 0 again).
+TICKER = (
+    "import os, sys, time\n"
+    "r = os.environ['RANK']; i = 0\n"
+    "while True:\n"
+    "    print(f'{r}:{i}', flush=True); i += 1; time.sleep(0.005)\n"
+)
+
+
+def test_a_viewer_that_follows_a_ranks_files_is_sent_cues_instead_of_its_lines(
+    serve: Any,
+) -> None:
+    """A viewer whose pane shows a rank from its files (under a flood) gets none of that
+    incarnation's lines any more, only a cue now and then that its files grew; the other
+    rank's lines keep coming, and a restart gives the rank's new lines back."""
+    s = serve(("-u", "-c", TICKER), nprocs=2)
+    viewer = s.connect(pass_over_skipped=True)
+    got: list[RankOutput] = []
+    lock = threading.Lock()
+
+    def sink(event: Event) -> None:
+        if isinstance(event, RankOutput):
+            with lock:
+                got.append(event)
+
+    viewer.subscribe(sink)
+
+    def of(rank: int, since: int = 0) -> list[RankOutput]:
+        with lock:
+            return [e for e in got[since:] if e.rank == rank and e.stream == "stdout"]
+
+    wait_until(lambda: of(0) and of(1), timeout=30)
+    # An incarnation the rank is not in (a follow that crossed a restart) is not taken.
+    assert not viewer.follow_files(0, 0, 1)
+    assert viewer.follow_files(0, 0, 0)
+    wait_until(lambda: any(not e.lines for e in of(0)), timeout=30)
+    with lock:
+        cue = next(i for i, e in enumerate(got) if e.rank == 0 and not e.lines)
+    before = len(Path(s.sup.snapshot().ranks[0].stdout_path).read_text().splitlines())
+    wait_until(lambda: len(of(1, cue)) >= 10 and len(of(0, cue + 1)) >= 3, timeout=30)
+    # After the first cue: more cues for rank 0, never one of its lines; rank 1's lines go on.
+    assert all(not e.lines and not e.partial for e in of(0, cue))
+    assert sum(len(e.lines) for e in of(1, cue)) >= 10
+    # Nothing is lost: the rank wrote on, into its file.
+    wait_until(lambda: len(Path(s.sup.snapshot().ranks[0].stdout_path).read_text()
+                           .splitlines()) > before + 20, timeout=30)
+    # A restart: new files, whose lines come to the viewer again; the old follow is stale.
+    with lock:
+        mark = len(got)
+    assert viewer.execute(RestartRank(0)).ok
+    wait_until(lambda: any(e.lines and e.lines[0].startswith("0:") for e in of(0, mark)),
+               timeout=30)
+    assert not viewer.follow_files(0, 0, 0)
+    assert viewer.follow_files(0, 0, 1)

@@ -8,10 +8,15 @@ twice, none out of order, every file intact. Counts and orderings only, never a 
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
+from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.control.server import ControlServer
 from rankvisor.engine.events import RankOutput
 from rankvisor.engine.logfile.follow import FileFollower
 from rankvisor.engine.states import RankState
@@ -113,9 +118,7 @@ def _numbers(run: RunView, rank: int) -> list[int]:
     return out
 
 
-async def test_flooding_ranks_panes_follow_their_files_to_each_last_line(
-    tmp_path: Path,
-) -> None:
+def _flood_config(tmp_path: Path) -> tuple[SupervisorConfig, int, float]:
     nprocs, rate, seconds = 4, 20_000, 1.5
     config = SupervisorConfig(
         entrypoint=sys.executable,
@@ -125,36 +128,87 @@ async def test_flooding_ranks_panes_follow_their_files_to_each_last_line(
         term_timeout=3.0,
         sample_interval=0.5,
     )
-    sup = Supervisor(config)
-    app = RankvisorApp(sup)
+    return config, rate, seconds
+
+
+async def _panes_end_at_each_last_line(
+    app: RankvisorApp, rate: int, seconds: float, *, quit: bool = True
+) -> None:
+    """Run the app until every rank succeeded; check its panes against the files."""
     app.follower = FileFollower(flood_rate=0)  # every file with output is read from its end
     ranks = app.run_view.ranks
-    try:
-        async with app.run_test(size=(120, 36)) as pilot:
-            await wait_for(
-                pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks), 120, step=0.05
-            )
-            files = [Path(v.stdout_path).read_bytes().splitlines() for v in ranks]
-            last = [lines[-1].decode() for lines in files]
-            shown = lambda: [(v.buffer.tail(1, "stdout") or [""])[0] for v in ranks]  # noqa: E731
-            try:
-                await wait_for(pilot, lambda: shown() == last, 60, step=0.05)
-            except AssertionError:
-                raise AssertionError((shown(), last, app.follower.reads)) from None
-            for rank, lines in enumerate(files):
-                # The file holds the rank's bytes: every number once, in order.
-                numbers = [int(_NUMBER.match(x.decode()).group(2)) for x in lines]  # type: ignore[union-attr]
-                assert numbers == list(range(len(numbers))) and len(numbers) > rate * seconds / 2
-                # The pane: no line twice, none out of order, its last line the file's.
-                shown = _numbers(app.run_view, rank)
-                assert shown == sorted(set(shown)) and shown[-1] == numbers[-1]
-            # Read from their ends (whether a pane followed its file or its events kept up
-            # depends on the machine's load: either way the pane is as checked above).
-            assert app.follower.reads > 0
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(
+            pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks), 120, step=0.05
+        )
+        files = [Path(v.stdout_path).read_bytes().splitlines() for v in ranks]
+        last = [lines[-1].decode() for lines in files]
+        shown = lambda: [(v.buffer.tail(1, "stdout") or [""])[0] for v in ranks]  # noqa: E731
+        try:
+            await wait_for(pilot, lambda: shown() == last, 60, step=0.05)
+        except AssertionError:
+            raise AssertionError((shown(), last, app.follower.reads)) from None
+        for rank, lines in enumerate(files):
+            # The file holds the rank's bytes: every number once, in order.
+            numbers = [int(_NUMBER.match(x.decode()).group(2)) for x in lines]  # type: ignore[union-attr]
+            assert numbers == list(range(len(numbers))) and len(numbers) > rate * seconds / 2
+            # The pane: no line twice, none out of order, its last line the file's.
+            shown_numbers = _numbers(app.run_view, rank)
+            assert shown_numbers == sorted(set(shown_numbers))
+            assert shown_numbers[-1] == numbers[-1]
+        # Read from their ends (whether a pane followed its file or its events kept up
+        # depends on the machine's load: either way the pane is as checked above).
+        assert app.follower.reads > 0
+        if quit:
             await pilot.press("q")
             await wait_for(pilot, lambda: app.shut_down, 30, step=0.05)
+
+
+async def test_flooding_ranks_panes_follow_their_files_to_each_last_line(
+    tmp_path: Path,
+) -> None:
+    config, rate, seconds = _flood_config(tmp_path)
+    sup = Supervisor(config)
+    try:
+        await _panes_end_at_each_last_line(RankvisorApp(sup), rate, seconds)
     finally:
         sup.shutdown()
+
+
+async def test_an_attached_viewer_is_sent_no_line_of_a_rank_whose_files_it_follows(
+    tmp_path: Path,
+) -> None:
+    """As ``rankvisor run`` views a run (a supervisor's socket, a RemoteHandle): once a pane
+    shows its rank from the files, the supervisor sends cues instead of that rank's lines,
+    and the panes still end at each rank's last line."""
+    config, rate, seconds = _flood_config(tmp_path)
+    sup = Supervisor(config)
+    sock_dir = tempfile.mkdtemp(dir="/tmp", prefix="rvf")  # sun_path is 108 bytes
+    server = ControlServer(sup, os.path.join(sock_dir, "run.sock"))
+    server.start()
+    handle = RemoteHandle.connect(server.socket_path, pass_over_skipped=True)
+    after_cue: dict[int, int] = {}
+    """rank -> stdout lines that came after its first cue (none may)."""
+
+    def watch(event: object) -> None:
+        if isinstance(event, RankOutput) and event.stream == "stdout":
+            if event.rank in after_cue:
+                after_cue[event.rank] += len(event.lines)
+            elif not event.lines and not event.partial:
+                after_cue[event.rank] = 0
+
+    handle.subscribe(watch)
+    try:
+        sup.start()
+        await _panes_end_at_each_last_line(RankvisorApp(handle), rate, seconds, quit=False)
+    finally:
+        handle.shutdown()
+        server.close()
+        sup.shutdown()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    # Under a flood of 20k lines a second the events fall behind the files at once, so the
+    # panes follow them; from its first cue on, a rank's lines were never sent.
+    assert after_cue and set(after_cue.values()) == {0}, after_cue
 
 
 def test_lines_not_drawn_leave_the_first_tail_to_the_last_line_shown() -> None:
