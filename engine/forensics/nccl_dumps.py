@@ -60,16 +60,27 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"not plain data: {module}.{name}")
 
 
-def read_dumps(incarnation_dir: str) -> list[tuple[dict[str, Any], int]]:
-    """The FR dumps torch wrote in ``incarnation_dir``, each with its file's mtime (ns)."""
+def read_dumps(
+    incarnation_dir: str, seen: dict[str, tuple[int, int]] | None = None
+) -> list[tuple[dict[str, Any], int]]:
+    """The FR dumps torch wrote in ``incarnation_dir``, each with its file's mtime (ns).
+
+    ``seen`` (path -> (mtime, size), kept by the caller): a dump read before and unchanged
+    since is left out (the watch looks twice a second; a dump can be megabytes)."""
     out = []
     for path in sorted(glob.glob(os.path.join(glob.escape(incarnation_dir), f"{DUMP_STEM}*"))):
         if path.endswith(".pipe"):
             continue
         try:
+            st = os.stat(path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            if seen is not None and seen.get(path) == stamp:
+                continue
             with open(path, "rb") as f:
                 data = _PlainUnpickler(io.BytesIO(f.read(1 << 26))).load()
-            mtime = os.stat(path).st_mtime_ns
+            mtime = st.st_mtime_ns
+            if seen is not None:
+                seen[path] = stamp
         except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError):
             continue
         if isinstance(data, dict):

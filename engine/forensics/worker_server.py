@@ -123,6 +123,12 @@ def ask_all(paths: Mapping[int, str], handler: str, *, query: str = "",
     """Every rank's answer (rank -> socket path), asked in parallel, within ``timeout_s``."""
     out: dict[int, Answer] = {}
     lock = threading.Lock()
+    # A rank with no socket answers at once (``ask``): no thread for it. A watch that asks
+    # every second ranks that never import torch.distributed would start one each.
+    absent = {r: p for r, p in paths.items() if not os.path.exists(p)}
+    for rank, path in absent.items():
+        out[rank] = ask(path, handler, query=query, timeout_s=timeout_s)
+    present = {r: p for r, p in paths.items() if r not in absent}
 
     def one(rank: int, path: str) -> None:
         a = ask(path, handler, query=query, timeout_s=timeout_s)
@@ -130,7 +136,7 @@ def ask_all(paths: Mapping[int, str], handler: str, *, query: str = "",
             out[rank] = a
 
     threads = [threading.Thread(target=one, args=(r, p), daemon=True,
-                                name="rankvisor-worker-ask") for r, p in paths.items()]
+                                name="rankvisor-worker-ask") for r, p in present.items()]
     for t in threads:
         t.start()
     end = time.monotonic() + timeout_s + 0.5

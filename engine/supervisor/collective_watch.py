@@ -61,6 +61,15 @@ class CollectiveWatch:
         self._last: dict[int, tuple[str, Answer]] = {}
         """rank -> (socket path, its last good answer)."""
         self._errors: dict[int, tuple[str, str]] = {}
+        self._parsed: dict[int, tuple[Answer | str, RankCollectives]] = {}
+        """rank -> (its last answer or error, the reading made of it): each is parsed once,
+        however often the live suspect asks for the verdicts (twice a second)."""
+        self._verdicts: tuple[list[RankCollectives], list[Verdict]] | None = None
+        """(the readings they were drawn from, the verdicts)."""
+        self._dumps_seen: dict[str, tuple[int, int]] = {}
+        """An NCCL dump file -> (mtime, size) when last read: read again only once changed
+        (under ``_dumps_lock``: a dump marked read is in ``_last`` before anyone looks)."""
+        self._dumps_lock = threading.Lock()
         self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll)
         self.start, self.stop = self._ticker.start, self._ticker.stop
 
@@ -93,14 +102,15 @@ class CollectiveWatch:
         with self._state.lock:
             dirs = {s.rank: os.path.dirname(s.error_file) for s in self._state.slots.values()
                     if s.error_file}
-        for rank, where in dirs.items():
-            for data, mtime in read_dumps(where):
-                body = json.dumps(data, default=str).encode()
-                with self._lock:
-                    seen = self._last.get(rank)
-                    if seen is None or seen[1].at_ns < mtime:
-                        self._last[rank] = (where, Answer(body=body, at_ns=mtime))
-                        self._errors.pop(rank, None)
+        with self._dumps_lock:
+            for rank, where in dirs.items():
+                for data, mtime in read_dumps(where, self._dumps_seen):
+                    body = json.dumps(data, default=str).encode()
+                    with self._lock:
+                        seen = self._last.get(rank)
+                        if seen is None or seen[1].at_ns < mtime:
+                            self._last[rank] = (where, Answer(body=body, at_ns=mtime))
+                            self._errors.pop(rank, None)
 
     def readings(self) -> list[RankCollectives]:
         """Every rank's last reading (an error for a rank never answered)."""
@@ -110,14 +120,22 @@ class CollectiveWatch:
             errors = dict(self._errors)
         out = []
         for rank in sorted(set(last) | set(errors)):
-            if rank in last:
-                out.append(parse_answer(rank, last[rank][1]))
-            else:
-                out.append(RankCollectives(rank, error=errors[rank][1]))
+            said: Answer | str = last[rank][1] if rank in last else errors[rank][1]
+            parsed = self._parsed.get(rank)
+            if parsed is None or parsed[0] is not said:
+                reading = (parse_answer(rank, said) if isinstance(said, Answer)
+                           else RankCollectives(rank, error=said))
+                parsed = self._parsed[rank] = (said, reading)
+            out.append(parsed[1])
         return out
 
     def verdicts(self) -> list[Verdict]:
-        return verdicts(self.readings())
+        readings = self.readings()
+        cached = self._verdicts
+        if (cached is None or len(cached[0]) != len(readings)
+                or any(a is not b for a, b in zip(cached[0], readings, strict=True))):
+            cached = self._verdicts = (readings, verdicts(readings))
+        return cached[1]
 
     def capture(self, reason: str, timeout_s: float = 0.5,
                 paths: Mapping[int, str] | None = None) -> str:

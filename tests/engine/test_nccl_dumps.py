@@ -68,6 +68,22 @@ def test_a_dump_is_read_as_plain_data_and_gives_the_same_verdict(tmp_path: Path)
     assert read_dumps(str(tmp_path / "bad")) == []
 
 
+def test_a_dump_read_before_is_read_again_only_once_it_changed(tmp_path: Path) -> None:
+    """The watch looks twice a second: an unchanged dump (megabytes, at 64 ranks) is not
+    unpickled again; a rewritten one is."""
+    d = json.loads((DATA / "0.json").read_text())
+    dump = tmp_path / f"{DUMP_STEM}0"
+    dump.write_bytes(pickle.dumps(d))
+    seen: dict[str, tuple[int, int]] = {}
+    assert [data for data, _ in read_dumps(str(tmp_path), seen)] == [d]
+    assert read_dumps(str(tmp_path), seen) == []
+    assert len(read_dumps(str(tmp_path))) == 1  # without a memory: every time
+    d["entries"] = d["entries"][:-1]
+    dump.write_bytes(pickle.dumps(d))
+    os.utime(dump, ns=(1, dump.stat().st_mtime_ns + 10**9))
+    assert [data for data, _ in read_dumps(str(tmp_path), seen)] == [d]
+
+
 @pytest.fixture(autouse=True)
 def _no_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
