@@ -52,7 +52,7 @@ from ..engine.handle import (
     SupervisorHandle,
     TerminateRanks,
 )
-from ..engine.logfile.follow import FileFollower
+from ..engine.logfile.follow import LAST_LINES_BYTES, FileFollower
 from ..engine.names.signals import default_action, signal_name
 from ..engine.output.safe_text import one_line
 from ..engine.states import RankState
@@ -310,13 +310,18 @@ class RankvisorApp(DebugKeys, App[int]):
         # The ranks with output since the last look (some came before a lifecycle event,
         # drained then), and those whose files grew at the last look.
         looks, self._to_look = self._to_look, set()
+        # In the tiles' layout a rank's rows show only once it is selected: the others are
+        # shown by their last line (a pane's read of each of 64 files a frame was most of
+        # the drain tick). Selected, a rank's next read is a pane's.
+        tiles = self.main_screen.mode != "grid"
         for rank in sorted(looks | self._following):
             if not 0 <= rank < len(run.ranks):
                 continue
             view = run.ranks[rank]
             follow = run.following_file(rank)
+            most = LAST_LINES_BYTES if tiles and rank != self.selected else None
             for kind, path in (("stdout", view.stdout_path), ("stderr", view.stderr_path)):
-                tail = self.follower.look((rank, kind), path, follow=follow)
+                tail = self.follower.look((rank, kind), path, follow=follow, max_bytes=most)
                 if tail is None:
                     continue
                 growing.add(rank)

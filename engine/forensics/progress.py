@@ -41,6 +41,10 @@ _PATTERNS: Final = (
 )
 
 KINDS: Final = ("custom", "tqdm", "step", "iter", "epoch")
+_NEEDS: Final = {"tqdm": "/", "step": "step", "iter": "iter", "epoch": "epoch"}
+"""What an ASCII line must hold (lower-cased) for a kind's pattern to match: a substring test
+costs a tenth of a search, and a pane under a flood reads a rank's last lines each frame,
+most of them holding none (a non-ASCII line is searched in every case: re.I folds more)."""
 """Kinds of progress, the best first: a person's pattern, then a bar (redrawn every step, so
 always current, where a counter in prose is printed every N steps and lags by up to N),
 then counters in prose, then epochs (too coarse)."""
@@ -151,7 +155,10 @@ class ProgressReader:
                         else None
                     )
                     return Progress("custom", int(text), total, "custom")
+        lower = line.lower() if line.isascii() else None
         for kind, pattern in _PATTERNS:
+            if lower is not None and _NEEDS[kind] not in lower:
+                continue
             m = pattern.search(line)
             if m is None:
                 continue

@@ -27,13 +27,16 @@ from typing import Callable, Final, Hashable
 
 from ..output.lines import LineAssembler
 
-__all__ = ["FLOOD_RATE", "FileFollower", "FileTail", "TAIL_BYTES"]
+__all__ = ["FLOOD_RATE", "FileFollower", "FileTail", "LAST_LINES_BYTES", "TAIL_BYTES"]
 
 FLOOD_RATE: Final = 256 * 1024
 """Bytes a second past which a file is read from its end (about 2,500 lines of 100 bytes a
 second: more than anybody reads, fewer than a flood writes)."""
 TAIL_BYTES: Final = 16 * 1024
 """The most of a file's end read at a time (about 160 lines of 100 bytes: a pane's rows)."""
+LAST_LINES_BYTES: Final = 2 * 1024
+"""The most read at a time of a file whose rank is shown by its last line only (a tile):
+enough for its last line and the lines its progress is read from."""
 _MIN_WINDOW_S: Final = 0.05
 """Two looks closer than this are measured over this long (no rate from a few bytes)."""
 
@@ -89,11 +92,13 @@ class FileFollower:
         self.reads = 0
         """Reads so far (a test can tell that a quiet file was never read)."""
 
-    def look(self, key: Hashable, path: str, *, follow: bool = False) -> FileTail | None:
+    def look(self, key: Hashable, path: str, *, follow: bool = False,
+             max_bytes: int | None = None) -> FileTail | None:
         """Look at ``path`` (under ``key``) now: its new lines if it grows faster than
         ``flood_rate`` since the last look, or if ``follow`` and it grew; else None.
 
-        Cheap: one ``stat``, and at most ``max_bytes`` read and cut into lines."""
+        Cheap: one ``stat``, and at most ``max_bytes`` (default: the follower's) read and
+        cut into lines: a rank shown only by its last line needs far less than a pane."""
         if not path:
             return None
         try:
@@ -109,19 +114,19 @@ class FileFollower:
         state.size, state.at = size, now
         if not (rate >= self.flood_rate or (follow and size != state.end)):
             return None
-        return self._read(key, state)
+        return self._read(key, state, self.max_bytes if max_bytes is None else max_bytes)
 
     def forget(self, key: Hashable) -> None:
         """Stop following ``key``."""
         self._files.pop(key, None)
 
-    def _read(self, key: Hashable, state: _Followed) -> FileTail | None:
+    def _read(self, key: Hashable, state: _Followed, max_bytes: int) -> FileTail | None:
         try:
             with open(state.path, "rb") as f:
                 size = f.seek(0, os.SEEK_END)
                 if size < state.end:
                     state.end = -1  # truncated: start again from its end
-                start = max(state.end, size - self.max_bytes, 0)
+                start = max(state.end, size - max_bytes, 0)
                 f.seek(start)
                 data = f.read(size - start)
                 at_line_start = start == 0 or start == state.end

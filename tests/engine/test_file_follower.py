@@ -76,6 +76,22 @@ def test_a_followed_file_goes_on_where_it_stopped(tmp_path: Path) -> None:
     assert tail.lines == tuple(f"line {i}" for i in range(1000 - len(tail.lines), 1000))
 
 
+def test_a_look_for_a_last_line_reads_less_and_the_next_full_one_goes_on_from_it(
+    tmp_path: Path,
+) -> None:
+    """A rank shown by its tile (its last line) is read a little at a time; selected, its
+    next read is a pane's, on from where the small one stopped."""
+    follower = FileFollower(flood_rate=1e12, max_bytes=1000, clock=Clock())
+    path = tmp_path / "r0.log"
+    _lines(path, 0, 500)
+    small = _read(follower.look("r0", str(path), follow=True, max_bytes=50))
+    assert small.lines == tuple(f"line {i}" for i in range(495, 500)) and small.gap
+    assert small.start == path.stat().st_size - 5 * len(b"line 495\n")  # a cut line: left out
+    _lines(path, 500, 510)
+    tail = _read(follower.look("r0", str(path), follow=True))
+    assert tail.lines == tuple(f"line {i}" for i in range(500, 510)) and not tail.gap
+
+
 def test_hostile_bytes_read_as_the_pump_shows_them_and_a_new_path_starts_over(
     tmp_path: Path,
 ) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rankvisor.engine.forensics.progress import (
     Progress,
     ProgressReader,
@@ -105,3 +107,29 @@ def test_a_reading_names_the_kind_of_line_it_came_from() -> None:
     assert warning.source != step_line.source
     bar = reader.read("train  14%|██▊     | 29/200")
     assert bar is not None and bar.source == reader.read("train  15%|███   | 30/200").source  # type: ignore[union-attr]
+
+
+def _searched_in_full(line: str) -> Progress | None:
+    """The reader's answer with every pattern searched (no substring test first)."""
+    from rankvisor.engine.forensics import progress
+
+    for kind, pattern in progress._PATTERNS:
+        m = pattern.search(line)
+        if m is None:
+            continue
+        if kind == "tqdm":
+            step, total = int(m.group(1)), int(m.group(2))
+            if total == 0 or step > total or not progress._BAR.search(line):
+                continue
+            return Progress(kind, step, total, progress.source_of(kind, line, m.start()))
+        return Progress(kind, int(m.group(1)), None, progress.source_of(kind, line, m.start()))
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(
+    ["step", "STEP", "Iter", "iterations", "epoch", "EPOCH", " ", ":", "=", "#", "/", "%",
+     "|", "it/s", "3", "45", "100", "0", ".", "x", "loss", "ſtep", "ıter", "é"]
+), max_size=12).map("".join))
+def test_the_substring_test_before_each_search_changes_no_answer(line: str) -> None:
+    assert ProgressReader().read(line) == _searched_in_full(line)
