@@ -353,7 +353,8 @@ class RankvisorApp(DebugKeys, App[int]):
         at that speed, and keys would wait behind the frames. So when the UI thread was busy
         more than half the time, panes other than the selected one are redrawn every third
         tick only (about 5 Hz, still within 250 ms of the files; a third of them on each
-        tick); their lines are buffered meanwhile, nothing is lost."""
+        tick); their lines are buffered meanwhile, nothing is lost. The tiles (every rank's
+        last line in one widget, redrawn whole) follow the same beat: every third tick."""
         self._ticks += 1
         cpu, wall = time.thread_time(), time.perf_counter()
         if self._load_mark is not None:
@@ -364,23 +365,27 @@ class RankvisorApp(DebugKeys, App[int]):
         self._dirty |= self._drain()
         now = self.clock()
         second = int(now - self._started_at)
+        tiles = True
         if self._throttle and time.perf_counter() - self._last_key < KEY_PRIORITY_S:
             # A key was just pressed: draw its effect first, the other panes right after.
             changed = self._dirty & {self.selected}
+            tiles = False  # the key's own frame redraws them
         elif self._throttle and self.ui_load > THROTTLE_LOAD:
             # A third of the panes each tick, in turn, so that frames stay evenly cheap.
             tick = self._ticks
             changed = {
                 r for r in self._dirty if r == self.selected or (r + tick) % THROTTLE_EVERY == 0
             }
+            tiles = tick % THROTTLE_EVERY == 0
         else:
             changed = set(self._dirty)
         if changed or second != self._last_second or self._any_countdown():
             if second != self._last_second:
                 self._tell_shown()
+                tiles = True  # their clocks and CPU figures, at least once a second
             self._last_second = second
             self._dirty -= changed
-            self._show(changed, now)
+            self._show(changed, now, tiles=tiles)
 
     def _tell_shown(self) -> None:
         """A handle of every node's ranks connects only the nodes whose ranks are shown
@@ -393,7 +398,9 @@ class RankvisorApp(DebugKeys, App[int]):
     def _any_countdown(self) -> bool:
         return any(view.escalation_deadline is not None for view in self.run_view.ranks)
 
-    def _show(self, changed: set[int] | None, now: float | None = None) -> None:
+    def _show(
+        self, changed: set[int] | None, now: float | None = None, *, tiles: bool = True
+    ) -> None:
         if not self.main_screen.ready:
             return
         now = self.clock() if now is None else now
@@ -401,7 +408,7 @@ class RankvisorApp(DebugKeys, App[int]):
         self.run_view.update_progress(now)
         try:
             with self.batch_update():
-                self.main_screen.show_ranks(changed, now, root)
+                self.main_screen.show_ranks(changed, now, root, tiles=tiles)
                 self.main_screen.show_summary(**self.summary_args(now))
                 for screen in self.screen_stack:
                     if screen is not self.main_screen:

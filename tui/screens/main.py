@@ -220,8 +220,11 @@ class MainScreen(Screen[None]):
         clock = getattr(self.app, "clock", None)
         return clock() if callable(clock) else 0.0
 
-    def show_ranks(self, changed: set[int] | None, now: float, root_cause: int | None) -> None:
-        """Redraw what changed (``None``: everything); cheap for unchanged ranks."""
+    def show_ranks(
+        self, changed: set[int] | None, now: float, root_cause: int | None, *, tiles: bool = True
+    ) -> None:
+        """Redraw what changed (``None``: everything); cheap for unchanged ranks. ``tiles``
+        False: the tiles wait for a later call (the app draws them less often under load)."""
         self._root_cause = root_cause
         self.strip.show(self.run, now)
         if self.mode == "grid":
@@ -230,7 +233,8 @@ class MainScreen(Screen[None]):
                 if changed is None or pane.rank in changed:
                     pane.sync_log()
         else:
-            self.tiles.show(now, root_cause)
+            if tiles or changed is None:
+                self.tiles.show(now, root_cause)
             focus = self.focus_pane
             focus.show(now, root_cause=focus.rank == root_cause)
             if changed is None or focus.rank in changed:
