@@ -149,6 +149,9 @@ class StatusBoard:
         self.liveness = Liveness()
         self.door: str | None = None
         """Where this node's supervisor serves viewers of other nodes (``HOST:PORT``)."""
+        self.over = False
+        """This node's round is over (the agent's loop returned): its record is final, and
+        says so before the node waits for the others (``wait_for_others``)."""
 
     # -- the round -------------------------------------------------------------------------
 
@@ -160,6 +163,7 @@ class StatusBoard:
         with self._lock:
             self._store = None if self.store_lost else store
             self.node_rank, self.nnodes, self.round = node_rank, nnodes, round_
+            self.over = False
             self.base_rank = base_rank
             self.world_size = world_size
             self._bad_told = set()
@@ -282,6 +286,7 @@ class StatusBoard:
             "node_rank": self.node_rank, "host": self.host, "round": self.round,
             "attempt": (status or {}).get("attempt", 0),
             "finished": bool((status or {}).get("finished")),
+            "over": self.over,
             "ranks": ranks, "rc": self._candidate(status),
             "suspect": (status or {}).get("suspect"),
         }
@@ -450,7 +455,7 @@ class StatusBoard:
         """Nodes whose beat stopped before their run finished."""
         remote = self.remote_records()
         return frozenset(n for n in self.liveness.unreachable
-                         if not remote.get(n, {}).get("finished"))
+                         if not _over(remote.get(n, {})))
 
     def _get_if_there(self, key: str) -> bytes | None:
         def get(store: Store) -> bytes | None:
@@ -464,14 +469,17 @@ class StatusBoard:
             return dict(self._remote)
 
     def wait_for_others(self, timeout_s: float, *, finished: bool = True) -> bool:
-        """Read until every node's record of this round says finished (or ``timeout_s``)."""
+        """Read until every node's record of this round says it is over (or ``timeout_s``).
+
+        Over, not finished: a node's run finishes only after this wait, so a wait for the
+        others' "finished" was a wait for each node's timeout on every node."""
         deadline = time.monotonic() + timeout_s
         while True:
             self._gen_seen = None  # read even if the counter did not move
             self.read_now()
             recs = self.remote_records()
             done = len(recs) == self.nnodes - 1 and all(
-                r.get("finished") or not finished for r in recs.values()
+                _over(r) or not finished for r in recs.values()
             )
             if done or self.store_lost or self.nnodes <= 1:
                 return done
@@ -555,3 +563,8 @@ class StatusBoard:
                                       "host": rec.get("host")}
                     break
         return out
+
+
+def _over(record: dict[str, Any]) -> bool:
+    """A node's record says its round is over (its run may not have finished yet)."""
+    return bool(record.get("over") or record.get("finished"))

@@ -155,9 +155,11 @@ def run_cluster(
             else:
                 error = f"{type(e).__name__}: {e}"
                 log.exception("the agent failed")
-        # The end: our last record, the others' (bounded), then the end published.
+        # The end: our last record (final: it says so), the others' (bounded), then the end
+        # published.
         if host is not None:
             host.current_status()  # the board sees this node's last state
+        board.over = True
         board.publish_now()
         if error:
             sup.notice(f"the multi-node agent failed: {error}", "error")

@@ -177,3 +177,28 @@ def test_a_peer_aborted_after_a_closed_connection_is_not_the_node_s_candidate(
     rc = board.local_record()["rc"]
     assert (rc["local_rank"], rc["knock_on"]) == (1, False), rc
     assert "fails on purpose" in rc["message"]
+
+
+def test_every_node_whose_round_is_over_ends_its_wait_for_the_others_at_once() -> None:
+    """A node's run finishes only after it waited for the others' last records: waiting for
+    their "finished" made every node of every run wait out its whole bound (5 s). Each
+    node's last record says its round is over; that is what the others wait for."""
+    store = DictStore()
+    boards = []
+    for node in (0, 1):
+        board = StatusBoard(host=f"node-{node}")
+        board.attach(store, node_rank=node, nnodes=2, round_=0, base_rank=2 * node,
+                     world_size=4)
+        board.close()  # the test drives the reads and writes itself
+        board.decorate(local_status())
+        boards.append(board)
+    boards[0].over = True
+    boards[0].publish_now()
+    boards[1].publish_now()  # node 1's round is not over yet: node 0's wait is bounded
+    assert boards[0].wait_for_others(0.3) is False
+    boards[1].over = True
+    boards[1].publish_now()
+    # Bounded by a minute, over at once: each sees the other's round over, none finished.
+    assert boards[0].wait_for_others(60.0) is True
+    assert boards[1].wait_for_others(60.0) is True
+    assert not any(r.get("finished") for b in boards for r in b.remote_records().values())
