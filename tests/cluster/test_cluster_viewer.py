@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +57,21 @@ def _all_running(logs: Path) -> dict[str, Any] | None:
     return None
 
 
-def _held(hosts: TwoHosts, tmp_path: Path) -> tuple[Job, Path, dict[str, Any]]:
-    hold = tmp_path / "hold"
-    job = Job(hosts, tmp_path, env={"HOLD_FILE": str(hold)})
-    status = wait_until(lambda: _all_running(job.logs[0]), timeout=120, interval=0.2)
-    assert isinstance(status, dict)
-    # The ranks have said who they are before they wait on the file.
+def _said(job: Job) -> None:
+    """Wait until host 1's ranks have said who they are (before they wait on the file)."""
     def said() -> bool:
         files = list(job.logs[1].glob("*/attempt_0/*/stdout.log"))
         return len(files) == 2 and all(" of 4 " in p.read_text() for p in files)
 
     wait_until(said, timeout=60)
+
+
+def _held(hosts: TwoHosts, tmp_path: Path) -> tuple[Job, Path, dict[str, Any]]:
+    hold = tmp_path / "hold"
+    job = Job(hosts, tmp_path, env={"HOLD_FILE": str(hold)})
+    status = wait_until(lambda: _all_running(job.logs[0]), timeout=120, interval=0.2)
+    assert isinstance(status, dict)
+    _said(job)
     return job, hold, status
 
 
@@ -74,30 +79,6 @@ def _remote_rank(status: dict[str, Any]) -> tuple[int, str]:
     here = status["node_rank"]
     other = [r for r in status["ranks"] if r["node_rank"] != here]
     return int(other[0]["rank"]), str(other[0]["host"])
-
-
-def test_logs_and_stack_of_a_rank_on_the_other_host(hosts: TwoHosts, tmp_path: Path) -> None:
-    job, hold, status = _held(hosts, tmp_path)
-    try:
-        rank, host = _remote_rank(status)
-        assert host == HOSTNAMES[1]
-        run_dir = str(next(job.logs[0].glob("*/status.json")).parent)
-        logs = hosts.run(0, [*CLI, "logs", run_dir, "--rank", str(rank)], cwd=ROOT)
-        assert logs.returncode == 0, logs.stderr
-        assert f"rank {rank} of 4 " in logs.stdout, logs.stdout
-        # The bytes came from node02's file, through its door: no file here holds them.
-        here = "".join(p.read_text() for p in job.logs[0].glob("*/attempt_0/*/stdout.log"))
-        assert f"rank {rank} of 4 " not in here
-        stack = hosts.run(0, [*CLI, "stack", run_dir, "--rank", str(rank), "--json"], cwd=ROOT)
-        assert stack.returncode == 0, stack.stderr
-        dump = json.loads(stack.stdout)
-        frames = json.dumps(dump["groups"])
-        assert "main" in frames, frames[:2000]
-        assert dump["path"].startswith(str(job.logs[1])), dump["path"]  # saved on its node
-    finally:
-        hold.touch()
-    for code, _out, err in job.wait():
-        assert code == 0, err[-3000:]
 
 
 _NO_SECRET = """
@@ -124,22 +105,6 @@ except OSError:
 print("first", first.decode())
 print("after", len(rest))
 """
-
-
-def test_a_client_without_the_secret_gets_nothing(hosts: TwoHosts, tmp_path: Path) -> None:
-    job, hold, status = _held(hosts, tmp_path)
-    try:
-        doors = status["cluster"]["doors"]
-        other = next(d for n, d in doors.items() if int(n) != status["node_rank"])
-        probe = hosts.run(0, [sys.executable, "-c", _NO_SECRET, other], cwd=ROOT)
-        out = probe.stdout
-        assert "refused:" in out and "CONNECTED" not in out, out + probe.stderr
-        # A hello without a proof: the challenge (a nonce) and then nothing at all.
-        assert '"t":"challenge"' in out and "after 0" in out, out
-        assert "rank" not in out.split("first", 1)[1]
-    finally:
-        hold.touch()
-    job.wait()
 
 
 def test_a_host_whose_link_goes_down_is_shown_unreachable(hosts: TwoHosts,
@@ -207,37 +172,6 @@ def _ticking(hosts: TwoHosts, tmp_path: Path) -> tuple[Job, Path, str, int]:
     return job, hold, run_dir, _remote_rank(status)[0]
 
 
-def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
-        hosts: TwoHosts, tmp_path: Path) -> None:
-    job, hold, run_dir, remote = _ticking(hosts, tmp_path)
-    try:
-        seen = _probe(hosts, run_dir, 6, "--stack", str(remote))
-    finally:
-        hold.touch()
-    info = next(s for s in seen if s["kind"] == "info")
-    assert info["nprocs"] == 4
-    assert info["places"][str(remote)] == f"node 1 ({HOSTNAMES[1]})"
-    lines = [s for s in seen if s["kind"] == "line" and s["rank"] == remote]
-    # Its lines from before the viewer came (read through the door) and live ones.
-    assert any(f"rank {remote} of 4 ready" in s["line"] for s in lines), seen[:20]
-    assert sum(1 for s in lines if s["line"].startswith("tick")) >= 5
-    numbers = [int(s["line"].split()[1]) for s in lines if s["line"].startswith("tick")]
-    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # none twice
-    stack = next(s for s in seen if s["kind"] == "answer")
-    assert stack["ok"], stack
-    assert stack["path"].startswith(str(job.logs[1])), stack  # dumped and saved on node02
-    summary = seen[-1]
-    assert summary["kind"] == "summary" and summary["connections"] == 1
-    # Its file, mirrored through the door for zoom and search: a copy of node02's so far.
-    theirs = next(job.logs[1].glob(f"*/attempt_0/{remote - 2}/stdout.log")).read_bytes()
-    mine = (Path(summary["mirror"]) / "node1" / "attempt_0" / str(remote - 2) /
-            "stdout.log").read_bytes()
-    assert theirs.startswith(mine)
-    assert f"rank {remote} of 4 ready\ntick 0 ".encode() in mine
-    for code, _out, err in job.wait():
-        assert code == 0, err[-3000:]
-
-
 def test_the_viewer_says_a_node_is_unreachable_and_resumes_it(
         hosts: TwoHosts, tmp_path: Path) -> None:
     job, hold, run_dir, remote = _ticking(hosts, tmp_path)
@@ -293,3 +227,93 @@ def test_a_command_on_a_remote_rank_is_carried_out_by_its_node(
         return '"RanksSignalled"' in events and '"person"' in events
 
     wait_until(signalled, timeout=30, interval=0.2)
+
+
+@dataclass
+class Ticking:
+    """The shared job: its hosts, host 0's status once all ran, the run's directory there
+    and a rank of host 1."""
+
+    hosts: TwoHosts
+    job: Job
+    status: dict[str, Any]
+    run_dir: str
+    remote: int
+
+
+@pytest.fixture(scope="class")
+def ticking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ticking]:
+    """One ticking job for the tests that only read it (a rank's logs and stack, the door, a
+    viewer's lines): a job takes ~15 s to start on 2 cores. Released when the class is done,
+    and it must then end cleanly on both hosts, as each of them asked of its own job."""
+    tmp = tmp_path_factory.mktemp("ticking")
+    with TwoHosts() as hosts:
+        job, hold, run_dir, remote = _ticking(hosts, tmp)
+        try:
+            _said(job)
+            status = wait_until(lambda: _all_running(job.logs[0]), timeout=60, interval=0.2)
+            assert isinstance(status, dict)
+            yield Ticking(hosts, job, status, run_dir, remote)
+        finally:
+            hold.touch()
+        for code, _out, err in job.wait():
+            assert code == 0, err[-3000:]
+
+
+@pytest.mark.xdist_group("two-hosts-ticking")
+class TestOneTickingJob:
+    """Tests that read the job and change nothing in it share one (on one worker, in a row:
+    the class's job ends before any other test of this file starts beside it)."""
+
+    def test_logs_and_stack_of_a_rank_on_the_other_host(self, ticking: Ticking) -> None:
+        hosts, job, status, run_dir = ticking.hosts, ticking.job, ticking.status, ticking.run_dir
+        rank, host = _remote_rank(status)
+        assert host == HOSTNAMES[1]
+        logs = hosts.run(0, [*CLI, "logs", run_dir, "--rank", str(rank)], cwd=ROOT)
+        assert logs.returncode == 0, logs.stderr
+        assert f"rank {rank} of 4 " in logs.stdout, logs.stdout
+        # The bytes came from node02's file, through its door: no file here holds them.
+        here = "".join(p.read_text() for p in job.logs[0].glob("*/attempt_0/*/stdout.log"))
+        assert f"rank {rank} of 4 " not in here
+        stack = hosts.run(0, [*CLI, "stack", run_dir, "--rank", str(rank), "--json"], cwd=ROOT)
+        assert stack.returncode == 0, stack.stderr
+        dump = json.loads(stack.stdout)
+        frames = json.dumps(dump["groups"])
+        assert "main" in frames, frames[:2000]
+        assert dump["path"].startswith(str(job.logs[1])), dump["path"]  # saved on its node
+
+    def test_a_client_without_the_secret_gets_nothing(self, ticking: Ticking) -> None:
+        status = ticking.status
+        doors = status["cluster"]["doors"]
+        other = next(d for n, d in doors.items() if int(n) != status["node_rank"])
+        probe = ticking.hosts.run(0, [sys.executable, "-c", _NO_SECRET, other], cwd=ROOT)
+        out = probe.stdout
+        assert "refused:" in out and "CONNECTED" not in out, out + probe.stderr
+        # A hello without a proof: the challenge (a nonce) and then nothing at all.
+        assert '"t":"challenge"' in out and "after 0" in out, out
+        assert "rank" not in out.split("first", 1)[1]
+
+    def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
+            self, ticking: Ticking) -> None:
+        job, remote = ticking.job, ticking.remote
+        seen = _probe(ticking.hosts, ticking.run_dir, 6, "--stack", str(remote))
+        info = next(s for s in seen if s["kind"] == "info")
+        assert info["nprocs"] == 4
+        assert info["places"][str(remote)] == f"node 1 ({HOSTNAMES[1]})"
+        lines = [s for s in seen if s["kind"] == "line" and s["rank"] == remote]
+        # Its lines from before the viewer came (read through the door) and live ones.
+        assert any(f"rank {remote} of 4 ready" in s["line"] for s in lines), seen[:20]
+        assert sum(1 for s in lines if s["line"].startswith("tick")) >= 5
+        numbers = [int(s["line"].split()[1]) for s in lines if s["line"].startswith("tick")]
+        assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # none twice
+        stack = next(s for s in seen if s["kind"] == "answer")
+        assert stack["ok"], stack
+        assert stack["path"].startswith(str(job.logs[1])), stack  # dumped and saved on node02
+        summary = seen[-1]
+        assert summary["kind"] == "summary" and summary["connections"] == 1
+        # Its file, mirrored through the door for zoom and search: a copy of node02's so far.
+        theirs = next(job.logs[1].glob(f"*/attempt_0/{remote - 2}/stdout.log")).read_bytes()
+        mine = (Path(summary["mirror"]) / "node1" / "attempt_0" / str(remote - 2) /
+                "stdout.log").read_bytes()
+        assert theirs.startswith(mine)
+        assert f"rank {remote} of 4 ready\ntick 0 ".encode() in mine
