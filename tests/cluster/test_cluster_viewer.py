@@ -172,6 +172,37 @@ def _ticking(hosts: TwoHosts, tmp_path: Path) -> tuple[Job, Path, str, int]:
     return job, hold, run_dir, _remote_rank(status)[0]
 
 
+def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
+        hosts: TwoHosts, tmp_path: Path) -> None:
+    job, hold, run_dir, remote = _ticking(hosts, tmp_path)
+    try:
+        seen = _probe(hosts, run_dir, 6, "--stack", str(remote))
+    finally:
+        hold.touch()
+    info = next(s for s in seen if s["kind"] == "info")
+    assert info["nprocs"] == 4
+    assert info["places"][str(remote)] == f"node 1 ({HOSTNAMES[1]})"
+    lines = [s for s in seen if s["kind"] == "line" and s["rank"] == remote]
+    # Its lines from before the viewer came (read through the door) and live ones.
+    assert any(f"rank {remote} of 4 ready" in s["line"] for s in lines), seen[:20]
+    assert sum(1 for s in lines if s["line"].startswith("tick")) >= 5
+    numbers = [int(s["line"].split()[1]) for s in lines if s["line"].startswith("tick")]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # none twice
+    stack = next(s for s in seen if s["kind"] == "answer")
+    assert stack["ok"], stack
+    assert stack["path"].startswith(str(job.logs[1])), stack  # dumped and saved on node02
+    summary = seen[-1]
+    assert summary["kind"] == "summary" and summary["connections"] == 1
+    # Its file, mirrored through the door for zoom and search: a copy of node02's so far.
+    theirs = next(job.logs[1].glob(f"*/attempt_0/{remote - 2}/stdout.log")).read_bytes()
+    mine = (Path(summary["mirror"]) / "node1" / "attempt_0" / str(remote - 2) /
+            "stdout.log").read_bytes()
+    assert theirs.startswith(mine)
+    assert f"rank {remote} of 4 ready\ntick 0 ".encode() in mine
+    for code, _out, err in job.wait():
+        assert code == 0, err[-3000:]
+
+
 def test_the_viewer_says_a_node_is_unreachable_and_resumes_it(
         hosts: TwoHosts, tmp_path: Path) -> None:
     job, hold, run_dir, remote = _ticking(hosts, tmp_path)
@@ -230,45 +261,42 @@ def test_a_command_on_a_remote_rank_is_carried_out_by_its_node(
 
 
 @dataclass
-class Ticking:
-    """The shared job: its hosts, host 0's status once all ran, the run's directory there
-    and a rank of host 1."""
+class Held:
+    """The shared job, held before its end: its hosts, and host 0's status once all ran."""
 
     hosts: TwoHosts
     job: Job
     status: dict[str, Any]
-    run_dir: str
-    remote: int
 
 
 @pytest.fixture(scope="class")
-def ticking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ticking]:
-    """One ticking job for the tests that only read it (a rank's logs and stack, the door, a
-    viewer's lines): a job takes ~15 s to start on 2 cores. Released when the class is done,
-    and it must then end cleanly on both hosts, as each of them asked of its own job."""
-    tmp = tmp_path_factory.mktemp("ticking")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Held]:
+    """One held job for the tests that only read it (a remote rank's logs and stack, the
+    door): a job takes ~15 s to start and ~8 s to end on 2 cores. Released when the class is
+    done, and it must then end cleanly on both hosts, as the logs test asked of its own job.
+    (The one-viewer test keeps its own: it wants the job's first line among those from before
+    the viewer came, and on a job that had run for a while it once got only later ones.)"""
+    tmp = tmp_path_factory.mktemp("held")
     with TwoHosts() as hosts:
-        job, hold, run_dir, remote = _ticking(hosts, tmp)
+        job, hold, status = _held(hosts, tmp)
         try:
-            _said(job)
-            status = wait_until(lambda: _all_running(job.logs[0]), timeout=60, interval=0.2)
-            assert isinstance(status, dict)
-            yield Ticking(hosts, job, status, run_dir, remote)
+            yield Held(hosts, job, status)
         finally:
             hold.touch()
         for code, _out, err in job.wait():
             assert code == 0, err[-3000:]
 
 
-@pytest.mark.xdist_group("two-hosts-ticking")
-class TestOneTickingJob:
+@pytest.mark.xdist_group("two-hosts-held")
+class TestOneHeldJob:
     """Tests that read the job and change nothing in it share one (on one worker, in a row:
     the class's job ends before any other test of this file starts beside it)."""
 
-    def test_logs_and_stack_of_a_rank_on_the_other_host(self, ticking: Ticking) -> None:
-        hosts, job, status, run_dir = ticking.hosts, ticking.job, ticking.status, ticking.run_dir
+    def test_logs_and_stack_of_a_rank_on_the_other_host(self, held: Held) -> None:
+        hosts, job, status = held.hosts, held.job, held.status
         rank, host = _remote_rank(status)
         assert host == HOSTNAMES[1]
+        run_dir = str(next(job.logs[0].glob("*/status.json")).parent)
         logs = hosts.run(0, [*CLI, "logs", run_dir, "--rank", str(rank)], cwd=ROOT)
         assert logs.returncode == 0, logs.stderr
         assert f"rank {rank} of 4 " in logs.stdout, logs.stdout
@@ -282,38 +310,13 @@ class TestOneTickingJob:
         assert "main" in frames, frames[:2000]
         assert dump["path"].startswith(str(job.logs[1])), dump["path"]  # saved on its node
 
-    def test_a_client_without_the_secret_gets_nothing(self, ticking: Ticking) -> None:
-        status = ticking.status
+    def test_a_client_without_the_secret_gets_nothing(self, held: Held) -> None:
+        status = held.status
         doors = status["cluster"]["doors"]
         other = next(d for n, d in doors.items() if int(n) != status["node_rank"])
-        probe = ticking.hosts.run(0, [sys.executable, "-c", _NO_SECRET, other], cwd=ROOT)
+        probe = held.hosts.run(0, [sys.executable, "-c", _NO_SECRET, other], cwd=ROOT)
         out = probe.stdout
         assert "refused:" in out and "CONNECTED" not in out, out + probe.stderr
         # A hello without a proof: the challenge (a nonce) and then nothing at all.
         assert '"t":"challenge"' in out and "after 0" in out, out
         assert "rank" not in out.split("first", 1)[1]
-
-    def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
-            self, ticking: Ticking) -> None:
-        job, remote = ticking.job, ticking.remote
-        seen = _probe(ticking.hosts, ticking.run_dir, 6, "--stack", str(remote))
-        info = next(s for s in seen if s["kind"] == "info")
-        assert info["nprocs"] == 4
-        assert info["places"][str(remote)] == f"node 1 ({HOSTNAMES[1]})"
-        lines = [s for s in seen if s["kind"] == "line" and s["rank"] == remote]
-        # Its lines from before the viewer came (read through the door) and live ones.
-        assert any(f"rank {remote} of 4 ready" in s["line"] for s in lines), seen[:20]
-        assert sum(1 for s in lines if s["line"].startswith("tick")) >= 5
-        numbers = [int(s["line"].split()[1]) for s in lines if s["line"].startswith("tick")]
-        assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # none twice
-        stack = next(s for s in seen if s["kind"] == "answer")
-        assert stack["ok"], stack
-        assert stack["path"].startswith(str(job.logs[1])), stack  # dumped and saved on node02
-        summary = seen[-1]
-        assert summary["kind"] == "summary" and summary["connections"] == 1
-        # Its file, mirrored through the door for zoom and search: a copy of node02's so far.
-        theirs = next(job.logs[1].glob(f"*/attempt_0/{remote - 2}/stdout.log")).read_bytes()
-        mine = (Path(summary["mirror"]) / "node1" / "attempt_0" / str(remote - 2) /
-                "stdout.log").read_bytes()
-        assert theirs.startswith(mine)
-        assert f"rank {remote} of 4 ready\ntick 0 ".encode() in mine
