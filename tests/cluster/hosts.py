@@ -4,13 +4,15 @@ Each host has its own network stack (an address on a 10.213.x.0/24 link between 
 own loopback), its own hostname (a UTS namespace) and an /etc/hosts naming both (a mount
 namespace with the file bind-mounted), so a multi-node job crosses a real link between two
 addresses, as it does between two machines. Only root can make them: ``TwoHosts.problem()``
-says why they cannot be made here, for a skip. Every name carries this process's id, so that
-test processes running side by side never meet; ``close()`` removes the namespaces (and with
-them the link) and ends what was started in them.
+says why they cannot be made here, for a skip. Every name carries this process's id and a
+count of the pairs it made, so that test processes running side by side never meet, nor two
+pairs of one process (a class's shared pair and a test's own); ``close()`` removes the
+namespaces (and with them the link) and ends what was started in them.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -24,6 +26,8 @@ HOSTNAMES = ("node01", "node02")
 IFNAME = "rvlink"
 """The link's name inside both namespaces (GLOO_SOCKET_IFNAME for the ranks)."""
 
+_MADE = itertools.count()
+
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
@@ -33,8 +37,9 @@ class TwoHosts:
     """node01 and node02, each a namespace with one end of the link."""
 
     def __init__(self) -> None:
-        tag = os.getpid() % 100_000
-        self.subnet = f"10.213.{tag % 250}"
+        pid = os.getpid() % 100_000
+        tag = f"{pid}n{next(_MADE)}"
+        self.subnet = f"10.213.{pid % 250}"
         self.addrs = (f"{self.subnet}.1", f"{self.subnet}.2")
         self.netns = (f"rv{tag}a", f"rv{tag}b")
         self._dir = Path(tempfile.mkdtemp(prefix="rv-hosts-"))

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +57,21 @@ def _all_running(logs: Path) -> dict[str, Any] | None:
     return None
 
 
-def _held(hosts: TwoHosts, tmp_path: Path) -> tuple[Job, Path, dict[str, Any]]:
-    hold = tmp_path / "hold"
-    job = Job(hosts, tmp_path, env={"HOLD_FILE": str(hold)})
-    status = wait_until(lambda: _all_running(job.logs[0]), timeout=120, interval=0.2)
-    assert isinstance(status, dict)
-    # The ranks have said who they are before they wait on the file.
+def _said(job: Job) -> None:
+    """Wait until host 1's ranks have said who they are (before they wait on the file)."""
     def said() -> bool:
         files = list(job.logs[1].glob("*/attempt_0/*/stdout.log"))
         return len(files) == 2 and all(" of 4 " in p.read_text() for p in files)
 
     wait_until(said, timeout=60)
+
+
+def _held(hosts: TwoHosts, tmp_path: Path) -> tuple[Job, Path, dict[str, Any]]:
+    hold = tmp_path / "hold"
+    job = Job(hosts, tmp_path, env={"HOLD_FILE": str(hold)})
+    status = wait_until(lambda: _all_running(job.logs[0]), timeout=120, interval=0.2)
+    assert isinstance(status, dict)
+    _said(job)
     return job, hold, status
 
 
@@ -74,30 +79,6 @@ def _remote_rank(status: dict[str, Any]) -> tuple[int, str]:
     here = status["node_rank"]
     other = [r for r in status["ranks"] if r["node_rank"] != here]
     return int(other[0]["rank"]), str(other[0]["host"])
-
-
-def test_logs_and_stack_of_a_rank_on_the_other_host(hosts: TwoHosts, tmp_path: Path) -> None:
-    job, hold, status = _held(hosts, tmp_path)
-    try:
-        rank, host = _remote_rank(status)
-        assert host == HOSTNAMES[1]
-        run_dir = str(next(job.logs[0].glob("*/status.json")).parent)
-        logs = hosts.run(0, [*CLI, "logs", run_dir, "--rank", str(rank)], cwd=ROOT)
-        assert logs.returncode == 0, logs.stderr
-        assert f"rank {rank} of 4 " in logs.stdout, logs.stdout
-        # The bytes came from node02's file, through its door: no file here holds them.
-        here = "".join(p.read_text() for p in job.logs[0].glob("*/attempt_0/*/stdout.log"))
-        assert f"rank {rank} of 4 " not in here
-        stack = hosts.run(0, [*CLI, "stack", run_dir, "--rank", str(rank), "--json"], cwd=ROOT)
-        assert stack.returncode == 0, stack.stderr
-        dump = json.loads(stack.stdout)
-        frames = json.dumps(dump["groups"])
-        assert "main" in frames, frames[:2000]
-        assert dump["path"].startswith(str(job.logs[1])), dump["path"]  # saved on its node
-    finally:
-        hold.touch()
-    for code, _out, err in job.wait():
-        assert code == 0, err[-3000:]
 
 
 _NO_SECRET = """
@@ -124,22 +105,6 @@ except OSError:
 print("first", first.decode())
 print("after", len(rest))
 """
-
-
-def test_a_client_without_the_secret_gets_nothing(hosts: TwoHosts, tmp_path: Path) -> None:
-    job, hold, status = _held(hosts, tmp_path)
-    try:
-        doors = status["cluster"]["doors"]
-        other = next(d for n, d in doors.items() if int(n) != status["node_rank"])
-        probe = hosts.run(0, [sys.executable, "-c", _NO_SECRET, other], cwd=ROOT)
-        out = probe.stdout
-        assert "refused:" in out and "CONNECTED" not in out, out + probe.stderr
-        # A hello without a proof: the challenge (a nonce) and then nothing at all.
-        assert '"t":"challenge"' in out and "after 0" in out, out
-        assert "rank" not in out.split("first", 1)[1]
-    finally:
-        hold.touch()
-    job.wait()
 
 
 def test_a_host_whose_link_goes_down_is_shown_unreachable(hosts: TwoHosts,
@@ -293,3 +258,65 @@ def test_a_command_on_a_remote_rank_is_carried_out_by_its_node(
         return '"RanksSignalled"' in events and '"person"' in events
 
     wait_until(signalled, timeout=30, interval=0.2)
+
+
+@dataclass
+class Held:
+    """The shared job, held before its end: its hosts, and host 0's status once all ran."""
+
+    hosts: TwoHosts
+    job: Job
+    status: dict[str, Any]
+
+
+@pytest.fixture(scope="class")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Held]:
+    """One held job for the tests that only read it (a remote rank's logs and stack, the
+    door): a job takes ~15 s to start and ~8 s to end on 2 cores. Released when the class is
+    done, and it must then end cleanly on both hosts, as the logs test asked of its own job.
+    (The one-viewer test keeps its own: it wants the job's first line among those from before
+    the viewer came, and on a job that had run for a while it once got only later ones.)"""
+    tmp = tmp_path_factory.mktemp("held")
+    with TwoHosts() as hosts:
+        job, hold, status = _held(hosts, tmp)
+        try:
+            yield Held(hosts, job, status)
+        finally:
+            hold.touch()
+        for code, _out, err in job.wait():
+            assert code == 0, err[-3000:]
+
+
+@pytest.mark.xdist_group("two-hosts-held")
+class TestOneHeldJob:
+    """Tests that read the job and change nothing in it share one (on one worker, in a row:
+    the class's job ends before any other test of this file starts beside it)."""
+
+    def test_logs_and_stack_of_a_rank_on_the_other_host(self, held: Held) -> None:
+        hosts, job, status = held.hosts, held.job, held.status
+        rank, host = _remote_rank(status)
+        assert host == HOSTNAMES[1]
+        run_dir = str(next(job.logs[0].glob("*/status.json")).parent)
+        logs = hosts.run(0, [*CLI, "logs", run_dir, "--rank", str(rank)], cwd=ROOT)
+        assert logs.returncode == 0, logs.stderr
+        assert f"rank {rank} of 4 " in logs.stdout, logs.stdout
+        # The bytes came from node02's file, through its door: no file here holds them.
+        here = "".join(p.read_text() for p in job.logs[0].glob("*/attempt_0/*/stdout.log"))
+        assert f"rank {rank} of 4 " not in here
+        stack = hosts.run(0, [*CLI, "stack", run_dir, "--rank", str(rank), "--json"], cwd=ROOT)
+        assert stack.returncode == 0, stack.stderr
+        dump = json.loads(stack.stdout)
+        frames = json.dumps(dump["groups"])
+        assert "main" in frames, frames[:2000]
+        assert dump["path"].startswith(str(job.logs[1])), dump["path"]  # saved on its node
+
+    def test_a_client_without_the_secret_gets_nothing(self, held: Held) -> None:
+        status = held.status
+        doors = status["cluster"]["doors"]
+        other = next(d for n, d in doors.items() if int(n) != status["node_rank"])
+        probe = held.hosts.run(0, [sys.executable, "-c", _NO_SECRET, other], cwd=ROOT)
+        out = probe.stdout
+        assert "refused:" in out and "CONNECTED" not in out, out + probe.stderr
+        # A hello without a proof: the challenge (a nonce) and then nothing at all.
+        assert '"t":"challenge"' in out and "after 0" in out, out
+        assert "rank" not in out.split("first", 1)[1]

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,47 +157,6 @@ def test_with_one_restart_both_nodes_start_attempt_one(tmp_path: Path) -> None:
         nodes.kill()
 
 
-def test_node_zero_status_lists_every_rank_of_both_nodes(tmp_path: Path) -> None:
-    hold = tmp_path / "go"
-    nodes = TwoNodes(tmp_path, run_id="mn-status", env={"HOLD_FILE": str(hold)})
-    try:
-        def node_zero() -> int | None:
-            for i in range(2):
-                s = nodes.status(i)
-                if s is not None and s.get("node_rank") == 0:
-                    return i
-            return None
-
-        wait_until(lambda: node_zero() is not None, timeout=END_S, interval=0.2)
-        zero = node_zero()
-        assert zero is not None
-
-        def listed() -> dict[str, Any] | None:
-            res = subprocess.run(
-                [sys.executable, "-m", "rankvisor.tui", "status", str(nodes.logs[zero]), "--json"],
-                cwd=ROOT, capture_output=True, text=True, timeout=30,
-            )
-            if res.returncode != 0:
-                return None
-            data: dict[str, Any] = json.loads(res.stdout)
-            running = [r for r in data["ranks"] if r["state"] == "running"]
-            return data if len(running) == 4 else None
-
-        data = wait_until(listed, timeout=60, interval=0.5)
-        assert isinstance(data, dict)
-        ranks = data["ranks"]
-        assert [(r["rank"], r["node_rank"], r["local_rank"]) for r in ranks] == [
-            (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
-        assert all(isinstance(r["pid"], int) for r in ranks[:2])
-        assert all(r["pid"] is None for r in ranks[2:])
-        hold.touch()
-        for code, _out, err in nodes.wait():
-            assert code == 0, err[-3000:]
-    finally:
-        hold.touch()
-        nodes.kill()
-
-
 def _ctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rankvisor.tui", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=90)
@@ -331,13 +291,68 @@ def test_store_gone_the_other_node_says_so_once_and_keeps_its_ranks(tmp_path: Pa
         nodes.kill()
 
 
-def test_one_viewer_shows_the_other_nodes_lines_on_loopback(tmp_path: Path) -> None:
-    # The two-host test's viewer (tests/cluster/test_cluster_viewer.py), where namespaces
-    # cannot be made: the door on 127.0.0.1, the same handshake, renumbering and mirror.
-    hold = tmp_path / "hold"
-    nodes = TwoNodes(tmp_path, run_id="viewer", script=str(BIN / "mn_ticker_job.py"),
+@pytest.fixture(scope="class")
+def ticking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
+    """One ticking job for the tests that only read it (its status, a viewer's lines): a job
+    takes ~15 s to start on 2 cores. Released when the class is done, and it must then end
+    cleanly on both nodes, as each of them asked of its own job."""
+    tmp = tmp_path_factory.mktemp("ticking")
+    hold = tmp / "hold"
+    nodes = TwoNodes(tmp, run_id="viewer", script=str(BIN / "mn_ticker_job.py"),
                      env={"HOLD_FILE": str(hold), "TICK_S": "0.2"})
     try:
+        try:
+            yield nodes
+        finally:
+            hold.touch()
+        for code, _out, err in nodes.wait():
+            assert code == 0, err[-3000:]
+    finally:
+        nodes.kill()
+
+
+class TestOneTickingJob:
+    """Tests that read the job and change nothing in it share one (in a row, in the
+    gloo-jobs group: the class's job ends before the group's next test starts)."""
+
+    def test_node_zero_status_lists_every_rank_of_both_nodes(self, ticking: TwoNodes) -> None:
+        nodes = ticking
+
+        def node_zero() -> int | None:
+            for i in range(2):
+                s = nodes.status(i)
+                if s is not None and s.get("node_rank") == 0:
+                    return i
+            return None
+
+        wait_until(lambda: node_zero() is not None, timeout=END_S, interval=0.2)
+        zero = node_zero()
+        assert zero is not None
+
+        def listed() -> dict[str, Any] | None:
+            res = subprocess.run(
+                [sys.executable, "-m", "rankvisor.tui", "status", str(nodes.logs[zero]), "--json"],
+                cwd=ROOT, capture_output=True, text=True, timeout=30,
+            )
+            if res.returncode != 0:
+                return None
+            data: dict[str, Any] = json.loads(res.stdout)
+            running = [r for r in data["ranks"] if r["state"] == "running"]
+            return data if len(running) == 4 else None
+
+        data = wait_until(listed, timeout=60, interval=0.5)
+        assert isinstance(data, dict)
+        ranks = data["ranks"]
+        assert [(r["rank"], r["node_rank"], r["local_rank"]) for r in ranks] == [
+            (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+        assert all(isinstance(r["pid"], int) for r in ranks[:2])
+        assert all(r["pid"] is None for r in ranks[2:])
+
+    def test_one_viewer_shows_the_other_nodes_lines_on_loopback(self, ticking: TwoNodes) -> None:
+        # The two-host test's viewer (tests/cluster/test_cluster_viewer.py), where namespaces
+        # cannot be made: the door on 127.0.0.1, the same handshake, renumbering and mirror.
+        nodes = ticking
+
         def running() -> dict[str, Any] | None:
             status = nodes.status(0)
             ranks = (status or {}).get("ranks") or []
@@ -361,8 +376,3 @@ def test_one_viewer_shows_the_other_nodes_lines_on_loopback(tmp_path: Path) -> N
         lines = [s["line"] for s in seen if s["kind"] == "line" and s["rank"] == other]
         assert any(x.startswith("tick ") and f" rank {other} " in x for x in lines), lines
         assert seen[-1]["connections"] == 1
-    finally:
-        hold.touch()
-    for code, _out, err in nodes.wait():
-        assert code == 0, err[-3000:]
-
