@@ -224,7 +224,7 @@ def test_supervisor_processes_commands_take_global_ranks(tmp_path: Path) -> None
         wait_until(rank3_gone, timeout=60, interval=0.2)
         mine = {r["rank"]: r for r in (nodes.status(one) or {})["ranks"]}
         assert (mine[3]["node_rank"], mine[3]["local_rank"]) == (1, 1)
-        assert mine[3]["signal"] == "SIGTERM"
+        assert mine[3]["signal"] == "SIGTERM", mine[3]
 
         for i in (one, zero):
             res = _ctl("stop", logs[i], "--timeout", "5")
