@@ -75,4 +75,4 @@ def test_stack_json_and_text_from_a_supervisor_process(tmp_path: Path) -> None:
         stopped = rankvisor("stop", run_dir)
     assert stopped.returncode == 0, stopped.stderr
     res = rankvisor("stack", run_dir)
-    assert res.returncode == 1 and "finished" in res.stderr
+    assert res.returncode == 1 and "finished" in res.stderr, (res.returncode, res.stderr)

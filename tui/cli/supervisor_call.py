@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...engine.control import registry
 from ...engine.control.registry import RunEntry
+from ...engine.names import refusals
 from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, say, stale_line
 from .run_args import PROG
 
@@ -21,14 +22,17 @@ if TYPE_CHECKING:
 __all__ = ["connect_and_run"]
 
 
-def _finished(command: str, entry: RunEntry, status: dict[str, Any] | None) -> int:
-    """A finished run: nothing to stop, no rank to act on."""
+def _finished(command: str, entry: RunEntry, status: dict[str, Any] | None,
+              *, supervisor_gone: bool = True) -> int:
+    """A finished run: nothing to stop, no rank to act on (said the same way whether its
+    supervisor has exited or still serves a viewer)."""
     code = status.get("exitcode") if status else None
     if command == "stop":
         print(f"run {entry.run_id} has already finished (exit code {code})")
         return EXIT_OK
-    say(command, f"run {entry.run_id} has finished (exit code {code}) and its supervisor "
-                 "has exited: there is no rank to act on")
+    gone = " and its supervisor has exited" if supervisor_gone else ""
+    say(command, f"run {entry.run_id} has finished (exit code {code}){gone}: there is no "
+                 "rank to act on")
     return EXIT_REFUSED
 
 
@@ -75,6 +79,11 @@ def connect_and_run(
     try:
         cmd = build(handle)  # Usage and Refused are said by ``on_a_run``, as for every command
         result: CommandResult = handle.execute(cmd)
+        if not result.ok and result.message == refusals.OVER:
+            # It finished since we looked (its supervisor stays while a viewer is there).
+            now, final = registry.entry_state(entry)
+            if now == "finished":
+                return _finished(command, entry, final, supervisor_gone=False)
         if show is not None:
             show(result)
         elif result.message:
