@@ -583,11 +583,43 @@ def _threads(data: list[dict[str, Any]], pid: int) -> tuple[ThreadStack, ...]:
     return tuple(out)
 
 
+_RETRY_PAUSE_S: Final = 0.02
+"""The pause before a dump that failed in passing is tried again."""
+
+_READ_RETRIES: Final = 3
+"""How many more times a dump that failed in passing is tried, within the rank's time."""
+
+
+def _passing(error: str) -> bool:
+    """A failure that the next try may not meet: py-spy's own complaint (a nonblocking read
+    of a running interpreter can catch a frame or thread list while it changes, "Failed to
+    get stack traces"), not one that says why no try can work (permissions, not Python, the
+    process gone, py-spy missing or slow)."""
+    return error.startswith("py-spy: ")
+
+
+def _py_spy_again(
+    program: str, pid: int, native: bool, nonblocking: bool, first_s: float, deadline: float
+) -> tuple[list[dict[str, Any]] | None, str]:
+    """py-spy on ``pid`` (``first_s`` for the first try), tried again while it fails in
+    passing and time is left before ``deadline``."""
+    data, error = _py_spy(program, pid, native, nonblocking, first_s)
+    for _ in range(_READ_RETRIES):
+        if data is not None or not _passing(error):
+            break
+        time.sleep(_RETRY_PAUSE_S)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        data, error = _py_spy(program, pid, native, nonblocking, left)
+    return data, error
+
+
 def _dump_rank(
     program: str, rank: int, pid: int, native: bool, nonblocking: bool, timeout_s: float
 ) -> RankStack:
     deadline = time.monotonic() + timeout_s
-    data, error = _py_spy(program, pid, native, nonblocking, timeout_s)
+    data, error = _py_spy_again(program, pid, native, nonblocking, timeout_s, deadline)
     if data is not None:
         return RankStack(rank, pid, _threads(data, pid), dumped_pid=pid)
     if error.startswith("not a Python process"):
@@ -598,7 +630,7 @@ def _dump_rank(
                 break
             if not _looks_like_python(entry.pid):
                 continue
-            data, err = _py_spy(program, entry.pid, native, nonblocking, left)
+            data, err = _py_spy_again(program, entry.pid, native, nonblocking, left, deadline)
             if data is not None:
                 return RankStack(rank, pid, _threads(data, entry.pid), dumped_pid=entry.pid)
             error = err if not err.startswith("not a Python process") else error

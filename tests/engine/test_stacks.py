@@ -408,3 +408,51 @@ def test_the_capture_schedule_owes_one_capture_per_escalation_and_one_per_pid() 
     assert schedule.next_time() == 9.0
     assert schedule.due(9.0, pids.get) == [({0: 100}, 10.0, "terminate")]
     assert schedule.next_time() is None
+
+
+def _fake_py_spy(tmp_path: Path, failures: int, complaint: str) -> tuple[str, Path]:
+    """A py-spy stand-in: says ``complaint`` and fails its first ``failures`` calls, then
+    answers a one-thread dump; every call is counted in a file."""
+    calls = tmp_path / "calls"
+    program = tmp_path / "py-spy"
+    program.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"calls = {str(calls)!r}\n"
+        "with open(calls, 'a') as f: f.write('x')\n"
+        f"if len(open(calls).read()) <= {failures}:\n"
+        f"    sys.stderr.write({complaint!r}); sys.exit(1)\n"
+        "pid = int(sys.argv[sys.argv.index('--pid') + 1])\n"
+        "print(json.dumps([{'os_thread_id': pid, 'thread_name': 'MainThread', 'active': True,"
+        " 'frames': [{'name': 'step', 'filename': 'train.py', 'line': 3}]}]))\n")
+    program.chmod(0o755)
+    return str(program), calls
+
+
+def test_a_read_that_failed_in_passing_is_tried_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nonblocking read of a running rank can catch its interpreter mid-change (py-spy:
+    "Failed to get stack traces"): the dump is tried again within the rank's time; a
+    refusal that no try can change (ptrace denied) is said after one."""
+    program, calls = _fake_py_spy(tmp_path, 2, "Error: Failed to get stack traces\n")
+    monkeypatch.setattr(stacks, "find_py_spy", lambda: program)
+    dump = stacks.dump_stacks({0: os.getpid()}, nonblocking=True)
+    assert calls.read_text() == "xxx"
+    (rank,) = dump.ranks
+    assert not rank.error and rank.threads[0].frames[0].name == "step"
+
+    (tmp_path / "denied").mkdir()
+    program, calls = _fake_py_spy(
+        tmp_path / "denied", 5, "Error: Failed to open process\n"
+        "Caused by:\n    Permission denied (os error 13)\n")
+    monkeypatch.setattr(stacks, "find_py_spy", lambda: program)
+    dump = stacks.dump_stacks({0: os.getpid()}, nonblocking=True)
+    assert calls.read_text() == "x"
+    assert dump.ranks[0].error and not dump.ranks[0].threads
+
+    (tmp_path / "always").mkdir()
+    program, calls = _fake_py_spy(tmp_path / "always", 99, "Error: Failed to get stack traces\n")
+    monkeypatch.setattr(stacks, "find_py_spy", lambda: program)
+    dump = stacks.dump_stacks({0: os.getpid()}, nonblocking=True)
+    assert calls.read_text() == "x" * (1 + stacks._READ_RETRIES)
+    assert dump.ranks[0].error == "py-spy: Failed to get stack traces"
