@@ -72,7 +72,10 @@ class MainScreen(Screen[None]):
         Binding("g", "toggle_layout", "Grid/list", show=False),
     ]
 
-    selected: reactive[int] = reactive(0, init=False)
+    selected: reactive[int] = reactive(0, init=False, repaint=False)
+    """The selected rank. Not a repaint of the screen: its watcher redraws the two panes
+    (or the tiles) that show it, and a whole screen's frame under a flood was what a key
+    waited for (``tests/bench/bench_tui.py``)."""
     layout_choice: reactive[Layout] = reactive("auto", init=False)
 
     def __init__(self, run: RunView) -> None:
@@ -176,6 +179,10 @@ class MainScreen(Screen[None]):
         if self.selected < len(self.panes):
             self.panes[self.selected].add_class("-selected")
         self.tiles.selected = self.selected
+        if self.mode != "list":
+            # The focus pane shows only beside the tiles: rebinding it while hidden would
+            # lay the whole screen out again at every key (its log's size changes).
+            return
         focus = self.focus_pane
         if focus.rank != self.selected:
             focus.bind(self.run.ranks[self.selected])

@@ -10,8 +10,10 @@ altogether, so reaching the bottom does not resume; unpausing anchors again.
 from __future__ import annotations
 
 from rich.style import Style
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
+from textual.widget import Widget
 
 __all__ = ["FollowingScrollView", "LineScrollView"]
 
@@ -57,6 +59,36 @@ class FollowingScrollView(LineScrollView):
     def watch_paused(self, paused: bool) -> None:
         self.set_class(paused, "-paused")
         self.anchor(not paused)
+
+    def set_virtual_size(self, size: Size) -> None:
+        """Take a new content size; without a layout of the screen where nothing but this
+        view's scroll range changes.
+
+        Textual lays out the whole screen for every change of a virtual size, and the anchor
+        follows in that layout. With logs growing at every drain tick that was a layout and a
+        full frame (50-150 ms under a flood, against 20-30 ms for a frame of the panes that
+        changed) each time one pane's line count moved, and a key waited behind it
+        (``tests/bench/bench_tui.py``). When the view scrolls before and after (its
+        scrollbar stays as it is, and so does every other widget's place), the size is set in
+        place: the scrollbar takes the new range and a following view moves to its new
+        bottom, as the anchor would. Any other change (the first lines, a resize) lays out as
+        before. Textual is pinned (pyproject): the two internals used here are its own
+        ``_size_updated`` steps for a scrolling view.
+        """
+        old = self.virtual_size
+        if size == old:
+            return
+        view = self.container_size
+        if not (view and self.show_vertical_scrollbar and not self.show_horizontal_scrollbar
+                and old.height > view.height and size.height > view.height):
+            self.virtual_size = size
+            return
+        self.set_reactive(Widget.virtual_size, size)
+        self._scroll_update(size)
+        if self.follow:
+            bottom = self.max_scroll_y
+            self.scroll_target_y = bottom
+            self.scroll_y = bottom
 
     def keep_in_view(self, dropped: int) -> None:
         """``dropped`` lines left the front of the content: keep the same lines in view."""

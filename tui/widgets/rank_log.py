@@ -103,7 +103,7 @@ class RankLog(FollowingScrollView, can_focus=False):
         dropped = buffer.evicted - self._seen_evicted
         self._seen_evicted = buffer.evicted
         height = len(buffer) + (1 if buffer.partial else 0)
-        self.virtual_size = Size(buffer.width + 1, height)
+        self.set_virtual_size(Size(buffer.width + 1, height))
         self.keep_in_view(dropped)
         self.refresh()
 

@@ -1,0 +1,120 @@
+"""What a frame costs the screen: under a flood a key waits for the frame in progress and
+then for its own, so neither may be a whole screen's when a pane's worth would do.
+
+Counted, not timed: the screen's layouts (``Screen._refresh_layout``) and its full frames
+(``Compositor.render_full_update``) while panes grow and while the selection moves. A layout
+is a full arrangement and a full frame of every widget (50-150 ms at 160x48 with 8 flooding
+panes on a 2-core machine, against 20-30 ms for a frame of the panes that changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from rankvisor.engine.events import RankOutput
+from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui.app import make_app
+from rankvisor.tui.widgets.rank_log import RankLog
+from textual._compositor import Compositor
+from textual.screen import Screen
+
+from tests.scenarios import running_script, scripted_info
+
+from .conftest import FakeClock
+
+
+@contextmanager
+def _counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
+    counts = {"layouts": 0, "full frames": 0}
+    layout = Screen._refresh_layout
+    full = Compositor.render_full_update
+
+    def counted_layout(self: Screen[Any], *args: Any, **kwargs: Any) -> None:
+        counts["layouts"] += 1
+        layout(self, *args, **kwargs)
+
+    def counted_full(self: Compositor, *args: Any, **kwargs: Any) -> Any:
+        counts["full frames"] += 1
+        return full(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Screen, "_refresh_layout", counted_layout)
+        patch.setattr(Compositor, "render_full_update", counted_full)
+        yield counts
+
+
+def _rows(log: RankLog) -> list[str]:
+    return ["".join(s.text for s in log.render_line(y)).rstrip() for y in range(log.size.height)]
+
+
+def _emit(sup: ScriptedSupervisor, nprocs: int, tick: int, count: int) -> None:
+    for r in range(nprocs):
+        lines = tuple(f"rank {r} tick {tick} line {i}" for i in range(count))
+        sup.emit(RankOutput(r, "stdout", lines, first_line=10_000 * (tick + 1)))
+
+
+async def test_growing_panes_follow_their_last_line_without_a_layout(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nprocs = 8
+    sup = ScriptedSupervisor(scripted_info(nprocs), running_script(nprocs), clock=clock)
+    app = make_app(sup, clock=clock, throttle=False, drain_hz=0.001)  # the test ticks
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        _emit(sup, nprocs, 0, 50)  # every pane scrolls: more lines than rows
+        app._tick()
+        await pilot.pause()
+        with _counting(monkeypatch) as counts:
+            for tick in range(1, 9):
+                _emit(sup, nprocs, tick, 7 + tick)  # a different count each time
+                if tick % 2:  # an unfinished line comes and goes: a row more, a row less
+                    sup.emit(RankOutput(3, "stdout", (), first_line=0, partial="50%|#####"))
+                app._tick()
+                await pilot.pause()
+                if tick % 2:
+                    assert _rows(app.main_screen.panes[3].log_view)[-1] == "50%|#####"
+        assert counts == {"layouts": 0, "full frames": 0}, counts
+        for pane in app.main_screen.panes:
+            rows = [row for row in _rows(pane.log_view) if row]
+            assert rows[-1] == f"rank {pane.rank} tick 8 line 14", (pane.rank, rows[-3:])
+            log = pane.log_view
+            assert log.scroll_y == log.max_scroll_y and log.follow
+        # A pane scrolled up by a person stays on its lines while the others grow.
+        held = app.main_screen.panes[5].log_view
+        held.scroll_to(y=10, animate=False, immediate=True)
+        await pilot.pause()
+        before = _rows(held)
+        _emit(sup, nprocs, 9, 20)
+        app._tick()
+        await pilot.pause()
+        assert _rows(held) == before and held.scroll_y == 10
+        assert held.max_scroll_y > 10
+
+
+async def test_a_selection_move_redraws_its_panes_not_the_screen(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nprocs = 8
+    sup = ScriptedSupervisor(scripted_info(nprocs), running_script(nprocs), clock=clock)
+    app = make_app(sup, clock=clock, throttle=False, drain_hz=0.001)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        _emit(sup, nprocs, 0, 50)
+        app._tick()
+        await pilot.pause()
+        screen = app.main_screen
+        for key in "lllhhjk":  # every pane the selection reaches below has been shown
+            await pilot.press(key)
+        await pilot.pause()
+        with _counting(monkeypatch) as counts:
+            for key in "lhlhjk":
+                before = screen.selected
+                await pilot.press(key)
+                await pilot.pause()
+                assert screen.selected != before
+                assert screen.panes[screen.selected].has_class("-selected")
+                assert not screen.panes[before].has_class("-selected")
+        assert counts == {"layouts": 0, "full frames": 0}, counts
