@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from ..events import Event, RankOutput, RankRestarted, RankStats
 from ..handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle, reads_only
+from ..output.text_batch import LineBlock
 from . import wire
 
 __all__ = ["READ_ONLY_DUMP_REFUSAL", "READ_ONLY_REFUSAL", "ControlServer"]
@@ -85,8 +86,12 @@ _SKIP_SIZE: Final = 120
 
 def _estimate(event: RankOutput) -> int:
     """About the bytes ``event`` takes encoded (it is encoded only if some client takes it):
-    the text, a separator per line, the fields around it."""
-    return sum(map(len, event.lines)) + len(event.lines) + len(event.partial) + 64
+    the text, a separator per line, the fields around it. A pump's ``LineBlock`` is measured
+    by its bytes (each line with its newline), never made into lines for it."""
+    lines = event.lines
+    text = (len(lines.data) if isinstance(lines, LineBlock)
+            else sum(map(len, lines)) + len(lines))
+    return text + len(event.partial) + 64
 
 
 class _Client:
@@ -192,10 +197,10 @@ class ControlServer:
         with self._lock:
             if not self._clients:
                 return
-            size = _estimate(event)
             followed = event.stream in ("stdout", "stderr")
-            takers = [c for c in self._clients
-                      if not (followed and event.rank in c.follows) and self._takes(c, size)]
+            wanted = [c for c in self._clients if not (followed and event.rank in c.follows)]
+            size = _estimate(event) if wanted else 0
+            takers = [c for c in wanted if self._takes(c, size)]
             for client in self._clients:
                 if not client.closed and client not in takers:
                     self._drop_output(client, event)

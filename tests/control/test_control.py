@@ -474,3 +474,18 @@ def test_a_viewer_that_follows_a_ranks_files_is_sent_cues_instead_of_its_lines(
                timeout=30)
     assert not viewer.follow_files(0, 0, 0)
     assert viewer.follow_files(0, 0, 1)
+
+
+def test_a_pump_block_is_measured_for_a_queue_without_being_made_into_lines() -> None:
+    """The server weighs each batch against a viewer's queue bound; a pump's ``LineBlock``
+    is weighed by its bytes (as many as its lines with their separators), so a batch that
+    no viewer takes (every viewer follows the rank's files) never becomes str lines."""
+    from rankvisor.engine.control.server import _estimate
+    from rankvisor.engine.output.text_batch import LineBlock
+
+    lines = ("step 1 loss 0.5", "step 2 loss 0.4", "")
+    block = LineBlock("\n".join(lines).encode() + b"\n", len(lines))
+    as_tuple = RankOutput(0, "stdout", lines, partial="50%")
+    as_block = RankOutput(0, "stdout", block, partial="50%")  # type: ignore[arg-type]
+    assert _estimate(as_block) == _estimate(as_tuple)
+    assert block._lines is None  # nothing made
