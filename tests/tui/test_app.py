@@ -108,8 +108,8 @@ async def test_selection_moves_with_vim_keys_and_arrows(four_ranks: ScriptedSupe
         await settle(pilot)
         assert four_ranks.calls == [KillRanks((1,))]
         assert pane(app, 1).has_class("-signalled")
-        assert pane(app, 1).has_class("-selected")
-        assert not pane(app, 0).has_class("-selected")
+        assert pane(app, 1).selected
+        assert not pane(app, 0).selected
 
 
 async def test_quick_moves_settle_on_the_last_one(four_ranks: ScriptedSupervisor) -> None:
@@ -134,7 +134,7 @@ async def test_click_selects_and_double_click_zooms(four_ranks: ScriptedSupervis
     async with app.run_test(size=SIZE) as pilot:
         await pilot.click("#rank-2")
         await pilot.pause()
-        assert app.main_screen.selected == 2 and pane(app, 2).has_class("-selected")
+        assert app.main_screen.selected == 2 and pane(app, 2).selected
         await pilot.click("#rank-1", times=2)
         await pilot.pause()
         assert isinstance(app.screen, ZoomScreen) and app.screen.rank == 1

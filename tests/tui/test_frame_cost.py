@@ -115,6 +115,6 @@ async def test_a_selection_move_redraws_its_panes_not_the_screen(
                 await pilot.press(key)
                 await pilot.pause()
                 assert screen.selected != before
-                assert screen.panes[screen.selected].has_class("-selected")
-                assert not screen.panes[before].has_class("-selected")
+                assert screen.panes[screen.selected].selected
+                assert not screen.panes[before].selected
         assert counts == {"layouts": 0, "full frames": 0}, counts

@@ -175,9 +175,9 @@ class MainScreen(Screen[None]):
 
     def _show_selection(self, old: int | None = None) -> None:
         if old is not None and old < len(self.panes):
-            self.panes[old].remove_class("-selected")
+            self.panes[old].set_selected(False)
         if self.selected < len(self.panes):
-            self.panes[self.selected].add_class("-selected")
+            self.panes[self.selected].set_selected(True)
         self.tiles.selected = self.selected
         if self.mode != "list":
             # The focus pane shows only beside the tiles: rebinding it while hidden would
@@ -187,7 +187,7 @@ class MainScreen(Screen[None]):
         if focus.rank != self.selected:
             focus.bind(self.run.ranks[self.selected])
             focus.show(self.app_now(), root_cause=self._root_cause == self.selected)
-        focus.add_class("-selected")
+        focus.set_selected(True)
 
     def action_move(self, dx: int, dy: int) -> None:
         n = len(self.run.ranks)

@@ -242,6 +242,12 @@ def _lag_style(view: RankView) -> str:
     return "bold cyan"
 
 
+_SELECTED_RULES: Final = (
+    "border_top", "border_right", "border_bottom", "border_left", "border_title_style",
+)
+"""The inline rules that mark a selected pane (``RankPane.set_selected``)."""
+
+
 class RankPane(Vertical):
     """One rank: header plus live log, bordered and coloured by state."""
 
@@ -259,6 +265,8 @@ class RankPane(Vertical):
     def __init__(self, view: RankView, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.rank = view.rank
+        self.selected = False
+        """Drawn with a heavy border and a lit title (``set_selected``)."""
         self._view = view
         self._shown: tuple[object, ...] = ()
         # Made here, not queried: the app may draw before the children are mounted.
@@ -272,6 +280,34 @@ class RankPane(Vertical):
     @property
     def log_view(self) -> RankLog:
         return self._log
+
+    def set_selected(self, selected: bool) -> None:
+        """Mark the pane selected, or no longer: a heavy border in the state's colour and a
+        lit title, as inline styles on the pane alone.
+
+        Not a CSS class: a class change restyles the pane and every widget inside it (its
+        log's rows are drawn anew), which was a third of what a key cost under a flood
+        (``tests/bench/bench_tui.py``); an inline border redraws the pane's edges and keeps
+        the log's rows. The colour is the one the state's CSS gives the border."""
+        if selected != self.selected:
+            self.selected = selected
+            self._mark_selection()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self.selected:
+            self._mark_selection()  # the CSS changed (a theme): its colour
+
+    def _mark_selection(self) -> None:
+        inline = self.styles.inline
+        if not self.selected:
+            cleared = [inline.clear_rule(name) for name in _SELECTED_RULES]
+            if any(cleared):
+                self.refresh()
+            return
+        _, colour = self.styles.base.border_top
+        self.styles.border = ("heavy", colour)
+        self.styles.border_title_style = "bold reverse"
 
     def bind(self, view: RankView) -> None:
         """Show another rank (the focused pane beside the tiles)."""
@@ -318,6 +354,8 @@ class RankPane(Vertical):
         self.set_class(root_cause, "-root-cause")
         self.set_class(bool(view.straggler), "-straggler")
         self.set_class(view.input_wait is not None, "-waiting")
+        if self.selected:
+            self._mark_selection()  # the new state's colour
         # Text, not str: a str border title is parsed as markup, and the timer scope in the
         # label comes from the rank's own code.
         title = f"{GLYPHS[view.state]} rank {view.rank}"
