@@ -86,7 +86,9 @@ async def test_restarted_rank_runs_again_with_its_earlier_log_kept(tmp_path: Pat
     try:
         async with app.run_test(size=(120, 36)) as pilot:
             view = app.run_view.ranks[0]
-            await _wait(pilot, lambda: "rank 0 ready" in view.last_line)
+            # Its lines can come before its paths (the app fetches those off the UI thread
+            # once the ranks started): wait for both.
+            await _wait(pilot, lambda: "rank 0 ready" in view.last_line and view.stdout_path)
             first_pid = view.pid
             first_log = Path(view.stdout_path)
             await pilot.press("r")
