@@ -176,7 +176,9 @@ def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
         hosts: TwoHosts, tmp_path: Path) -> None:
     job, hold, run_dir, remote = _ticking(hosts, tmp_path)
     try:
-        seen = _probe(hosts, run_dir, 6, "--stack", str(remote))
+        # A stack dump holds the link's other answers until py-spy is done (a dump that
+        # failed in passing is tried again, within 5 s): the window leaves room after it.
+        seen = _probe(hosts, run_dir, 10, "--stack", str(remote))
     finally:
         hold.touch()
     info = next(s for s in seen if s["kind"] == "info")
