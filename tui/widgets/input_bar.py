@@ -128,6 +128,9 @@ class InputBar(Horizontal):
         yield self.line
 
     def on_mount(self) -> None:
+        # The app's choice (off in tests and screenshots): a blinking cursor drew the line
+        # with or without it, by the time a screenshot was taken.
+        self.line.cursor_blink = bool(getattr(self.app, "cursor_blink", True))
         self.bind_to(self.rank, refusal=self._refusal)
 
     # -- what it is bound to ---------------------------------------------------------------
