@@ -296,7 +296,7 @@ class RankPane(Vertical):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         if self.selected:
-            self._mark_selection()  # the CSS changed (a theme): its colour
+            self._mark_selection()  # the CSS changed (a state's class, a theme): its colour
 
     def _mark_selection(self) -> None:
         inline = self.styles.inline
@@ -354,8 +354,6 @@ class RankPane(Vertical):
         self.set_class(root_cause, "-root-cause")
         self.set_class(bool(view.straggler), "-straggler")
         self.set_class(view.input_wait is not None, "-waiting")
-        if self.selected:
-            self._mark_selection()  # the new state's colour
         # Text, not str: a str border title is parsed as markup, and the timer scope in the
         # label comes from the rank's own code.
         title = f"{GLYPHS[view.state]} rank {view.rank}"
