@@ -107,44 +107,88 @@ class LineAssembler:
 
     def feed_bytes(self, data: bytes) -> bytes:
         """Like ``feed``, but the completed lines as one block of UTF-8 bytes, each ending in
-        ``\n`` (for a console, which writes bytes anyway); ``lines_done`` tells how many.
+        ``\n`` (for a console, which writes bytes anyway); ``lines_done`` tells how many."""
+        parts: list[bytes | memoryview] = []
+        self.feed_into(data, parts)
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            return parts[0]
+        return b"".join(parts)
+
+    def feed_into(self, data: bytes, parts: list[bytes | memoryview]) -> None:
+        """``feed_bytes`` for a reader that joins the blocks of several reads: the completed
+        lines are appended to ``parts`` as pieces (the finished straddling line, then a view
+        of the chunk), so that the reader's one join is the only copy of the chunk.
 
         The common chunk (valid UTF-8, nothing to sanitise, no ``\r``, no line over the
         cap) is passed through as the bytes it came as: no decode/encode round trip for the
-        lines, only a decode to validate it and to keep the unterminated tail.
+        lines, only a decode to validate it and to keep the unterminated tail. An ASCII
+        chunk (``bytes.isascii``, a word at a time) is valid as it is: only its unterminated
+        tail is decoded.
         """
         # Bytes held by the decoder (a character cut by the previous read) would make the
         # chunk's bytes and its text disagree: those chunks take the text path.
         pending = bool(self._decoder.getstate()[0])
         lines = None if pending else safe_line_count(data)
         safe = lines is not None or (not pending and not self._sanitize)
+        if safe and not self._cr and not self._cut and data.isascii():
+            # A safe chunk holds no \r (a control); an unsanitised one is looked at.
+            if lines is not None or b"\r" not in data:
+                self._feed_ascii(data, lines, parts)
+                return
         text = self._decoder.decode(data)
         if not safe or self._cr or self._cut or b"\r" in data or "\ufffd" in text:
             block = self._take_text(text, data, safe)
             if block:
                 self.lines_done += block.count("\n")
-            return block.encode("utf-8", "surrogatepass")
+                parts.append(block.encode("utf-8", "surrogatepass"))
+            return
         last = data.rfind(b"\n")
         if last < 0:
             if text:
                 self._absorb(text)
-            return b""
-        head = b""
+            return
         start = 0
         if self._frame:  # the first line straddles the previous chunk
             first = text.find("\n")
             self._absorb(text[:first])
-            head = (self._finish() + "\n").encode("utf-8", "surrogatepass")
+            parts.append((self._finish() + "\n").encode("utf-8", "surrogatepass"))
             start = data.find(b"\n") + 1
-        body = data[start : last + 1]
-        if len(body) > self._cap and not self._short_lines(data, last + 1):
-            body = self._cap_lines(body.decode("utf-8")).encode("utf-8")
+        self._body(data, start, last + 1, parts)
         self._absorb(text[text.rfind("\n") + 1 :])
-        out = head + body if head else body
         # The chunk's newlines are its lines (a straddling first line is finished by the
         # first one); counted with the safety check when there was one.
         self.lines_done += lines if lines is not None else data.count(b"\n")
-        return out
+
+    def _feed_ascii(self, data: bytes, lines: int | None, parts: list[bytes | memoryview]) -> None:
+        """``feed_into`` of an ASCII chunk with nothing to collapse: the decoder is not fed
+        (it holds nothing between whole characters), the text is the bytes."""
+        last = data.rfind(b"\n")
+        if last < 0:
+            if data:
+                self._absorb(data.decode("ascii"))
+            return
+        start = 0
+        if self._frame:  # the first line straddles the previous chunk
+            start = data.find(b"\n") + 1
+            self._absorb(data[: start - 1].decode("ascii"))
+            parts.append((self._finish() + "\n").encode("utf-8", "surrogatepass"))
+        end = last + 1
+        self._body(data, start, end, parts)
+        if end < len(data):
+            self._absorb(data[end:].decode("ascii"))
+        self.lines_done += lines if lines is not None else data.count(b"\n")
+
+    def _body(self, data: bytes, start: int, end: int, parts: list[bytes | memoryview]) -> None:
+        """The chunk's whole lines after the straddling one, ``data[start:end]``, as they came
+        (a view: no copy) unless a line is over the cap."""
+        if start == end:
+            return
+        if end - start > self._cap and not self._short_lines(data, end):
+            parts.append(self._cap_lines(data[start:end].decode("utf-8")).encode("utf-8"))
+        elif start == 0 and end == len(data):
+            parts.append(data)
+        else:
+            parts.append(memoryview(data)[start:end])
 
     def _take(self, data: bytes) -> str:
         safe = self._sanitize and not self._decoder.getstate()[0] and bytes_look_safe(data)

@@ -542,8 +542,8 @@ class OutputPump:
         fd = tail.fd
         assert fd is not None
         # Blocks of lines (b"a\nb\n"), a chunk at a time: never a Python object per line.
-        feed = tail.asm.feed_bytes
-        parts: list[bytes] = []
+        feed = tail.asm.feed_into
+        parts: list[bytes | memoryview] = []
         chunk = self._chunk
         first = True
         read = 0
@@ -588,9 +588,7 @@ class OutputPump:
             head = tail.head
             if len(head) < _HEAD and at == tail.head_at + len(head):
                 tail.head = head + data[: _HEAD - len(head)]
-            got = feed(data)
-            if got:
-                parts.append(got)
+            feed(data, parts)
             if read >= budget:
                 full = True  # more may wait: another pass, after the other files
                 break
@@ -678,7 +676,7 @@ class OutputPump:
         return [(x + "\n").encode("utf-8", "surrogatepass") for x in tail.asm.close()]
 
     def _collect(
-        self, batch: list[Batch], tail: _Tail, parts: list[bytes], closed: int = 0
+        self, batch: list[Batch], tail: _Tail, parts: list[bytes | memoryview], closed: int = 0
     ) -> None:
         partial = tail.asm.partial
         if not parts and partial == tail.sent_partial:
@@ -688,7 +686,9 @@ class OutputPump:
         f = self._filters.get(tail.stream)
         if f is not None and not f.applies_to(tail.rank):
             f = None
-        data = b"".join(parts) if len(parts) != 1 else parts[0]
+        # One copy of what the reads gave (pieces and views of them), none for one read that
+        # ended on a line's end.
+        data = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
         count = tail.asm.lines_done - tail.counted
         out: Batch
         if self._text:

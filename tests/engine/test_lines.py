@@ -212,3 +212,16 @@ def test_a_chunk_ending_mid_line_still_cuts_its_long_complete_lines() -> None:
     short = b"".join(b"line %d\n" % i for i in range(40)) + b"half"
     assert asm.feed_bytes(b"\n" + short) == b"y" * 30 + b"\n" + short[: -len(b"half")]
     assert asm.lines_done == 43
+
+
+def test_an_ascii_chunk_of_whole_lines_is_passed_on_as_it_came() -> None:
+    # The flood's common read (a busy file read to its end, written a line at a time): no
+    # decode, no copy; the lines and the count are those of the text path.
+    asm = LineAssembler()
+    chunk = b"".join(b"r0 n=%d loss=0.25\n" % i for i in range(500))
+    assert asm.feed_bytes(chunk) is chunk
+    assert asm.lines_done == 500
+    asm.feed_bytes(b"r0 n=500 lo")
+    assert asm.partial == "r0 n=500 lo"
+    assert asm.feed_bytes(b"ss\nr0 n=501\n") == b"r0 n=500 loss\nr0 n=501\n"
+    assert asm.lines_done == 502
