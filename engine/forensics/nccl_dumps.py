@@ -15,6 +15,7 @@ import glob
 import io
 import os
 import pickle
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -55,22 +56,50 @@ def poke(incarnation_dir: str) -> int:
     return done
 
 
+def _dump_paths(
+    incarnation_dir: str, listings: dict[str, tuple[int, int, list[str]]] | None
+) -> list[str]:
+    if listings is not None:
+        try:
+            mtime = os.stat(incarnation_dir).st_mtime_ns
+        except OSError:
+            return []
+        known = listings.get(incarnation_dir)
+        if known is not None and known[0] == mtime and known[1] - mtime > _SETTLED_NS:
+            return known[2]
+        listed_at = time.time_ns()
+    pattern = os.path.join(glob.escape(incarnation_dir), f"{DUMP_STEM}*")
+    paths = sorted(p for p in glob.glob(pattern) if not p.endswith(".pipe"))
+    if listings is not None:
+        listings[incarnation_dir] = (mtime, listed_at, paths)
+    return paths
+
+
 class _PlainUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"not plain data: {module}.{name}")
 
 
+_SETTLED_NS: Final = 2_000_000_000
+"""A directory whose mtime is this much older than our last listing of it is known to hold
+what that listing found (an mtime is coarser than a nanosecond: a file made just after a
+listing can leave it unchanged)."""
+
+
 def read_dumps(
-    incarnation_dir: str, seen: dict[str, tuple[int, int]] | None = None
+    incarnation_dir: str,
+    seen: dict[str, tuple[int, int]] | None = None,
+    listings: dict[str, tuple[int, int, list[str]]] | None = None,
 ) -> list[tuple[dict[str, Any], int]]:
     """The FR dumps torch wrote in ``incarnation_dir``, each with its file's mtime (ns).
 
     ``seen`` (path -> (mtime, size), kept by the caller): a dump read before and unchanged
-    since is left out (the watch looks twice a second; a dump can be megabytes)."""
+    since is left out (the watch looks twice a second; a dump can be megabytes).
+    ``listings`` (directory -> (its mtime, when listed, dump paths), kept by the caller): a
+    directory unchanged since a settled listing is not listed again (a ``stat`` instead of a
+    ``glob`` of every rank's directory twice a second; its dumps are still looked at)."""
     out = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(incarnation_dir), f"{DUMP_STEM}*"))):
-        if path.endswith(".pipe"):
-            continue
+    for path in _dump_paths(incarnation_dir, listings):
         try:
             st = os.stat(path)
             stamp = (st.st_mtime_ns, st.st_size)

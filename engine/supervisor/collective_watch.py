@@ -67,6 +67,7 @@ class CollectiveWatch:
         self._verdicts: tuple[list[RankCollectives], list[Verdict]] | None = None
         """(the readings they were drawn from, the verdicts)."""
         self._dumps_seen: dict[str, tuple[int, int]] = {}
+        self._dump_listings: dict[str, tuple[int, int, list[str]]] = {}
         """An NCCL dump file -> (mtime, size) when last read: read again only once changed
         (under ``_dumps_lock``: a dump marked read is in ``_last`` before anyone looks)."""
         self._dumps_lock = threading.Lock()
@@ -104,7 +105,7 @@ class CollectiveWatch:
                     if s.error_file}
         with self._dumps_lock:
             for rank, where in dirs.items():
-                for data, mtime in read_dumps(where, self._dumps_seen):
+                for data, mtime in read_dumps(where, self._dumps_seen, self._dump_listings):
                     body = json.dumps(data, default=str).encode()
                     with self._lock:
                         seen = self._last.get(rank)

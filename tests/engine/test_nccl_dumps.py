@@ -10,6 +10,7 @@ import json
 import os
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,45 @@ def test_a_dump_read_before_is_read_again_only_once_it_changed(tmp_path: Path) -
     dump.write_bytes(pickle.dumps(d))
     os.utime(dump, ns=(1, dump.stat().st_mtime_ns + 10**9))
     assert [data for data, _ in read_dumps(str(tmp_path), seen)] == [d]
+
+
+def test_a_settled_directory_is_not_listed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twice a second for every rank: a ``stat`` of its directory, not a ``glob``, while the
+    directory is as it was; a dump that comes is found (the directory changed), and one made
+    just after a listing (an mtime is coarse) is found as long as the mtime is recent."""
+    from rankvisor.engine.forensics import nccl_dumps
+
+    listed: list[str] = []
+    real_glob = nccl_dumps.glob.glob
+
+    def counting(pattern: str) -> list[str]:
+        listed.append(pattern)
+        return real_glob(pattern)
+
+    monkeypatch.setattr(nccl_dumps.glob, "glob", counting)
+    seen: dict[str, tuple[int, int]] = {}
+    listings: dict[str, tuple[int, int, list[str]]] = {}
+    (tmp_path / "stdout.log").write_text("x\n")
+    assert read_dumps(str(tmp_path), seen, listings) == []
+    assert read_dumps(str(tmp_path), seen, listings) == []
+    assert len(listed) == 2  # the directory changed just now: not trusted yet
+    old = time.time_ns() - 10 * 10**9
+    os.utime(tmp_path, ns=(old, old))
+    for _ in range(3):
+        assert read_dumps(str(tmp_path), seen, listings) == []
+    assert len(listed) == 3  # listed once more (the mtime moved), then trusted
+    d = json.loads((DATA / "0.json").read_text())
+    (tmp_path / f"{DUMP_STEM}3").write_bytes(pickle.dumps(d))  # the directory's mtime moves
+    assert [data for data, _ in read_dumps(str(tmp_path), seen, listings)] == [d]
+    # Made in the same mtime as the listing that missed it: the mtime is recent, listed again.
+    same = (tmp_path / f"{DUMP_STEM}3").stat().st_mtime_ns
+    os.utime(tmp_path, ns=(same, same))
+    read_dumps(str(tmp_path), seen, listings)
+    (tmp_path / f"{DUMP_STEM}4").write_bytes(pickle.dumps(d))
+    os.utime(tmp_path, ns=(same, same))
+    assert [data for data, _ in read_dumps(str(tmp_path), seen, listings)] == [d]
 
 
 @pytest.fixture(autouse=True)
