@@ -67,6 +67,7 @@ from .screens.help import HelpScreen
 from .screens.main import MainScreen
 from .screens.notices import NoticesScreen
 from .screens.signal_picker import SignalPicker, effect_words
+from .thread_load import busy_seconds
 from .widgets.notice_bar import Notice, NoticeBar
 
 __all__ = ["RankvisorApp", "make_app"]
@@ -79,6 +80,8 @@ SHOWN_AROUND = 64
 THROTTLE_EVERY = 3
 KEY_PRIORITY_S = 0.12
 """After a key press, panes other than the selected one wait this long to be redrawn."""
+KEY_FRAME_WAIT_S = 0.5
+"""The most drain ticks wait for the frame of a key that moved the selection."""
 
 
 _RANK_KEYS = frozenset({
@@ -210,7 +213,10 @@ class RankvisorApp(DebugKeys, App[int]):
         self._throttle = throttle
         self._last_key = 0.0
         self.ui_load = 0.0
-        """Share of wall time the UI thread spent working, smoothed over about a second."""
+        """Share of wall time the UI thread spent working or waiting for a CPU to work on,
+        smoothed over about a second (``thread_load``)."""
+        self._frame_wanted = 0.0
+        """When a key moved the selection whose frame is not drawn yet (0: none)."""
         self.shutting_down = False
         self.detached = False
         """True once the viewer let go of a run that goes on without it."""
@@ -231,6 +237,10 @@ class RankvisorApp(DebugKeys, App[int]):
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key):
             self._last_key = time.perf_counter()
+            await super().on_event(event)
+            # Forwarded to the screen, queued there: no drain tick before its frame.
+            self.hold_ticks_for_frame()
+            return
         await super().on_event(event)
 
     def get_default_screen(self) -> Screen[Any]:
@@ -355,13 +365,15 @@ class RankvisorApp(DebugKeys, App[int]):
         tick only (about 5 Hz, still within 250 ms of the files; a third of them on each
         tick); their lines are buffered meanwhile, nothing is lost. The tiles (every rank's
         last line in one widget, redrawn whole) follow the same beat: every third tick."""
+        if self._frame_wanted and time.perf_counter() - self._frame_wanted < KEY_FRAME_WAIT_S:
+            return  # a key's frame first: this tick's drain and redraw would come before it
         self._ticks += 1
-        cpu, wall = time.thread_time(), time.perf_counter()
+        busy, wall = busy_seconds(), time.perf_counter()
         if self._load_mark is not None:
-            spent = cpu - self._load_mark[0]
+            spent = busy - self._load_mark[0]
             elapsed = max(1e-6, wall - self._load_mark[1])
             self.ui_load = 0.8 * self.ui_load + 0.2 * min(1.0, spent / elapsed)
-        self._load_mark = (cpu, wall)
+        self._load_mark = (busy, wall)
         self._dirty |= self._drain()
         now = self.clock()
         second = int(now - self._started_at)
@@ -386,6 +398,20 @@ class RankvisorApp(DebugKeys, App[int]):
             self._last_second = second
             self._dirty -= changed
             self._show(changed, now, tiles=tiles)
+
+    def hold_ticks_for_frame(self) -> None:
+        """A key came (or the selection moved): no drain tick until the screen has drawn
+        a frame since. Under a flood a tick (a drain, a read of the files, a redraw) that
+        ran between a key and its frame made the key wait for both."""
+        self._frame_wanted = time.perf_counter()
+
+    def _display(self, screen: Screen[Any], renderable: Any) -> None:
+        # Textual's one door to the terminal: a frame was drawn (the held ticks may run).
+        # A callback after the refresh cannot say it: it may run before the widgets that
+        # the key changed have asked for their repaint.
+        super()._display(screen, renderable)
+        if renderable is not None:
+            self._frame_wanted = 0.0
 
     def _tell_shown(self) -> None:
         """A handle of every node's ranks connects only the nodes whose ranks are shown

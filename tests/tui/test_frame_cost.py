@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from rankvisor.engine.events import RankOutput
 from rankvisor.engine.testing import ScriptedSupervisor
+from rankvisor.tui import app as app_module
 from rankvisor.tui.app import make_app
 from rankvisor.tui.widgets.rank_log import RankLog
 from textual._compositor import Compositor
@@ -46,6 +47,14 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
         yield counts
 
 
+def _ticked_app(
+    clock: FakeClock, nprocs: int, *, throttle: bool
+) -> tuple[ScriptedSupervisor, Any]:
+    """A run of ``nprocs`` running ranks and its app, whose drain ticks the test calls."""
+    sup = ScriptedSupervisor(scripted_info(nprocs), running_script(nprocs), clock=clock)
+    return sup, make_app(sup, clock=clock, throttle=throttle, drain_hz=0.001)
+
+
 def _rows(log: RankLog) -> list[str]:
     return ["".join(s.text for s in log.render_line(y)).rstrip() for y in range(log.size.height)]
 
@@ -60,8 +69,7 @@ async def test_growing_panes_follow_their_last_line_without_a_layout(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nprocs = 8
-    sup = ScriptedSupervisor(scripted_info(nprocs), running_script(nprocs), clock=clock)
-    app = make_app(sup, clock=clock, throttle=False, drain_hz=0.001)  # the test ticks
+    sup, app = _ticked_app(clock, nprocs, throttle=False)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         _emit(sup, nprocs, 0, 50)  # every pane scrolls: more lines than rows
@@ -98,8 +106,7 @@ async def test_a_selection_move_redraws_its_panes_not_the_screen(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nprocs = 8
-    sup = ScriptedSupervisor(scripted_info(nprocs), running_script(nprocs), clock=clock)
-    app = make_app(sup, clock=clock, throttle=False, drain_hz=0.001)
+    sup, app = _ticked_app(clock, nprocs, throttle=False)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         _emit(sup, nprocs, 0, 50)
@@ -118,3 +125,67 @@ async def test_a_selection_move_redraws_its_panes_not_the_screen(
                 assert screen.panes[screen.selected].selected
                 assert not screen.panes[before].selected
         assert counts == {"layouts": 0, "full frames": 0}, counts
+
+
+async def test_a_move_in_the_tiles_repaints_two_rows_and_shows_what_a_full_repaint_does(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 ranks: tiles beside a focus pane. A move marks the rows of the two tiles that show
+    it, not the 40 rows of every tile (each tile changes at every frame of a flood, and the
+    key's frame waited for them all); what shows is what a repaint of every tile shows."""
+    nprocs = 64
+    sup, app = _ticked_app(clock, nprocs, throttle=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        _emit(sup, nprocs, 0, 5)
+        app._tick()
+        await pilot.pause()
+        tiles = app.main_screen.tiles
+        assert app.main_screen.mode == "list" and tiles.rows > tiles.size.height
+        marked: list[Any] = []
+        refresh = type(tiles).refresh
+
+        def counted(self: Any, *regions: Any, **kwargs: Any) -> Any:
+            if self is tiles:
+                marked.append(regions)
+            return refresh(self, *regions, **kwargs)
+
+        monkeypatch.setattr(type(tiles), "refresh", counted)
+        for key in "jjjkj":
+            await pilot.press(key)
+            await pilot.pause()
+            assert len(marked[-1]) == 2 and all(r.height == 1 for r in marked[-1])
+            shown = app.export_screenshot()
+            tiles.refresh()
+            await pilot.pause()
+            assert app.export_screenshot() == shown
+        # Far down the list the tiles scroll: then every row is new.
+        await pilot.press("end")
+        await pilot.pause()
+        assert marked[-1] == () and app.main_screen.selected == nprocs - 1
+        shown = app.export_screenshot()
+        tiles.refresh()
+        await pilot.pause()
+        assert app.export_screenshot() == shown
+
+
+async def test_a_drain_tick_waits_for_the_frame_of_a_key(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nprocs = 8
+    sup, app = _ticked_app(clock, nprocs, throttle=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        ticks = app._ticks
+        app.hold_ticks_for_frame()  # as a key does, once the screen has it
+        app._tick()
+        assert app._ticks == ticks  # held until a frame is drawn
+        await pilot.press("l")  # moves the selection: held again, then its frame
+        await pilot.pause()
+        app._tick()
+        assert app._ticks == ticks + 1 and app.main_screen.selected == 1
+        # A frame that never comes holds the ticks no longer than KEY_FRAME_WAIT_S.
+        monkeypatch.setattr(app_module, "KEY_FRAME_WAIT_S", 0.0)
+        app.hold_ticks_for_frame()
+        app._tick()
+        assert app._ticks == ticks + 2

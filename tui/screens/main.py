@@ -172,6 +172,9 @@ class MainScreen(Screen[None]):
         # set the selection back (two quick keys would then bounce it forever).
         if hasattr(self.app, "selected"):
             self.app.selected = new
+        hold = getattr(self.app, "hold_ticks_for_frame", None)
+        if callable(hold):
+            hold()
 
     def _show_selection(self, old: int | None = None) -> None:
         if old is not None and old < len(self.panes):
