@@ -215,6 +215,8 @@ class RankvisorApp(DebugKeys, App[int]):
         self.ui_load = 0.0
         """Share of wall time the UI thread spent working or waiting for a CPU to work on,
         smoothed over about a second (``thread_load``)."""
+        self._look_due: Callable[[int], bool] | None = None
+        """While a tick drains under load: the ranks whose files it looks at."""
         self._frame_wanted = 0.0
         """When a key moved the selection whose frame is not drawn yet (0: none)."""
         self.shutting_down = False
@@ -324,8 +326,13 @@ class RankvisorApp(DebugKeys, App[int]):
         # shown by their last line (a pane's read of each of 64 files a frame was most of
         # the drain tick). Selected, a rank's next read is a pane's.
         tiles = self.main_screen.mode != "grid"
+        due = self._look_due
+        later: set[int] = set()
         for rank in sorted(looks | self._following):
             if not 0 <= rank < len(run.ranks):
+                continue
+            if due is not None and not due(rank):
+                later.add(rank)  # not drawn this tick: looked at when it is
                 continue
             view = run.ranks[rank]
             follow = run.following_file(rank)
@@ -341,8 +348,19 @@ class RankvisorApp(DebugKeys, App[int]):
                     shown.add(rank)
             if run.following_file(rank):
                 self._tell_following(view)
-        self._following = growing
+        self._following = growing | later
         return shown
+
+    def _drawn_this_tick(self, tick: int) -> Callable[[int], bool]:
+        """Under load, which ranks this tick draws (the selected one, a third of the panes,
+        or every tile each third tick): the others' files wait for their turn, since a read
+        of each of 64 files every tick was a fifth of the UI thread for tiles drawn every
+        third."""
+        selected = self.selected
+        if self.main_screen.mode == "grid":
+            return lambda rank: rank == selected or (rank + tick) % THROTTLE_EVERY == 0
+        beat = tick % THROTTLE_EVERY == 0
+        return lambda rank: beat or rank == selected
 
     def _tell_following(self, view: RankView) -> None:
         """A pane that shows its rank from the files needs none of its line events: tell
@@ -374,7 +392,12 @@ class RankvisorApp(DebugKeys, App[int]):
             elapsed = max(1e-6, wall - self._load_mark[1])
             self.ui_load = 0.8 * self.ui_load + 0.2 * min(1.0, spent / elapsed)
         self._load_mark = (busy, wall)
-        self._dirty |= self._drain()
+        throttled = self._throttle and self.ui_load > THROTTLE_LOAD
+        self._look_due = self._drawn_this_tick(self._ticks) if throttled else None
+        try:
+            self._dirty |= self._drain()
+        finally:
+            self._look_due = None
         now = self.clock()
         second = int(now - self._started_at)
         tiles = True
@@ -382,7 +405,7 @@ class RankvisorApp(DebugKeys, App[int]):
             # A key was just pressed: draw its effect first, the other panes right after.
             changed = self._dirty & {self.selected}
             tiles = False  # the key's own frame redraws them
-        elif self._throttle and self.ui_load > THROTTLE_LOAD:
+        elif throttled:
             # A third of the panes each tick, in turn, so that frames stay evenly cheap.
             tick = self._ticks
             changed = {

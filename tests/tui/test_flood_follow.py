@@ -14,7 +14,9 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import pytest
 from rankvisor.engine.control.client import RemoteHandle
 from rankvisor.engine.control.server import ControlServer
 from rankvisor.engine.events import RankOutput
@@ -22,6 +24,7 @@ from rankvisor.engine.logfile.follow import FileFollower
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
+from rankvisor.tui import app as app_module
 from rankvisor.tui.app import RankvisorApp
 from rankvisor.tui.model import RunView
 
@@ -132,10 +135,16 @@ def _flood_config(tmp_path: Path) -> tuple[SupervisorConfig, int, float]:
 
 
 async def _panes_end_at_each_last_line(
-    app: RankvisorApp, rate: int, seconds: float, *, quit: bool = True
+    app: RankvisorApp,
+    rate: int,
+    seconds: float,
+    *,
+    quit: bool = True,
+    follower: FileFollower | None = None,
 ) -> None:
     """Run the app until every rank succeeded; check its panes against the files."""
-    app.follower = FileFollower(flood_rate=0)  # every file with output is read from its end
+    # Every file with output is read from its end.
+    app.follower = follower or FileFollower(flood_rate=0)
     ranks = app.run_view.ranks
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_for(
@@ -173,6 +182,39 @@ async def test_flooding_ranks_panes_follow_their_files_to_each_last_line(
         await _panes_end_at_each_last_line(RankvisorApp(sup), rate, seconds)
     finally:
         sup.shutdown()
+
+
+async def test_under_load_a_tick_reads_the_files_of_the_panes_it_draws_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy UI thread draws a third of the panes a tick (and the selected one): a tick
+    reads those panes' files only, the others' wait for their turn, and every pane still
+    ends at its rank's last line, no line twice, none out of order."""
+    monkeypatch.setattr(app_module, "THROTTLE_LOAD", -1.0)  # always busy
+    config, rate, seconds = _flood_config(tmp_path)
+    sup = Supervisor(config)
+    app = RankvisorApp(sup)
+    looked: list[tuple[int, int]] = []
+
+    async def run() -> None:
+        follower = app.follower = FileFollower(flood_rate=0)
+        look = follower.look
+
+        def counted(key: Any, *args: Any, **kwargs: Any) -> Any:
+            if app._look_due is not None:  # a drain tick's look
+                looked.append((app._ticks, key[0]))
+            return look(key, *args, **kwargs)
+
+        follower.look = counted  # type: ignore[method-assign]
+        await _panes_end_at_each_last_line(app, rate, seconds, follower=follower)
+
+    try:
+        await run()
+    finally:
+        sup.shutdown()
+    assert looked
+    assert all(rank == 0 or (rank + tick) % 3 == 0 for tick, rank in looked), looked
+    assert {rank for _, rank in looked} == set(range(config.nprocs))
 
 
 async def test_an_attached_viewer_is_sent_no_line_of_a_rank_whose_files_it_follows(
