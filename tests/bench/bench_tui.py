@@ -20,8 +20,9 @@ Measured while the writers run:
 - CPU in % of one core: the UI thread alone; the app's whole process (in-process that
   includes the supervisor and its log pump); the supervisor process alone when attached (its
   own threads, not its children: the ranks are writers, not counted);
-- pane lag: at each drain tick, now minus the timestamp inside the newest line drawn for each
-  rank that got lines (how far the panes are behind the files);
+- pane lag: at each drain tick (not the drains before a lifecycle event), now minus the
+  timestamp inside the newest line drawn for each rank that got lines (how far the panes are
+  behind the files);
 - lines drawn vs skipped: lines that reached the panes in the window, and lines the bridge
   dropped for the panes (marked in the pane); attached, lines the server dropped for a slow
   viewer are neither (the viewer reads the last of each skipped stretch back from the files);
@@ -85,6 +86,7 @@ class BenchApp(RankvisorApp):
         self.frames: list[float] = []
         self.frame_hooks: list[Any] = []
         self.lags: list[float] = []
+        self._last_seen: dict[int, str] = {}
         self.measuring = False
         self.frame_bytes = 0
         self.file_lines = 0
@@ -129,10 +131,17 @@ class BenchApp(RankvisorApp):
 
     def _drain(self, upto: int | None = None) -> set[int]:
         changed = super()._drain(upto)
-        if self.measuring:
+        if self.measuring and upto is None:
+            # Drain ticks only, and ranks whose newest line is new: a drain before an event
+            # (a rank's exit) changes a rank without a line, and "now minus the stamp of a
+            # line that was the last one written" is then how long ago the writer stopped.
             wall = time.time()
             for rank in changed:
-                match = _STAMP.search(self.run_view.ranks[rank].last_line)
+                line = self.run_view.ranks[rank].last_line
+                if line == self._last_seen.get(rank):
+                    continue
+                self._last_seen[rank] = line
+                match = _STAMP.search(line)
                 if match:
                     self.lags.append(wall - float(match.group(1)))
         return changed
