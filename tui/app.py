@@ -81,7 +81,8 @@ THROTTLE_EVERY = 3
 KEY_PRIORITY_S = 0.12
 """After a key press, panes other than the selected one wait this long to be redrawn."""
 KEY_FRAME_WAIT_S = 0.5
-"""The most drain ticks wait for the frame of a key that moved the selection."""
+"""The most drain ticks wait for the frame of a key (one that draws nothing holds them this
+long)."""
 
 
 _RANK_KEYS = frozenset({
@@ -218,7 +219,7 @@ class RankvisorApp(DebugKeys, App[int]):
         self._look_due: Callable[[int], bool] | None = None
         """While a tick drains under load: the ranks whose files it looks at."""
         self._frame_wanted = 0.0
-        """When a key moved the selection whose frame is not drawn yet (0: none)."""
+        """When a key came (or the selection moved) with no frame drawn since (0: none)."""
         self.shutting_down = False
         self.detached = False
         """True once the viewer let go of a run that goes on without it."""
@@ -381,8 +382,9 @@ class RankvisorApp(DebugKeys, App[int]):
         at that speed, and keys would wait behind the frames. So when the UI thread was busy
         more than half the time, panes other than the selected one are redrawn every third
         tick only (about 5 Hz, still within 250 ms of the files; a third of them on each
-        tick); their lines are buffered meanwhile, nothing is lost. The tiles (every rank's
-        last line in one widget, redrawn whole) follow the same beat: every third tick."""
+        tick); their lines are buffered meanwhile, nothing is lost, and their files are read
+        on their turn. The tiles (every rank's last line in one widget, redrawn whole) follow
+        the same beat: every third tick. A key's frame comes before any tick."""
         if self._frame_wanted and time.perf_counter() - self._frame_wanted < KEY_FRAME_WAIT_S:
             return  # a key's frame first: this tick's drain and redraw would come before it
         self._ticks += 1
