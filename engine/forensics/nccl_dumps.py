@@ -56,34 +56,39 @@ def poke(incarnation_dir: str) -> int:
     return done
 
 
+_SETTLED_NS: Final = 2_000_000_000
+"""A directory whose mtime is this much older than our last listing of it is known to hold
+what that listing found (an mtime is coarser than a nanosecond: a file made just after a
+listing can leave it unchanged)."""
+
+
 def _dump_paths(
     incarnation_dir: str, listings: dict[str, tuple[int, int, list[str]]] | None
 ) -> list[str]:
-    if listings is not None:
-        try:
-            mtime = os.stat(incarnation_dir).st_mtime_ns
-        except OSError:
-            return []
-        known = listings.get(incarnation_dir)
-        if known is not None and known[0] == mtime and known[1] - mtime > _SETTLED_NS:
-            return known[2]
-        listed_at = time.time_ns()
-    pattern = os.path.join(glob.escape(incarnation_dir), f"{DUMP_STEM}*")
-    paths = sorted(p for p in glob.glob(pattern) if not p.endswith(".pipe"))
-    if listings is not None:
-        listings[incarnation_dir] = (mtime, listed_at, paths)
+    """The dump files in ``incarnation_dir``; listed again only if it changed (``listings``)."""
+    if listings is None:
+        return _list_dumps(incarnation_dir)
+    try:
+        mtime = os.stat(incarnation_dir).st_mtime_ns
+    except OSError:
+        return []
+    known = listings.get(incarnation_dir)
+    if known is not None and known[0] == mtime and known[1] - mtime > _SETTLED_NS:
+        return known[2]
+    listed_at = time.time_ns()
+    paths = _list_dumps(incarnation_dir)
+    listings[incarnation_dir] = (mtime, listed_at, paths)
     return paths
+
+
+def _list_dumps(incarnation_dir: str) -> list[str]:
+    pattern = os.path.join(glob.escape(incarnation_dir), f"{DUMP_STEM}*")
+    return sorted(p for p in glob.glob(pattern) if not p.endswith(".pipe"))
 
 
 class _PlainUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"not plain data: {module}.{name}")
-
-
-_SETTLED_NS: Final = 2_000_000_000
-"""A directory whose mtime is this much older than our last listing of it is known to hold
-what that listing found (an mtime is coarser than a nanosecond: a file made just after a
-listing can leave it unchanged)."""
 
 
 def read_dumps(

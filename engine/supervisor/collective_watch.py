@@ -67,9 +67,10 @@ class CollectiveWatch:
         self._verdicts: tuple[list[RankCollectives], list[Verdict]] | None = None
         """(the readings they were drawn from, the verdicts)."""
         self._dumps_seen: dict[str, tuple[int, int]] = {}
-        self._dump_listings: dict[str, tuple[int, int, list[str]]] = {}
         """An NCCL dump file -> (mtime, size) when last read: read again only once changed
         (under ``_dumps_lock``: a dump marked read is in ``_last`` before anyone looks)."""
+        self._dump_listings: dict[str, tuple[int, int, list[str]]] = {}
+        """A rank's directory -> its dumps as last listed (``read_dumps``; same lock)."""
         self._dumps_lock = threading.Lock()
         self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll)
         self.start, self.stop = self._ticker.start, self._ticker.stop
