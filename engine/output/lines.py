@@ -34,12 +34,20 @@ from typing import Final
 
 from .sanitize import bytes_look_safe, safe_line_count, sanitize
 
-__all__ = ["DEFAULT_MAX_LINE_CHARS", "LineAssembler", "cut_marker"]
+__all__ = ["DEFAULT_MAX_LINE_CHARS", "LineAssembler", "cut_marker", "join_blocks"]
 
 DEFAULT_MAX_LINE_CHARS: Final = 65536
 
 _CR_BEFORE_NL: Final = re.compile(r"\r+\n")
 _UP_TO_LAST_CR: Final = re.compile(r"(?m)^[^\n]*\r")
+
+
+def join_blocks(parts: list[bytes | memoryview]) -> bytes:
+    """The pieces ``LineAssembler.feed_into`` gave, as one block: no copy for one read that
+    ended on a line's end."""
+    if len(parts) == 1 and type(parts[0]) is bytes:
+        return parts[0]
+    return b"".join(parts)
 
 
 def cut_marker(cut: int) -> str:
@@ -110,9 +118,7 @@ class LineAssembler:
         ``\n`` (for a console, which writes bytes anyway); ``lines_done`` tells how many."""
         parts: list[bytes | memoryview] = []
         self.feed_into(data, parts)
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            return parts[0]
-        return b"".join(parts)
+        return join_blocks(parts)
 
     def feed_into(self, data: bytes, parts: list[bytes | memoryview]) -> None:
         """``feed_bytes`` for a reader that joins the blocks of several reads: the completed
@@ -122,60 +128,43 @@ class LineAssembler:
         The common chunk (valid UTF-8, nothing to sanitise, no ``\r``, no line over the
         cap) is passed through as the bytes it came as: no decode/encode round trip for the
         lines, only a decode to validate it and to keep the unterminated tail. An ASCII
-        chunk (``bytes.isascii``, a word at a time) is valid as it is: only its unterminated
-        tail is decoded.
+        chunk (``bytes.isascii``, a word at a time) is valid as it is: the decoder is not fed
+        (it holds nothing between whole characters) and only the straddling line and the
+        unterminated tail are decoded.
         """
         # Bytes held by the decoder (a character cut by the previous read) would make the
         # chunk's bytes and its text disagree: those chunks take the text path.
         pending = bool(self._decoder.getstate()[0])
         lines = None if pending else safe_line_count(data)
         safe = lines is not None or (not pending and not self._sanitize)
-        if safe and not self._cr and not self._cut and data.isascii():
-            # A safe chunk holds no \r (a control); an unsanitised one is looked at.
-            if lines is not None or b"\r" not in data:
-                self._feed_ascii(data, lines, parts)
+        # A safe chunk holds no \r (a control); an unsanitised one is looked at.
+        ascii_ = (
+            safe and not self._cr and not self._cut and data.isascii()
+            and (lines is not None or b"\r" not in data)
+        )
+        text = ""
+        if not ascii_:
+            text = self._decoder.decode(data)
+            if not safe or self._cr or self._cut or b"\r" in data or "\ufffd" in text:
+                block = self._take_text(text, data, safe)
+                if block:
+                    self.lines_done += block.count("\n")
+                    parts.append(block.encode("utf-8", "surrogatepass"))
                 return
-        text = self._decoder.decode(data)
-        if not safe or self._cr or self._cut or b"\r" in data or "\ufffd" in text:
-            block = self._take_text(text, data, safe)
-            if block:
-                self.lines_done += block.count("\n")
-                parts.append(block.encode("utf-8", "surrogatepass"))
-            return
         last = data.rfind(b"\n")
         if last < 0:
-            if text:
-                self._absorb(text)
-            return
-        start = 0
-        if self._frame:  # the first line straddles the previous chunk
-            first = text.find("\n")
-            self._absorb(text[:first])
-            parts.append((self._finish() + "\n").encode("utf-8", "surrogatepass"))
-            start = data.find(b"\n") + 1
-        self._body(data, start, last + 1, parts)
-        self._absorb(text[text.rfind("\n") + 1 :])
-        # The chunk's newlines are its lines (a straddling first line is finished by the
-        # first one); counted with the safety check when there was one.
-        self.lines_done += lines if lines is not None else data.count(b"\n")
-
-    def _feed_ascii(self, data: bytes, lines: int | None, parts: list[bytes | memoryview]) -> None:
-        """``feed_into`` of an ASCII chunk with nothing to collapse: the decoder is not fed
-        (it holds nothing between whole characters), the text is the bytes."""
-        last = data.rfind(b"\n")
-        if last < 0:
-            if data:
-                self._absorb(data.decode("ascii"))
+            self._absorb(data.decode("ascii") if ascii_ else text)
             return
         start = 0
         if self._frame:  # the first line straddles the previous chunk
             start = data.find(b"\n") + 1
-            self._absorb(data[: start - 1].decode("ascii"))
+            self._absorb(data[: start - 1].decode("ascii") if ascii_ else text[: text.find("\n")])
             parts.append((self._finish() + "\n").encode("utf-8", "surrogatepass"))
         end = last + 1
         self._body(data, start, end, parts)
-        if end < len(data):
-            self._absorb(data[end:].decode("ascii"))
+        self._absorb(data[end:].decode("ascii") if ascii_ else text[text.rfind("\n") + 1 :])
+        # The chunk's newlines are its lines (a straddling first line is finished by the
+        # first one); counted with the safety check when there was one.
         self.lines_done += lines if lines is not None else data.count(b"\n")
 
     def _body(self, data: bytes, start: int, end: int, parts: list[bytes | memoryview]) -> None:

@@ -25,7 +25,7 @@ from typing import Callable, Collection, Final, Iterable, Literal, Sequence
 from ..events import RankOutput, Stream
 from ..rundir.arrival import ArrivalWriter
 from .dup_filter import DuplicateFilter
-from .lines import DEFAULT_MAX_LINE_CHARS, LineAssembler
+from .lines import DEFAULT_MAX_LINE_CHARS, LineAssembler, join_blocks
 from .text_batch import Batch, LineBlock, Prefixes, TextBatch
 from .wakeups import Wake, Waker, make_waker
 
@@ -686,9 +686,7 @@ class OutputPump:
         f = self._filters.get(tail.stream)
         if f is not None and not f.applies_to(tail.rank):
             f = None
-        # One copy of what the reads gave (pieces and views of them), none for one read that
-        # ended on a line's end.
-        data = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
+        data = join_blocks(parts)  # one copy of what the reads gave, at most
         count = tail.asm.lines_done - tail.counted
         out: Batch
         if self._text:
