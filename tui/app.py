@@ -216,8 +216,6 @@ class RankvisorApp(DebugKeys, App[int]):
         self.ui_load = 0.0
         """Share of wall time the UI thread spent working or waiting for a CPU to work on,
         smoothed over about a second (``thread_load``)."""
-        self._look_due: Callable[[int], bool] | None = None
-        """While a tick drains under load: the ranks whose files it looks at."""
         self._frame_wanted = 0.0
         """When a key came (or the selection moved) with no frame drawn since (0: none)."""
         self.shutting_down = False
@@ -281,12 +279,15 @@ class RankvisorApp(DebugKeys, App[int]):
 
     # -- data in ---------------------------------------------------------------------------
 
-    def _drain(self, upto: int | None = None) -> set[int]:
-        """Fold buffered output and stats into the model; returns the ranks that changed."""
+    def _drain(
+        self, upto: int | None = None, *, due: Callable[[int], bool] | None = None
+    ) -> set[int]:
+        """Fold buffered output and stats into the model; returns the ranks that changed.
+        ``due``: the ranks whose files are looked at now (None: all; ``_follow_files``)."""
         drained = self.bridge.drain(upto)
         if not drained:
             # The follower's reads come in whether or not events did.
-            return self._follow_files() if upto is None else set()
+            return self._follow_files(due) if upto is None else set()
         run = self.run_view
         changed: set[int] = set()
         for rank, count in drained.skipped.items():
@@ -309,10 +310,10 @@ class RankvisorApp(DebugKeys, App[int]):
             if callable(refresh):
                 refresh(drained.filtered)
         if upto is None:
-            changed |= self._follow_files()
+            changed |= self._follow_files(due)
         return changed
 
-    def _follow_files(self) -> set[int]:
+    def _follow_files(self, due: Callable[[int], bool] | None = None) -> set[int]:
         """Draw the newest lines of the files that flood faster than their events come
         (``engine.logfile.follow``): a look (a ``stat``, and a bounded read of a file that
         floods or is followed) at the files of the ranks that got output or whose files
@@ -327,7 +328,6 @@ class RankvisorApp(DebugKeys, App[int]):
         # shown by their last line (a pane's read of each of 64 files a frame was most of
         # the drain tick). Selected, a rank's next read is a pane's.
         tiles = self.main_screen.mode != "grid"
-        due = self._look_due
         later: set[int] = set()
         for rank in sorted(looks | self._following):
             if not 0 <= rank < len(run.ranks):
@@ -395,11 +395,7 @@ class RankvisorApp(DebugKeys, App[int]):
             self.ui_load = 0.8 * self.ui_load + 0.2 * min(1.0, spent / elapsed)
         self._load_mark = (busy, wall)
         throttled = self._throttle and self.ui_load > THROTTLE_LOAD
-        self._look_due = self._drawn_this_tick(self._ticks) if throttled else None
-        try:
-            self._dirty |= self._drain()
-        finally:
-            self._look_due = None
+        self._dirty |= self._drain(due=self._drawn_this_tick(self._ticks) if throttled else None)
         now = self.clock()
         second = int(now - self._started_at)
         tiles = True

@@ -55,8 +55,8 @@ class SoakApp(BenchApp):
         super().__init__(*args, **kwargs)
         self.newest: dict[int, tuple[str, float]] = {}
 
-    def _drain(self, upto: int | None = None) -> set[int]:
-        changed = super()._drain(upto)
+    def _drain(self, upto: int | None = None, **kwargs: Any) -> set[int]:
+        changed = super()._drain(upto, **kwargs)
         now = time.time()
         for rank in changed:
             line = self.run_view.ranks[rank].last_line

@@ -129,8 +129,8 @@ class BenchApp(RankvisorApp):
         if self.tell_follow:
             super()._tell_following(view)
 
-    def _drain(self, upto: int | None = None) -> set[int]:
-        changed = super()._drain(upto)
+    def _drain(self, upto: int | None = None, **kwargs: Any) -> set[int]:
+        changed = super()._drain(upto, **kwargs)
         if self.measuring and upto is None:
             # Drain ticks only, and ranks whose newest line is new: a drain before an event
             # (a rank's exit) changes a rank without a line, and "now minus the stamp of a

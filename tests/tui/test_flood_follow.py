@@ -198,14 +198,23 @@ async def test_under_load_a_tick_reads_the_files_of_the_panes_it_draws_only(
 
     async def run() -> None:
         follower = app.follower = FileFollower(flood_rate=0)
-        look = follower.look
+        look, follow_files = follower.look, app._follow_files
+        throttled = [False]
 
         def counted(key: Any, *args: Any, **kwargs: Any) -> Any:
-            if app._look_due is not None:  # a drain tick's look
+            if throttled[0]:  # a throttled drain tick's look
                 looked.append((app._ticks, key[0]))
             return look(key, *args, **kwargs)
 
+        def follow(due: Any = None) -> Any:
+            throttled[0] = due is not None
+            try:
+                return follow_files(due)
+            finally:
+                throttled[0] = False
+
         follower.look = counted  # type: ignore[method-assign]
+        app._follow_files = follow  # type: ignore[method-assign]
         await _panes_end_at_each_last_line(app, rate, seconds, follower=follower)
 
     try:
