@@ -375,6 +375,9 @@ async def test_the_app_shows_a_torchrun_jobs_panes(torchrun: Any) -> None:
 
     job = torchrun("--interval", "0.05")
     job.workers()
+    # The job runs a second before the attach, so that a clock from the attach and one from
+    # the job's start differ by more than the check's margin (torchrun can start in 0.4 s).
+    time.sleep(max(0.0, 1.0 - (time.time() - psutil.Process(job.pid).create_time())))
     handle = TorchrunHandle.attach(str(job.pid))
     attached = time.time()
     app = make_app(handle)
