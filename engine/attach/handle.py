@@ -7,9 +7,11 @@ over. This handle watches and signals, never owns:
 * output: the workers' log files, tailed by the engine's ``OutputPump`` (which also writes
   the arrival index the zoomed view merges stdout and stderr by);
 * exits: a pidfd per worker becomes readable when it exits; the exit status is read from
-  /proc while the worker is still a zombie (its wait status is field 52 of its stat). Once
-  the agent has reaped it, nothing tells it any more: the rank is reported with "exit
-  status unknown (not our child)", unless its error.json says it raised;
+  /proc while the worker is still a zombie (its wait status is field 52 of its stat), and
+  once the agent has reaped it, from the pidfd (``engine.process.pidfd_exit``, Linux 6.15
+  and later; under load the agent's 0.1 s poll can reap first). Where neither tells it, the
+  rank is reported with "exit status unknown (not our child)", unless its error.json says
+  it raised;
 * a new attempt: the agent's children are looked at every ``poll_interval`` seconds;
 * signals go through pidfds to the worker and its descendants (``engine.process``), and a
   terminate escalates to SIGKILL after its timeout (``engine.supervisor.escalation``); as
@@ -72,6 +74,7 @@ from ..names import refusals as words
 from ..names.signals import exit_signal_name, signal_name
 from ..output.pump import OutputPump, StdStream
 from ..output.text_batch import Batch
+from ..process.pidfd_exit import reaped_exit_status
 from ..process.proc_table import find_descendants, read_entry, signal_checked, stat_fields
 from ..process.wakeup import Wakeup
 from ..result import RunProcsResult
@@ -179,6 +182,21 @@ def _zombie_status(w: Worker) -> int | None:
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     return None
+
+
+_REAP_WAIT_S = 0.05
+"""How long a worker that is neither a zombie nor reaped yet (its exit under way) is waited
+for before its status is called unknown."""
+
+
+def _reaped_status(pidfd: int) -> int | None:
+    """The exit code the kernel kept with ``pidfd`` once the agent reaped the worker."""
+    deadline = time.monotonic() + _REAP_WAIT_S
+    while True:
+        code = reaped_exit_status(pidfd)
+        if code is not None or time.monotonic() >= deadline:
+            return code
+        time.sleep(0.005)
 
 
 class TorchrunHandle:
@@ -650,6 +668,8 @@ class TorchrunHandle:
             return
         w = rank.worker
         code = _zombie_status(w)
+        if code is None and rank.pidfd is not None:
+            code = _reaped_status(rank.pidfd)
         old = rank.state
         rank.caused_by_us = rank.stopping_with is not None
         exit_ns = time.time_ns()

@@ -230,6 +230,43 @@ def test_discovery_lines_and_refused_restart(torchrun: Any) -> None:
         handle.detach()
 
 
+def test_a_worker_reaped_before_the_handle_looked_keeps_its_exit_code(
+    torchrun: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load torchrun's agent can reap a worker before the handle reads its zombie; the
+    handle then reads the status the kernel kept with its pidfd (Linux 6.15 and later)."""
+    from rankvisor.engine.attach import handle as attach_handle
+
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    if (major, minor) < (6, 15):
+        pytest.skip("PIDFD_INFO_EXIT needs Linux 6.15 or later")
+    missed: list[int] = []
+
+    def too_late(w: Any) -> None:
+        # As if the agent had been first: wait until it has reaped the worker, then miss it.
+        wait_until(lambda: not os.path.exists(f"/proc/{w.pid}"), timeout=SLOW)
+        missed.append(w.pid)
+
+    monkeypatch.setattr(attach_handle, "_zombie_status", too_late)
+    job = torchrun("--lines", "5", "--interval", "0.05")
+    job.workers()
+    handle = TorchrunHandle.attach(str(job.pid), term_timeout_s=5)
+    events = Events()
+    try:
+        handle.watch(events)
+        done = wait_until(lambda: handle.finished, timeout=SLOW)
+        assert len(missed) == 2
+        for rank in (0, 1):
+            final = events.final(rank)
+            assert final is not None and final.new is RankState.SUCCEEDED, final
+            assert final.exitcode == 0
+        assert isinstance(done, RunFinished) and not done.result.failures
+        notices = [n.message for n in events.of(SupervisorNotice)]
+        assert not any(UNKNOWN_EXIT in m for m in notices), notices
+    finally:
+        handle.detach()
+
+
 def test_the_workers_stacks_are_dumped_and_saved_with_the_job(torchrun: Any) -> None:
     """The handle dumps torchrun's workers too (rankvisor runs as root here: Yama would
     otherwise allow only their ancestors); a read-only view may take a nonblocking dump, and
