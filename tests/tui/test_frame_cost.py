@@ -189,3 +189,42 @@ async def test_a_drain_tick_waits_for_the_frame_of_a_key(
         app.hold_ticks_for_frame()
         app._tick()
         assert app._ticks == ticks + 2
+
+
+async def test_the_focus_pane_shows_another_rank_repainting_its_edges_not_its_rows(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 ranks: a move binds the focus pane to the next rank. Its title and state line are
+    its border's top and bottom rows: those are marked, not the pane's 44 rows (its log
+    repaints its own), and what shows is what a repaint of the whole pane shows."""
+    nprocs = 64
+    sup, app = _ticked_app(clock, nprocs, throttle=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        _emit(sup, nprocs, 0, 5)
+        app._tick()
+        await pilot.pause()
+        focus = app.main_screen.focus_pane
+        marked: list[Any] = []
+        refresh = type(focus).refresh
+
+        def counted(self: Any, *regions: Any, **kwargs: Any) -> Any:
+            if self is focus:
+                marked.append(regions)
+            return refresh(self, *regions, **kwargs)
+
+        monkeypatch.setattr(type(focus), "refresh", counted)
+        for key in "jjk":
+            marked.clear()
+            await pilot.press(key)
+            await pilot.pause()
+            rank = app.main_screen.selected
+            assert focus.rank == rank and f"rank {rank}" in focus.border_title
+            assert marked and all(regions for regions in marked), marked  # no whole repaint
+            rows = {r.y + focus.content_offset.y for regions in marked for r in regions}
+            assert all(r.height == 1 for regions in marked for r in regions)
+            assert rows <= {0, focus.outer_size.height - 1}, rows
+            shown = app.export_screenshot()
+            refresh(focus)
+            await pilot.pause()
+            assert app.export_screenshot() == shown

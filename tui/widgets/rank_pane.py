@@ -16,6 +16,8 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
+from textual.geometry import Region
 from textual.widgets import Static
 
 from ...engine.forensics.progress import Progress
@@ -248,6 +250,16 @@ _SELECTED_RULES: Final = (
 """The inline rules that mark a selected pane (``RankPane.set_selected``)."""
 
 
+def _edge_content(text: Text) -> Content:
+    """What Textual's border title setter keeps of ``text``: its first line, tabs expanded."""
+    return Content.from_rich_text(text).expand_tabs(4).split()[0]
+
+
+def _same(new: Content, old: Content | None) -> bool:
+    """Whether a border text is unchanged (``Content`` itself compares the text alone)."""
+    return old is not None and new.plain == old.plain and new.spans == old.spans
+
+
 class RankPane(Vertical):
     """One rank: header plus live log, bordered and coloured by state."""
 
@@ -361,9 +373,33 @@ class RankPane(Vertical):
             title = f"{GLYPHS[view.state]} rank {view.global_rank} (local {view.rank})"
         elif view.place:  # every node's ranks in one viewer: the job's rank and its node
             title = f"{GLYPHS[view.state]} rank {view.rank} · {view.place}"
-        self.border_title = Text(title)
-        self.border_subtitle = Text(state_label(view, now, root_cause=root_cause))
+        self._set_edges(Text(title), Text(state_label(view, now, root_cause=root_cause)))
         self._header.show(view)
+
+    def _set_edges(self, title: Text, subtitle: Text) -> None:
+        """The border's title and subtitle, repainting the one row each is drawn on.
+
+        Textual's ``border_title`` repaints the whole pane: every row of its border and
+        background, 44 rows of a focus pane beside 64 tiles, in the frame of every key that
+        shows another rank there. Set here as Textual's setter sets them (a one-line
+        ``Content``)."""
+        top, bottom = _edge_content(title), _edge_content(subtitle)
+        rows = []
+        if not _same(top, self._border_title):
+            self._border_title = top
+            rows.append(0)
+        if not _same(bottom, self._border_subtitle):
+            self._border_subtitle = bottom
+            rows.append(self.outer_size.height - 1)
+        if not rows:
+            return
+        width = self.outer_size.width
+        if not width:
+            self.refresh()  # not laid out yet
+            return
+        # refresh() takes regions inside the border: the edges lie one offset out.
+        x, y = self.content_offset
+        self.refresh(*(Region(-x, row - y, width, 1) for row in rows))
 
     def sync_log(self) -> None:
         self.log_view.sync()
