@@ -65,6 +65,20 @@ def _emit(sup: ScriptedSupervisor, nprocs: int, tick: int, count: int) -> None:
         sup.emit(RankOutput(r, "stdout", lines, first_line=10_000 * (tick + 1)))
 
 
+def _marked_regions(monkeypatch: pytest.MonkeyPatch, widget: Any) -> list[Any]:
+    """Every ``widget.refresh`` call's regions from now on (``()``: the whole widget)."""
+    marked: list[Any] = []
+    refresh = type(widget).refresh
+
+    def counted(self: Any, *regions: Any, **kwargs: Any) -> Any:
+        if self is widget:
+            marked.append(regions)
+        return refresh(self, *regions, **kwargs)
+
+    monkeypatch.setattr(type(widget), "refresh", counted)
+    return marked
+
+
 async def test_growing_panes_follow_their_last_line_without_a_layout(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,15 +156,7 @@ async def test_a_move_in_the_tiles_repaints_two_rows_and_shows_what_a_full_repai
         await pilot.pause()
         tiles = app.main_screen.tiles
         assert app.main_screen.mode == "list" and tiles.rows > tiles.size.height
-        marked: list[Any] = []
-        refresh = type(tiles).refresh
-
-        def counted(self: Any, *regions: Any, **kwargs: Any) -> Any:
-            if self is tiles:
-                marked.append(regions)
-            return refresh(self, *regions, **kwargs)
-
-        monkeypatch.setattr(type(tiles), "refresh", counted)
+        marked = _marked_regions(monkeypatch, tiles)
         for key in "jjjkj":
             await pilot.press(key)
             await pilot.pause()
@@ -205,15 +211,7 @@ async def test_the_focus_pane_shows_another_rank_repainting_its_edges_not_its_ro
         app._tick()
         await pilot.pause()
         focus = app.main_screen.focus_pane
-        marked: list[Any] = []
-        refresh = type(focus).refresh
-
-        def counted(self: Any, *regions: Any, **kwargs: Any) -> Any:
-            if self is focus:
-                marked.append(regions)
-            return refresh(self, *regions, **kwargs)
-
-        monkeypatch.setattr(type(focus), "refresh", counted)
+        marked = _marked_regions(monkeypatch, focus)
         for key in "jjk":
             marked.clear()
             await pilot.press(key)
@@ -225,6 +223,6 @@ async def test_the_focus_pane_shows_another_rank_repainting_its_edges_not_its_ro
             assert all(r.height == 1 for regions in marked for r in regions)
             assert rows <= {0, focus.outer_size.height - 1}, rows
             shown = app.export_screenshot()
-            refresh(focus)
+            focus.refresh()
             await pilot.pause()
             assert app.export_screenshot() == shown
