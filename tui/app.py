@@ -238,9 +238,10 @@ class RankvisorApp(DebugKeys, App[int]):
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key):
             self._last_key = time.perf_counter()
-            await super().on_event(event)
-            # Forwarded to the screen, queued there: no drain tick before its frame.
+            # No drain tick before the key's frame; held first, as the frame may be drawn
+            # before the forwarding returns (``frame_now``), which releases the hold.
             self.hold_ticks_for_frame()
+            await super().on_event(event)
             return
         await super().on_event(event)
 

@@ -226,3 +226,53 @@ async def test_the_focus_pane_shows_another_rank_repainting_its_edges_not_its_ro
             focus.refresh()
             await pilot.pause()
             assert app.export_screenshot() == shown
+
+
+@pytest.mark.parametrize("nprocs", [8, 64])  # panes in a grid; tiles beside a focus pane
+async def test_a_move_draws_its_frame_before_its_handler_returns(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch, nprocs: int
+) -> None:
+    """The frame of a move is drawn in the move itself (``frame_now``), with everything the
+    move changed: no widget is left waiting for a repaint, and no later frame is needed.
+    What shows is what a repaint of every widget shows."""
+    from rankvisor.tui.app import RankvisorApp
+
+    sup, app = _ticked_app(clock, nprocs, throttle=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        _emit(sup, nprocs, 0, 5)
+        app._tick()
+        await pilot.pause()
+        screen = app.main_screen
+        frames: list[int] = []
+        display = RankvisorApp._display
+
+        def counted(self: Any, shown: Any, renderable: Any) -> None:
+            if renderable is not None:
+                frames.append(screen.selected)
+            display(self, shown, renderable)
+
+        monkeypatch.setattr(RankvisorApp, "_display", counted)
+        drawn_now = 0
+        for step in (1, -1, 1):
+            before, old = len(frames), screen.selected
+            screen.action_move(0, step)  # as the key's binding calls it
+            assert screen.selected != old
+            now = len(frames) > before
+            if now:
+                drawn_now += 1
+                assert frames[-1] == screen.selected
+                left = [w for w in screen._compositor.visible_widgets if w._repaint_required]
+                assert not left and not screen._dirty_widgets, left
+            await pilot.pause()
+            if now:
+                assert len(frames) == before + 1, "the move's frame missed some of it"
+            shown = app.export_screenshot()
+            for widget in screen.walk_children():
+                widget.refresh()
+            await pilot.pause()
+            assert app.export_screenshot() == shown
+        if nprocs == 64:
+            # Repaints only (the panes' selection borders in the grid are a restyle, which
+            # takes Textual's own way): each move drawn at once.
+            assert drawn_now == 3

@@ -19,6 +19,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 
 from ..clip import rank_log_lines
+from ..frame_now import draw_now
 from ..messages import RankSelected, ZoomRequested
 from ..model import RunView
 from ..widgets.key_footer import KeyFooter
@@ -175,6 +176,7 @@ class MainScreen(Screen[None]):
         hold = getattr(self.app, "hold_ticks_for_frame", None)
         if callable(hold):
             hold()
+        draw_now(self)  # the key's frame at once (see frame_now)
 
     def _show_selection(self, old: int | None = None) -> None:
         if old is not None and old < len(self.panes):
