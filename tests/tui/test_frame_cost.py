@@ -9,8 +9,8 @@ panes on a 2-core machine, against 20-30 ms for a frame of the panes that change
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -55,6 +55,19 @@ def _ticked_app(
     return sup, make_app(sup, clock=clock, throttle=throttle, drain_hz=0.001)
 
 
+@asynccontextmanager
+async def _shown(clock: FakeClock, nprocs: int, lines: int) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """The app of ``nprocs`` ranks at 160x48, after a drain tick that drew ``lines`` lines
+    of each rank: (supervisor, app, pilot)."""
+    sup, app = _ticked_app(clock, nprocs, throttle=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        _emit(sup, nprocs, 0, lines)
+        app._tick()
+        await pilot.pause()
+        yield sup, app, pilot
+
+
 def _rows(log: RankLog) -> list[str]:
     return ["".join(s.text for s in log.render_line(y)).rstrip() for y in range(log.size.height)]
 
@@ -83,12 +96,8 @@ async def test_growing_panes_follow_their_last_line_without_a_layout(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nprocs = 8
-    sup, app = _ticked_app(clock, nprocs, throttle=False)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
-        _emit(sup, nprocs, 0, 50)  # every pane scrolls: more lines than rows
-        app._tick()
-        await pilot.pause()
+    # Every pane scrolls: more lines than rows.
+    async with _shown(clock, nprocs, 50) as (sup, app, pilot):
         with _counting(monkeypatch) as counts:
             for tick in range(1, 9):
                 _emit(sup, nprocs, tick, 7 + tick)  # a different count each time
@@ -120,12 +129,7 @@ async def test_a_selection_move_redraws_its_panes_not_the_screen(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nprocs = 8
-    sup, app = _ticked_app(clock, nprocs, throttle=False)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
-        _emit(sup, nprocs, 0, 50)
-        app._tick()
-        await pilot.pause()
+    async with _shown(clock, nprocs, 50) as (sup, app, pilot):
         screen = app.main_screen
         for key in "lllhhjk":  # every pane the selection reaches below has been shown
             await pilot.press(key)
@@ -148,12 +152,7 @@ async def test_a_move_in_the_tiles_repaints_two_rows_and_shows_what_a_full_repai
     it, not the 40 rows of every tile (each tile changes at every frame of a flood, and the
     key's frame waited for them all); what shows is what a repaint of every tile shows."""
     nprocs = 64
-    sup, app = _ticked_app(clock, nprocs, throttle=False)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
-        _emit(sup, nprocs, 0, 5)
-        app._tick()
-        await pilot.pause()
+    async with _shown(clock, nprocs, 5) as (sup, app, pilot):
         tiles = app.main_screen.tiles
         assert app.main_screen.mode == "list" and tiles.rows > tiles.size.height
         marked = _marked_regions(monkeypatch, tiles)
@@ -204,12 +203,7 @@ async def test_the_focus_pane_shows_another_rank_repainting_its_edges_not_its_ro
     its border's top and bottom rows: those are marked, not the pane's 44 rows (its log
     repaints its own), and what shows is what a repaint of the whole pane shows."""
     nprocs = 64
-    sup, app = _ticked_app(clock, nprocs, throttle=False)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
-        _emit(sup, nprocs, 0, 5)
-        app._tick()
-        await pilot.pause()
+    async with _shown(clock, nprocs, 5) as (sup, app, pilot):
         focus = app.main_screen.focus_pane
         marked = _marked_regions(monkeypatch, focus)
         for key in "jjk":
@@ -237,12 +231,7 @@ async def test_a_move_draws_its_frame_before_its_handler_returns(
     What shows is what a repaint of every widget shows."""
     from rankvisor.tui.app import RankvisorApp
 
-    sup, app = _ticked_app(clock, nprocs, throttle=False)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
-        _emit(sup, nprocs, 0, 5)
-        app._tick()
-        await pilot.pause()
+    async with _shown(clock, nprocs, 5) as (sup, app, pilot):
         screen = app.main_screen
         frames: list[int] = []
         display = RankvisorApp._display
