@@ -48,7 +48,7 @@ from rankvisor.engine.process.proc_table import find_descendants, read_entry
 from rankvisor.engine.states import RankState
 from rankvisor.tui.cli.torchrun_view import run_torchrun_view
 
-from tests.conftest import GLOO_JOBS, pid_alive, wait_until
+from tests.conftest import GLOO_JOBS, NEEDS_PIDFD_EXIT, pid_alive, wait_until
 
 pytestmark = GLOO_JOBS
 WORKER = str(Path(__file__).with_name("tr_worker.py"))
@@ -230,6 +230,7 @@ def test_discovery_lines_and_refused_restart(torchrun: Any) -> None:
         handle.detach()
 
 
+@NEEDS_PIDFD_EXIT
 def test_a_worker_reaped_before_the_handle_looked_keeps_its_exit_code(
     torchrun: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,9 +238,6 @@ def test_a_worker_reaped_before_the_handle_looked_keeps_its_exit_code(
     handle then reads the status the kernel kept with its pidfd (Linux 6.15 and later)."""
     from rankvisor.engine.attach import handle as attach_handle
 
-    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-    if (major, minor) < (6, 15):
-        pytest.skip("PIDFD_INFO_EXIT needs Linux 6.15 or later")
     missed: list[int] = []
 
     def too_late(w: Any) -> None:

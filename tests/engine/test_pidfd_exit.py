@@ -14,17 +14,9 @@ import sys
 import pytest
 from rankvisor.engine.process.pidfd_exit import reaped_exit_status
 
-from tests.conftest import wait_until
+from tests.conftest import NEEDS_PIDFD_EXIT, wait_until
 
-
-def _kernel_keeps_exit_status() -> bool:
-    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-    return (major, minor) >= (6, 15)
-
-
-pytestmark = pytest.mark.skipif(
-    not _kernel_keeps_exit_status(), reason="PIDFD_INFO_EXIT needs Linux 6.15 or later"
-)
+pytestmark = NEEDS_PIDFD_EXIT
 
 _PARENT = """
 import subprocess, sys
