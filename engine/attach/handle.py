@@ -734,6 +734,8 @@ class TorchrunHandle:
         workers = workers_of(self.job.agent_pid)
         if not workers or workers[0].restart_count <= self._attempt:
             return
+        if len(workers) < workers[0].local_world_size:
+            return  # torchrun is still starting the new attempt's workers: the next look
         # The agent restarted the group: the old workers are gone (or going; any still
         # alive are its to stop), the new attempt's files are in attempt_<n>.
         for n, rank in self._ranks.items():
