@@ -423,7 +423,7 @@ class OutputPump:
     def _handle(self, wake: Wake) -> None:
         if wake.dirs is None:
             targets = list(self._tails.values())
-            if self.mode == "poll":
+            if self.mode == "poll" or wake.created:
                 for tail in targets:
                     self._check_replaced(tail)
         else:
@@ -459,12 +459,22 @@ class OutputPump:
             tail.fd = None
 
     def _check_replaced(self, tail: _Tail) -> None:
-        """A new file at the tail's path (recreated log dir): finish the old one, follow it."""
+        """A new file at the tail's path (recreated log dir): finish the old one, follow it.
+
+        A file removed with nothing in its place is finished and let go: kept open, it
+        would keep its disk space, and its directory's removal would not be reported
+        (inotify tells a directory's removal once nothing holds it), so a log directory
+        made again would not be seen until the next sweep.
+        """
         if tail.fd is None:
             return
         try:
             ino = os.stat(tail.path).st_ino
         except OSError:
+            if os.fstat(tail.fd).st_nlink == 0:
+                self._cycle([tail], final=True)
+                self._close_fd(tail)
+                tail.first_line = 0  # line numbers will be those of a new file
             return
         if ino != tail.ino:
             self._cycle([tail], final=True)

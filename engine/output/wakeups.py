@@ -89,6 +89,10 @@ class Waker:
 PollWaker = Waker
 
 
+_RESOLVE_TRIES = 8
+"""Tries to watch a file's nearest directory while directories on its path are removed."""
+
+
 def _nearest_existing_dir(path: str) -> str:
     d = os.path.dirname(os.path.abspath(path))
     while not os.path.isdir(d):
@@ -113,6 +117,9 @@ class InotifyWaker(Waker):
         self._files: set[str] = set()
         self._unresolved: set[str] = set()
         """Files whose own directory is not watched yet (it does not exist)."""
+        self._arrived: set[str] = set()
+        """Directories watched since the last ``wait``: a file written in one before its
+        watch began sends no event, so the next wake-up names them as changed."""
 
     def watch(self, file_path: str) -> None:
         with self._lock:
@@ -130,17 +137,27 @@ class InotifyWaker(Waker):
             pending = list(self._unresolved)
         for path in pending:
             own = os.path.dirname(os.path.abspath(path))
-            target = _nearest_existing_dir(path)
-            try:
-                self._dirs.watch_dir(target)
-            except OSError as e:
-                # Out of watches (ENOSPC) or a race with a removal: the pump's periodic
-                # sweep still reads the file, only later.
-                logger.warning("cannot watch %s for %s: %s", target, path, e)
+            for _ in range(_RESOLVE_TRIES):
+                target = _nearest_existing_dir(path)
+                try:
+                    self._dirs.watch_dir(target)
+                    break
+                except FileNotFoundError:
+                    continue  # removed as we looked: its parent, or it made again
+                except OSError as e:
+                    # Out of watches (ENOSPC): the pump's periodic sweep still reads the
+                    # file, only later.
+                    logger.warning("cannot watch %s for %s: %s", target, path, e)
+                    break
+            else:
+                logger.warning("cannot watch a directory for %s: removed as watched", path)
+                continue
+            if not self._dirs.watching(target):
                 continue
             if target == own:
                 with self._lock:
                     self._unresolved.discard(path)
+                    self._arrived.add(own)
 
     def wait(self, timeout: float, busy: bool = False, debounce: float | None = None) -> Wake:
         ready = self._poller.poll(None if timeout is None else timeout * 1000)
@@ -179,10 +196,17 @@ class InotifyWaker(Waker):
                 gone = True  # removed meanwhile: watch an ancestor until it comes back
         if gone:
             self._mark_all_unresolved()
-        if created:
+        if created or gone:
             self._resolve()
+        with self._lock:
+            arrived, self._arrived = self._arrived, set()
         if poked:
             return Wake(None, True)
+        if arrived:
+            # A directory made again (a new attempt) may hold files written before we could
+            # watch it: look at them as at created ones.
+            fired |= arrived
+            created = True
         return Wake(frozenset(fired), created)
 
     def _mark_all_unresolved(self) -> None:

@@ -382,6 +382,51 @@ def test_a_log_dir_removed_and_recreated_is_followed(tmp_path: Path) -> None:
     pump.stop()
 
 
+def test_a_log_dir_made_again_is_followed_by_events_every_time(tmp_path: Path) -> None:
+    # The same steps as above, many times over: each round is a race between the pump's
+    # wake-ups and the removal (a removed file the pump kept open hid its directory's
+    # removal from inotify; a directory watched after its file was written sent no event).
+    # No sweep: every round must be found by notifications alone.
+    import shutil
+
+    sink = Collector()
+    attempt = tmp_path / "attempt_0"
+    path = attempt / "0" / "stdout.log"
+    (attempt / "0").mkdir(parents=True)
+    path.write_text("round 0\n")
+    pump = OutputPump(sink, sweep_interval=3600.0).start()
+    pump.add(0, "stdout", str(path))
+    expected = ["round 0"]
+    wait_until(lambda: sink.get(0) == expected)
+    for i in range(1, 40):
+        shutil.rmtree(attempt)
+        (attempt / "0").mkdir(parents=True)
+        path.write_text(f"round {i}\n")
+        expected.append(f"round {i}")
+        wait_until(lambda: sink.get(0) == expected, timeout=20)
+    pump.stop()
+
+
+def test_a_removed_file_is_finished_and_let_go(tmp_path: Path) -> None:
+    sink = Collector()
+    path = tmp_path / "gone.log"
+    path.write_text("kept\nlast without newline")
+    pump = OutputPump(sink, sweep_interval=3600.0).start()
+    pump.add(0, "stdout", str(path))
+    wait_until(lambda: sink.get(0) == ["kept"])
+    path.unlink()
+    # Its last line is finished, and the pump holds no descriptor of it (its disk space is
+    # given back).
+    wait_until(lambda: sink.get(0) == ["kept", "last without newline"])
+    wait_until(lambda: pump._tails[(0, "stdout")].fd is None)
+    fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert not [f for f in fds if f.startswith(str(path))]
+    path.write_text("new\n")  # a new file under the name: followed, numbered from 0
+    wait_until(lambda: sink.get(0) == ["kept", "last without newline", "new"])
+    pump.stop()
+
+
 def test_a_utf8_character_split_across_two_reads(tmp_path: Path) -> None:
     sink = Collector()
     path = tmp_path / "u.log"
