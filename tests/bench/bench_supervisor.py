@@ -332,7 +332,48 @@ def child_per_million(seconds: float) -> dict[str, Any]:
     # forensics, status), in the same units, over the same window.
     pct = _whole(_launch_cmd("rankvisor", [SLEEPER], "--redirects"), seconds, warmup=6)
     out["rankvisor_idle"] = pct / 100 * 1e6 / LOG_LINES_PER_S
+    out["bare_reader"] = _bare_reader(seconds)
     return out
+
+
+def _bare_reader(seconds: float) -> float:
+    """The least any supervisor that sees every line spends, in the same units: the same 8
+    ranks' output in files, each read to its end four times a second (rankvisor's pace
+    while nobody watches, torchrun's console tee reads as often) and its newlines counted,
+    nothing else (no decoding, no index, no threads). CPU of this process alone."""
+    log_dir = Path(tempfile.mkdtemp(prefix="bench_bare_"))
+    writers, fds = [], []
+    for rank in range(8):
+        with open(log_dir / f"{rank}.log", "wb") as f:
+            writers.append(subprocess.Popen(
+                [PY, SPEW, "--rate", "10000", "--seconds", str(seconds + 12)], stdout=f,
+                env={**os.environ, "RANK": str(rank)},
+            ))
+        fds.append(os.open(log_dir / f"{rank}.log", os.O_RDONLY))
+    buf = bytearray(1 << 18)
+    lines = 0
+
+    def read_all() -> None:
+        nonlocal lines
+        for fd in fds:
+            while n := os.readv(fd, [buf]):
+                lines += buf.count(b"\n", 0, n)
+
+    try:
+        for _ in range(24):  # the 6 s warm-up of the other figures
+            read_all()
+            time.sleep(0.25)
+        c0, t0, l0 = _self_cpu(), time.monotonic(), lines
+        while time.monotonic() < t0 + seconds:
+            read_all()
+            time.sleep(0.25)
+        return (_self_cpu() - c0) / ((lines - l0) / 1e6)
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait()
+        for fd in fds:
+            os.close(fd)
 
 
 NOTES = """Notes:
@@ -392,6 +433,9 @@ def _table(r: dict[str, dict[str, Any]]) -> str:
         f"{g('per_million', 'torchrun_tee_off', '{:.3f}')} s | <= half of torchrun's |",
         "| the same, 8 ranks printing nothing, tee off (the supervisor's floor) | "
         f"{g('per_million', 'rankvisor_idle', '{:.3f}')} s | - | - |",
+        "| the least a reader of every line spends: the same output read 4 times a second, "
+        f"newlines counted, nothing else | {g('per_million', 'bare_reader', '{:.3f}')} s "
+        "| - | - |",
     ]
     return "\n".join(rows)
 
