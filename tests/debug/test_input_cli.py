@@ -262,9 +262,10 @@ def test_ctrl_c_asks_ctrl_d_leaves_and_the_rank_waits_on(runs: Runs) -> None:
         console.type(b"\x04")  # Ctrl-D
         assert console.until(b"left the console"), console.tail()
         assert console.exit_code() == 0
-    status = read_status(run_dir)
-    assert status is not None and status["ranks"][0]["state"] == "running"
-    assert status["ranks"][0]["input_wait"] is not None  # untouched: still at its prompt
+    # Untouched: still at its prompt. The SIGINT made pdb write a new prompt, so the watch
+    # may be between "it wrote" and "it waits again" when the console leaves: wait for it.
+    status = waiting(run_dir, (0,))
+    assert status["ranks"][0]["state"] == "running"
     assert cli("input", run_dir, "0", "c").returncode == 0
     assert cli("wait", run_dir).returncode == 0
 
