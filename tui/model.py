@@ -618,8 +618,9 @@ class RunView:
         if view.file_ahead and _follows_its_files(view):
             return True  # older than what the pane shows from the files
         path = _path_of(view, kind)
-        before = view.events_bytes.get(kind)
-        shown = before[1] if before is not None and before[0] == path else 0
+        shown = _events_shown(view, kind)
+        if shown is None:
+            shown = 0
         if shown >= 0:
             view.events_bytes[kind] = (path, shown + _utf8_size(event.lines))
         if event.lines:
@@ -693,14 +694,14 @@ class RunView:
         if path != _path_of(view, kind):
             return False  # an earlier incarnation's file
         if view.file_ahead.get(kind) != path:
-            shown = view.events_bytes.get(kind)
+            shown = _events_shown(view, kind)
             last = view.buffer.tail(1, kind, this_incarnation=True)
             after = _after_last(lines, last[0]) if last else None
-            if shown is not None and shown[0] == path and shown[1] < 0:
+            if shown is not None and shown < 0:
                 # Lines were not drawn: what the events showed is known by its last line
                 # only. The lines after it in this read are new; all are if it is not there.
                 lines = lines if after is None else after
-            elif shown is not None and shown[0] == path and shown[1] > start:
+            elif shown is not None and shown > start:
                 # The events reached into this read (it took a while): the lines after the
                 # last they showed are new; if it is not among them, they went past it.
                 if after is None:
@@ -983,6 +984,17 @@ def _own_best(view: RankView) -> Progress | None:
 
 def _path_of(view: RankView, kind: LineKind) -> str:
     return view.stdout_path if kind == "stdout" else view.stderr_path
+
+
+def _events_shown(view: RankView, kind: LineKind) -> int | None:
+    """Bytes of the current file of ``kind`` that the events showed (-1: not known, lines
+    were dropped; None: none yet). Lines shown before the run's paths were known (a viewer
+    can draw a rank's first lines before the snapshot that names its files) were the first
+    files' lines: they count for the first path the view learns."""
+    before = view.events_bytes.get(kind)
+    if before is None or before[0] not in (_path_of(view, kind), ""):
+        return None
+    return before[1]
 
 
 def _after_last(lines: Sequence[str], line: str) -> Sequence[str] | None:

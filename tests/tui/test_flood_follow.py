@@ -99,6 +99,30 @@ def test_a_first_tail_of_non_ascii_lines_repeats_none_of_what_the_events_showed(
     assert texts == [f"\u00e9\u00e9 {i}" for i in range(7)]
 
 
+@pytest.mark.parametrize("events_after", [False, True])
+def test_lines_drawn_before_the_paths_were_known_count_for_the_first_files(
+    events_after: bool,
+) -> None:
+    # A viewer can draw a rank's first lines before the snapshot that names its files: they
+    # are the first files' lines, and the follower's first read must not draw them again (a
+    # loaded CI run showed a 16 KB read twice in a pane, once from the events).
+    info = scripted_info(1)
+    run = RunView(info)
+    view = run.ranks[0]
+    out = view.stdout_path
+    view.stdout_path = view.stderr_path = ""  # as before the run started
+    run.add_output(_out(0, 0, 5))
+    run.merge_paths(info)
+    assert view.stdout_path == out
+    if events_after:
+        run.add_output(_out(0, 5, 7))
+    # The first read begins inside what the events showed ("stdout 3" starts at byte 27).
+    lines = tuple(f"stdout {i}" for i in range(3, 9))
+    assert run.add_file_tail(0, "stdout", out, lines, start=27, gap=True)
+    shown = [t for k, t in _texts(run, 0) if k == "stdout"]
+    assert shown == [f"stdout {i}" for i in range(9)]
+
+
 def test_a_restart_gives_the_pane_back_to_the_events() -> None:
     run = RunView(scripted_info(1))
     view = run.ranks[0]
