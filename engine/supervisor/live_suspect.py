@@ -3,7 +3,8 @@
 A hang before gloo's or NCCL's timeout shows nothing but silence on every rank, so no rank
 stands out and no rank has failed. When every live rank has been quiet well past its usual
 cadence (``silence_factor`` times its own median gap between batches, at least
-``silence_min_s``), or when the Flight Recorder shows a collective some ranks have waited in
+``silence_min_s``; ``STARTUP_QUIET_S`` for a rank without a cadence yet, one still starting
+up), or when the Flight Recorder shows a collective some ranks have waited in
 that long while another never entered it (a heartbeat keeps the output moving), the watch
 takes, once per quiet spell, a nonblocking py-spy dump (the ranks are never paused) and a
 capture of the collectives, and names a live suspect with that evidence: the FR's verdict
@@ -17,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from ..events import LIVE_SUSPECT_PREFIX, Suspect
 from ..forensics.stack_evidence import outside_collective
@@ -27,6 +29,12 @@ from .state import RunState
 from .ticker import Ticker
 
 __all__ = ["LiveReading", "LiveSuspect"]
+
+STARTUP_QUIET_S: Final = 30.0
+"""How long a rank that has not yet written with a cadence must be quiet to count as hung."""
+_CADENCE_GAPS: Final = 2
+"""Gaps between batches from which a rank's own cadence is known."""
+
 
 @dataclass(frozen=True, slots=True)
 class LiveReading:
@@ -74,6 +82,10 @@ class LiveSuspect:
             if a.last_ns is None:
                 return None, pids
             need = max(self._min_s, self._factor * (a.median_gap_s or 0.0))
+            if a.gaps < _CADENCE_GAPS:
+                # No cadence yet: a rank still starting up (importing torch, waiting for its
+                # peers in the rendezvous) is quiet for seconds at a time, and is no hang.
+                need = max(need, STARTUP_QUIET_S)
             if (now_ns - a.last_ns) / 1e9 < need:
                 return None, pids
             starts.append(a.last_ns)
