@@ -94,7 +94,7 @@ class RankStateChanged:
     caused_by_us: bool = False
     """True when the exit was our own doing (terminate, kill, teardown after another failure)."""
     t: float = 0.0
-    """Wall-clock time of the transition (``time.time()``), for display."""
+    """Wall-clock time of the transition (``clock.wall()``), for display."""
     exit_cause: ExitCause | None = None
     """Why the rank ended, in words (final states other than success; see
     ``engine.forensics.exit_cause``); None while it runs, on success, or when unknown."""
@@ -143,7 +143,7 @@ class EscalationScheduled:
     signal_name: str
     timeout_s: float
     deadline: float
-    """``time.monotonic()`` value at which SIGKILL will be sent."""
+    """``clock.monotonic()`` value at which SIGKILL will be sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +201,7 @@ class RanksSignalled:
     "shutdown" (the whole run stopped: quit, ``rankvisor stop``, a signal to rankvisor);
     "teardown" (after a rank failed) or "escalation" (SIGKILL at the deadline)."""
     t: float
-    """Wall-clock time it was sent (``time.time()``)."""
+    """Wall-clock time it was sent (``clock.wall()``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +229,7 @@ class Suspect:
     mismatch, a monitored barrier, NCCL's watchdog), "stack" (live: its main thread is outside
     any collective while its peers wait in one), "outlived" or "knock-on"."""
     first_failure_ns: int = 0
-    """When the first failure happened (``time.time_ns()``)."""
+    """When the first failure happened (``clock.wall_ns()``)."""
     last_line: str = ""
     """The suspect's last line before the first failure ("" if it wrote none)."""
     last_line_stream: str = ""
@@ -256,7 +256,7 @@ class InputWait:
     """A rank blocked reading the stdin its supervisor holds: a person is asked something."""
 
     since: float
-    """Wall-clock time (``time.time()``) the rank started waiting."""
+    """Wall-clock time (``clock.wall()``) the rank started waiting."""
     prompt: str = ""
     """The unfinished last line of its output ("(Pdb) ", "continue? "); "" if none."""
     where: str = ""

@@ -262,7 +262,7 @@ class RunInfo:
     tracking_detail: str = ""
     """The same in words: which cgroup hierarchy, or why none could be used."""
     started_at: float = 0.0
-    """Wall-clock time (``time.time()``) the ranks were first started; 0.0 before. A viewer
+    """Wall-clock time (``clock.wall()``) the ranks were first started; 0.0 before. A viewer
     that attaches late counts the run's elapsed time from here, not from its own start."""
     node: str = ""
     """In a multi-node run: this node's place ("node 1 of 2 (host)"); "" on one node."""

@@ -31,6 +31,7 @@ import tempfile
 import time
 from typing import Any, Callable, Final, Optional
 
+from . import clock
 from .errors import ProcessFailure
 from .logs_specs import LogsSpecs
 from .pcontext import PContext, RunProcsResult, ended_result, forget_in_forked_child
@@ -385,10 +386,10 @@ class MultiprocessContext(PContext):
 
 def _wait_all(procs: list[RankProcess], timeout: float) -> None:
     """Wait until every one of ``procs`` has exited or ``timeout`` s have passed."""
-    deadline = time.monotonic() + max(0.0, timeout)
+    deadline = clock.monotonic() + max(0.0, timeout)
     pending = [p for p in procs if p.poll() is None]
     while pending:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - clock.monotonic()
         if remaining <= 0:
             return
         wait_any(pending, remaining)

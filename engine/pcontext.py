@@ -4,7 +4,7 @@ torch's semantics, with these changes (engine/README.md lists them all):
 
 * ``wait()`` does not sleep a whole ``period`` between polls: subclasses block on the ranks'
   exits (``_wait_for_exit``), so an exit is noticed within milliseconds; ``period`` only
-  bounds the time between two polls. Deadlines use ``time.monotonic()``, not the wall clock.
+  bounds the time between two polls. Deadlines use ``clock.monotonic()``, not the wall clock.
 * Signal handlers from TORCHELASTIC_SIGNALS_TO_HANDLE are installed by ``start()`` on the main
   thread only (as in torch) and **restored by ``close()``** (torch leaves them). Several
   open contexts share one installation; the original handlers come back when the last
@@ -31,6 +31,7 @@ import weakref
 from types import FrameType
 from typing import Any, Callable, Final, Optional, TextIO, Union
 
+from . import clock
 from .errors import ProcessFailure
 from .logs_specs import LogsSpecs
 from .result import RunProcsResult
@@ -197,14 +198,14 @@ class PContext(abc.ABC):
         """
         if timeout == 0:
             return self._poll()
-        deadline = None if timeout < 0 else time.monotonic() + timeout
+        deadline = None if timeout < 0 else clock.monotonic() + timeout
         while True:
             result = self._poll()
             if result:
                 return result
             step = period
             if deadline is not None:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock.monotonic()
                 if remaining <= 0:
                     return None
                 step = min(period, remaining)

@@ -28,6 +28,7 @@ import signal
 import time
 from typing import Any, Optional
 
+from . import clock
 from .errors import ChildFailedError, ProcessFailure
 from .logs_specs import LogsSpecs
 from .pcontext import PContext, RunProcsResult, ended_result
@@ -217,7 +218,7 @@ class SubprocessContext(PContext):
             logger.warning("Sending process %s closing signal %s", p.pid, death_sig.name)
         self._signal(live, death_sig)
         # One deadline shared by all ranks (not per rank), on the monotonic clock.
-        _wait_all(live.values(), time.monotonic() + timeout)
+        _wait_all(live.values(), clock.monotonic() + timeout)
         survivors = {r: p for r, p in live.items() if p.poll() is None}
         if not survivors:
             return
@@ -231,7 +232,7 @@ class SubprocessContext(PContext):
         self._signal(survivors, signal.SIGKILL)
         # Bounded: a process stuck in uninterruptible sleep (D state, e.g. a wedged GPU or
         # NIC driver) is not reaped even after SIGKILL; give up instead of hanging.
-        _wait_all(survivors.values(), time.monotonic() + timeout)
+        _wait_all(survivors.values(), clock.monotonic() + timeout)
         for p in survivors.values():
             if p.poll() is None:
                 logger.error(
@@ -252,7 +253,7 @@ def _wait_all(procs: Any, deadline: float) -> None:
     # Exits are noticed by the watcher thread (wait_any); no waitpid a rank here.
     pending = [p for p in procs if p.exitcode is None]
     while pending:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - clock.monotonic()
         if remaining <= 0:
             return
         wait_any(pending, remaining)

@@ -39,12 +39,14 @@ def test_the_contracts_are_kept(capsys: pytest.CaptureFixture[str],
 
 def test_the_engine_rooms_contract_places_every_room_in_order() -> None:
     """Exhaustive (a new module or sub-package of engine/ must be given a layer), the front
-    ends at the top, the leaves at the bottom, the rooms between in the README's order."""
+    ends at the top, the leaves and then the clock at the bottom, the rooms between in the
+    README's order."""
     (rooms,) = [c for c in _contracts() if c.get("containers") == ["rankvisor.engine"]]
     assert rooms["type"] == "layers" and rooms["exhaustive"] is True
     layers = rooms["layers"]
     assert layers[0] == "entry"
-    assert {"names", "rundir"} <= {n.strip() for n in layers[-1].split("|")}
+    assert {"names", "rundir"} <= {n.strip() for n in layers[-2].split("|")}
+    assert layers[-1] == "clock"  # the one clock: every room may read it, it imports none
     order = [layers.index(next(x for x in layers if room in x.split(" ")))
              for room in ("entry", "control", "supervisor", "forensics", "logfile", "output",
                           "process", "events", "errors")]

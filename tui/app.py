@@ -18,7 +18,6 @@ terminal afterwards and returns the exit code.
 from __future__ import annotations
 
 import gc
-import time
 import weakref
 from collections import deque
 from datetime import timezone, tzinfo
@@ -34,6 +33,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input
 
+from ..engine import clock as engine_clock
 from ..engine.events import (
     AttemptStarted,
     RankInput,
@@ -159,7 +159,7 @@ class RankvisorApp(DebugKeys, App[int]):
         self,
         handle: SupervisorHandle,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = engine_clock.monotonic,
         drain_hz: float = DRAIN_HZ,
         start_handle: bool = True,
         sync_start: bool = False,
@@ -203,7 +203,7 @@ class RankvisorApp(DebugKeys, App[int]):
         self._started_at = clock()
         if info.started_at:
             # Attached to a run that was going already: its elapsed time, not ours.
-            self._started_at -= max(0.0, time.time() - info.started_at)
+            self._started_at -= max(0.0, engine_clock.wall() - info.started_at)
         self._paused = False
         self._status = ""
         self._last_second = -1
@@ -237,7 +237,7 @@ class RankvisorApp(DebugKeys, App[int]):
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key):
-            self._last_key = time.perf_counter()
+            self._last_key = engine_clock.monotonic()
             # No drain tick before the key's frame; held first, as the frame may be drawn
             # before the forwarding returns (``frame_now``), which releases the hold.
             self.hold_ticks_for_frame()
@@ -386,10 +386,10 @@ class RankvisorApp(DebugKeys, App[int]):
         tick); their lines are buffered meanwhile, nothing is lost, and their files are read
         on their turn. The tiles (every rank's last line in one widget, redrawn whole) follow
         the same beat: every third tick. A key's frame comes before any tick."""
-        if self._frame_wanted and time.perf_counter() - self._frame_wanted < KEY_FRAME_WAIT_S:
+        if self._frame_wanted and engine_clock.monotonic() - self._frame_wanted < KEY_FRAME_WAIT_S:
             return  # a key's frame first: this tick's drain and redraw would come before it
         self._ticks += 1
-        busy, wall = busy_seconds(), time.perf_counter()
+        busy, wall = busy_seconds(), engine_clock.monotonic()
         if self._load_mark is not None:
             spent = busy - self._load_mark[0]
             elapsed = max(1e-6, wall - self._load_mark[1])
@@ -400,7 +400,7 @@ class RankvisorApp(DebugKeys, App[int]):
         now = self.clock()
         second = int(now - self._started_at)
         tiles = True
-        if self._throttle and time.perf_counter() - self._last_key < KEY_PRIORITY_S:
+        if self._throttle and engine_clock.monotonic() - self._last_key < KEY_PRIORITY_S:
             # A key was just pressed: draw its effect first, the other panes right after.
             changed = self._dirty & {self.selected}
             tiles = False  # the key's own frame redraws them
@@ -425,7 +425,7 @@ class RankvisorApp(DebugKeys, App[int]):
         """A key came (or the selection moved): no drain tick until the screen has drawn
         a frame since. Under a flood a tick (a drain, a read of the files, a redraw) that
         ran between a key and its frame made the key wait for both."""
-        self._frame_wanted = time.perf_counter()
+        self._frame_wanted = engine_clock.monotonic()
 
     def _display(self, screen: Screen[Any], renderable: Any) -> None:
         # Textual's one door to the terminal: a frame was drawn (the held ticks may run).
@@ -530,7 +530,7 @@ class RankvisorApp(DebugKeys, App[int]):
             message = f"{title}: {message}"
         # Notices come from a supervisor, a record replayed, a remote node: show no escape.
         message = one_line(message, 2000)
-        self.notices.append(Notice(message, severity, time.time()))
+        self.notices.append(Notice(message, severity, engine_clock.wall()))
         self._show_notice()
 
     def _show_notice(self) -> None:

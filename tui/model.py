@@ -283,7 +283,7 @@ class RankView:
     cpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=CPU_HISTORY))
     escalation_signal: str | None = None
     escalation_deadline: float | None = None
-    """``time.monotonic()`` value at which SIGKILL follows, while an escalation runs."""
+    """``clock.monotonic()`` value at which SIGKILL follows, while an escalation runs."""
     timer_scope: str | None = None
     """The watchdog scope this rank overran, if torch's file timer killed it."""
     last_line: str = ""

@@ -10,7 +10,8 @@ the thread's CPU time is all there is.
 from __future__ import annotations
 
 import os
-import time
+
+from ..engine import clock
 
 __all__ = ["busy_seconds"]
 
@@ -23,11 +24,11 @@ def busy_seconds() -> float:
     try:
         fd = os.open(_SCHEDSTAT, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return time.thread_time()
+        return clock.thread_cpu()
     try:
         fields = os.read(fd, 128).split()
         return (int(fields[0]) + int(fields[1])) / 1e9
     except (OSError, ValueError, IndexError):
-        return time.thread_time()
+        return clock.thread_cpu()
     finally:
         os.close(fd)

@@ -37,6 +37,7 @@ from typing import Callable
 
 import psutil
 
+from .. import clock
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import (
     AttemptStarted,
@@ -136,7 +137,7 @@ class _Rank:
 
 
 def _started_at(starttime: int) -> float:
-    """When a process started (``time.time()``), from its /proc start time in clock ticks
+    """When a process started (``clock.wall()``), from its /proc start time in clock ticks
     since boot: the agent's, so that the viewer's clock counts from the job's start."""
     return psutil.boot_time() + starttime / os.sysconf("SC_CLK_TCK")
 
@@ -191,10 +192,10 @@ for before its status is called unknown."""
 
 def _reaped_status(pidfd: int) -> int | None:
     """The exit code the kernel kept with ``pidfd`` once the agent reaped the worker."""
-    deadline = time.monotonic() + _REAP_WAIT_S
+    deadline = clock.monotonic() + _REAP_WAIT_S
     while True:
         code = reaped_exit_status(pidfd)
-        if code is not None or time.monotonic() >= deadline:
+        if code is not None or clock.monotonic() >= deadline:
             return code
         time.sleep(0.005)
 
@@ -355,7 +356,7 @@ class TorchrunHandle:
                 return CommandResult(False, words.exited_before_signal(alive))
             if isinstance(command, TerminateRanks) and sig != signal.SIGKILL:
                 timeout = term_timeout(command.timeout_s, self._term_timeout)
-                now = time.monotonic()
+                now = clock.monotonic()
                 esc = self._esc.add(tuple(sent), int(sig), float(timeout), now)
                 if self._captures is not None:
                     self._captures.add(esc, now, "terminate")
@@ -522,7 +523,7 @@ class TorchrunHandle:
             attempt=w.restart_count,
             failure=rank.failure if final else None,
             caused_by_us=rank.caused_by_us if final else False,
-            t=time.time(),
+            t=clock.wall(),
         )
 
     def _info_locked(self) -> RunInfo:
@@ -631,7 +632,7 @@ class TorchrunHandle:
             poller.register(self._wakeup.fd, select.POLLIN)
             wait = self._poll
             if deadline is not None:
-                wait = max(0.0, min(wait, deadline - time.monotonic()))
+                wait = max(0.0, min(wait, deadline - clock.monotonic()))
             try:
                 ready = poller.poll(wait * 1000)
             except OSError:
@@ -647,8 +648,8 @@ class TorchrunHandle:
                     for fd, _ in ready:
                         if fd in fds:
                             self._exited(fds[fd])
-                    self._escalate(time.monotonic())
-                    now = time.monotonic()
+                    self._escalate(clock.monotonic())
+                    now = clock.monotonic()
                     if now - last_scan >= self._poll:
                         last_scan = now
                         self._look_for_attempt()
@@ -672,7 +673,7 @@ class TorchrunHandle:
             code = _reaped_status(rank.pidfd)
         old = rank.state
         rank.caused_by_us = rank.stopping_with is not None
-        exit_ns = time.time_ns()
+        exit_ns = clock.wall_ns()
         if code is not None:
             rank.exitcode = code
             rank.state = final_state_for(code)

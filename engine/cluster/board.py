@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .. import clock
 from ..control.status import failure_message
 from ..errors import root_cause_rank
 from ..events import Event, RankOutput, RankStateChanged
@@ -189,7 +190,7 @@ class StatusBoard:
     def sink(self, event: Event) -> None:
         """The Supervisor's events (engine threads: records and returns)."""
         if isinstance(event, RankOutput):
-            self._last_output[event.rank] = time.time()
+            self._last_output[event.rank] = clock.wall()
         elif isinstance(event, RankStateChanged):
             if event.failure is not None:
                 self._failures[event.rank] = (event.failure, event.caused_by_us)
@@ -236,7 +237,7 @@ class StatusBoard:
             try:
                 self.publish_now(force=False)
                 self._beat()
-                if time.monotonic() - self._read_at >= self.read_interval:
+                if clock.monotonic() - self._read_at >= self.read_interval:
                     self.read_now()
             except Exception:  # noqa: BLE001 - the board must never take the run down
                 log.exception("cluster status board step failed")
@@ -275,7 +276,7 @@ class StatusBoard:
         with self._lock:
             status = self._local_status
         ranks = []
-        now = time.time()
+        now = clock.wall()
         for r in (status or {}).get("ranks", []):
             local = int(r.get("local_rank", r.get("rank", 0)))
             seen = self._last_output.get(local)
@@ -328,7 +329,7 @@ class StatusBoard:
         key = json.dumps({k: v for k, v in record.items() if k != "ranks"}, sort_keys=True)
         key += json.dumps([r[:5] for r in record["ranks"]])
         changed = key != self._published_key
-        now = time.monotonic()
+        now = clock.monotonic()
         if not force and not changed and now - self._published_at < HEARTBEAT_S:
             return
         data = json.dumps(record, separators=(",", ":"))
@@ -343,7 +344,7 @@ class StatusBoard:
 
     def read_now(self) -> bool:
         """Read the others' records if the counter moved; whether the view changed."""
-        self._read_at = time.monotonic()
+        self._read_at = clock.monotonic()
         self._read_beats()
         gen = self._call(lambda s: s.add(_GEN, 0))
         if gen is None or gen == self._gen_seen:
@@ -473,7 +474,7 @@ class StatusBoard:
 
         Over, not finished: a node's run finishes only after this wait, so a wait for the
         others' "finished" was a wait for each node's timeout on every node."""
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while True:
             self._gen_seen = None  # read even if the counter did not move
             self.read_now()
@@ -483,7 +484,7 @@ class StatusBoard:
             )
             if done or self.store_lost or self.nnodes <= 1:
                 return done
-            if time.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 return False
             time.sleep(0.1)
 
@@ -492,8 +493,8 @@ class StatusBoard:
         node hosting the store must not take it away while another still reads."""
         if self._call(lambda s: s.add(_PREFIX + "read", 1)) is None:
             return False
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = clock.monotonic() + timeout_s
+        while clock.monotonic() < deadline:
             count = self._call(lambda s: s.add(_PREFIX + "read", 0))
             if count is None or count >= self.nnodes:
                 return count is not None

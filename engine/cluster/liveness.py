@@ -14,8 +14,9 @@ the store, and each read of the beats about 10 kB.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
+
+from .. import clock
 
 __all__ = ["STALE_BEATS", "Liveness", "beat_interval"]
 
@@ -46,7 +47,7 @@ class Liveness:
 
     def due(self, nnodes: int, now: float | None = None) -> bool:
         """Whether this node's beat is due; counts it as written if so."""
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         if now - self.beat_at < beat_interval(nnodes):
             return False
         self.beat_at = now
@@ -63,7 +64,7 @@ class Liveness:
     def note(self, nodes: Sequence[int], values: Iterable[bytes | None], nnodes: int,
              read_interval: float, now: float | None = None) -> bool:
         """Take the beats just read (None: not there yet); whether ``unreachable`` changed."""
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         limit = STALE_BEATS * beat_interval(nnodes) + read_interval
         gone: set[int] = set()
         for node, value in zip(nodes, values, strict=True):

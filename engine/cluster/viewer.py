@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from .. import clock
 from ..control.client import RemoteHandle, recent_output
 from ..control.wire import run_info_from_wire
 from ..events import (
@@ -124,7 +125,7 @@ class _Node:
     def run(self) -> None:
         v = self.viewer
         while not v._stop.is_set():
-            wanted = time.monotonic() - self.wanted_at < v.linger_s
+            wanted = clock.monotonic() - self.wanted_at < v.linger_s
             if not wanted:
                 self._let_go()
                 v._stop.wait(v.ping_s)
@@ -337,9 +338,9 @@ class ClusterHandle:
                                   or "this run's supervisor is not part of a multi-node run"))
         # The run's first seconds: the other nodes' records may not have been read yet, and
         # a viewer's grid is laid out once, for the ranks it knows of.
-        deadline = time.monotonic() + layout_wait_s
+        deadline = clock.monotonic() + layout_wait_s
         while (len(answer.get("nodes") or {}) < int(answer.get("nnodes") or 0)
-               and time.monotonic() < deadline):
+               and clock.monotonic() < deadline):
             time.sleep(0.2)
             answer = local.request("cluster?") or answer
         self.local = local
@@ -418,13 +419,13 @@ class ClusterHandle:
         at least once every ``linger_s`` (the TUI: every second)."""
         if self._pinned:
             self._pinned = False
-            now = time.monotonic()
+            now = clock.monotonic()
             for node in self.nodes.values():
                 node.wanted_at = min(node.wanted_at, now)
         self._want(ranks)
 
     def _want(self, ranks: Iterable[int]) -> None:
-        now = math.inf if self._pinned else time.monotonic()
+        now = math.inf if self._pinned else clock.monotonic()
         for rank in ranks:
             node = self.nodes.get(self._where.get(rank, self.me))
             if node is None:

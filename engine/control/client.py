@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from .. import clock
 from ..events import (
     AttemptStarted,
     Event,
@@ -94,12 +95,12 @@ def _connect(sock: socket.socket, socket_path: str, deadline: float) -> None:
     full refuses at once instead of waiting, which under load is only a matter of time."""
     pause = 0.002
     while True:
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.settimeout(max(0.001, deadline - clock.monotonic()))
         try:
             sock.connect(socket_path)
             return
         except BlockingIOError:
-            if time.monotonic() + pause >= deadline:
+            if clock.monotonic() + pause >= deadline:
                 raise
         time.sleep(pause)
         pause = min(0.05, pause * 2)
@@ -206,7 +207,7 @@ class RemoteHandle:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             try:
-                _connect(sock, socket_path, time.monotonic() + timeout_s)
+                _connect(sock, socket_path, clock.monotonic() + timeout_s)
             except (TimeoutError, socket.timeout, BlockingIOError):
                 raise NoAnswer(f"no answer from {socket_path} within {timeout_s} s") from None
             _check_peer(sock, socket_path)
@@ -562,7 +563,7 @@ class RemoteHandle:
                                          attempt=attempt, first_line=first + count))
                 return
         key = (rank, stream)
-        since = time.monotonic()
+        since = clock.monotonic()
         older = self._unread.get(key)
         if older is not None and older[0] == attempt and older[1] + older[2] == first:
             first, count, since = older[1], older[2] + count, older[3]  # the stretch grew
@@ -590,7 +591,7 @@ class RemoteHandle:
         """Read back the stretch of ``key`` (None: every stretch that waited ``waited_s``),
         as an output batch of its last ``reread_lines`` lines."""
         if key is None:
-            due = time.monotonic() - waited_s
+            due = clock.monotonic() - waited_s
             keys = [k for k, unread in self._unread.items() if unread[3] <= due]
         else:
             keys = [key]

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from typing import Any, Final
 
+from .. import clock
 from .status import FILENAME
 
 __all__ = ["LOG_NAME", "hook_environment", "run_on_failure"]
@@ -71,12 +71,12 @@ def run_on_failure(
         log = open(log_path, "ab", buffering=0)
     except OSError:
         log = None
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    stamp = clock.local_stamp("%Y-%m-%d %H:%M:%S")
 
     def note(text: str) -> None:
         if log is not None:
             try:
-                log.write(f"--- rankvisor {time.strftime('%H:%M:%S')}: {text}\n".encode())
+                log.write(f"--- rankvisor {clock.local_stamp('%H:%M:%S')}: {text}\n".encode())
             except OSError:
                 pass
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
+from .. import clock
 from ..events import Event, RankOutput, RankStats, RunFinished
 from . import registry, status, wire
 from .live_status import add_live
@@ -71,7 +71,7 @@ class RunHost:
         self._exit_status = exit_status
         self._on_failure = on_failure
         self.socket_path = registry.new_socket_path()
-        self.started_at = time.time()
+        self.started_at = clock.wall()
         self.pid = os.getpid()
         # With the pid, the start time names this process for good (a pid can be reused).
         self._pid_start = status.process_start_time(self.pid) or 0

@@ -22,10 +22,10 @@ import json
 import os
 import secrets
 import stat
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from .. import clock
 from ..output.safe_text import one_line
 from ..rundir.atomic import write_atomic
 from ..rundir.regular_file import read_regular
@@ -203,7 +203,7 @@ def register(
         socket=socket,
         supervisor_pid=pid,
         supervisor_start=start,
-        started=time.time() if started is None else started,
+        started=clock.wall() if started is None else started,
         mode=mode,
         key=_key_for(socket),
     )

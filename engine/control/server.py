@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from .. import clock
 from ..events import Event, RankOutput, RankRestarted, RankStats
 from ..handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle, reads_only
 from ..output.text_batch import LineBlock
@@ -273,7 +274,7 @@ class ControlServer:
         client.queued = 0
         self._put(client, wire.encode_message({"t": "bye", "reason": reason}))
         client.closed = True
-        client.give_up = time.monotonic() + _GIVE_UP_S
+        client.give_up = clock.monotonic() + _GIVE_UP_S
         client.wake.notify()
 
     # -- listening -----------------------------------------------------------------------
@@ -406,7 +407,7 @@ class ControlServer:
         sock = client.sock
         buf = bytearray()
         line = wire.read_line(sock, buf, max_line=MAX_LINE, chunk=65536,
-                              deadline=time.monotonic() + HELLO_TIMEOUT_S)
+                              deadline=clock.monotonic() + HELLO_TIMEOUT_S)
         if line is None:
             return False
         try:
@@ -578,7 +579,7 @@ class ControlServer:
                 # The client does not read: wait, but look up now and then in case it
                 # was disconnected meanwhile (it may never read again).
                 poller.poll(250)
-                if client.closed and client.give_up and time.monotonic() > client.give_up:
+                if client.closed and client.give_up and clock.monotonic() > client.give_up:
                     return False
                 continue
             except OSError:
@@ -592,7 +593,7 @@ class ControlServer:
         with self._lock:
             client.closed = True
             if not client.give_up:
-                client.give_up = time.monotonic()
+                client.give_up = clock.monotonic()
             client.wake.notify()
             present = client in self._clients
             if present:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from .. import clock
 from ..forensics.own_traceback import raised_line
 from ..logfile.torch_log import said_lines
 from ..names.signals import exit_signal_name
@@ -196,7 +196,7 @@ def build_status(
         "root_cause": _root_cause(finished),
         "suspect": _suspect(finished),
         "started": started,
-        "updated": time.time(),
+        "updated": clock.wall(),
         "tracking": info.tracking,
     }
 

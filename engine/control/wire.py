@@ -38,12 +38,12 @@ import json
 import socket
 import struct
 import sys
-import time
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any, Final, Literal, Union
 
+from .. import clock
 from ..errors import ProcessFailure
 from ..events import (
     AttemptStarted,
@@ -165,7 +165,7 @@ def read_line(
 
     None at the end of the stream, on a read timeout, or (with ``max_line``) when more than
     that many bytes came without a newline: no message of ours is that long. ``deadline``
-    (``time.monotonic()``) bounds the whole line, not each read: a peer that sends a byte
+    (``clock.monotonic()``) bounds the whole line, not each read: a peer that sends a byte
     now and then does not stretch it.
     """
     while True:
@@ -177,7 +177,7 @@ def read_line(
         if max_line is not None and len(buf) > max_line:
             return None
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline - clock.monotonic()
             if left <= 0:
                 return None
             sock.settimeout(left)
@@ -543,7 +543,6 @@ def encode_error(message: str) -> bytes:
 
 def _bench() -> None:
     """Encode + decode rate of output batches (``python -m rankvisor.engine.control.wire``)."""
-    import time
 
     batches = [
         RankOutput(r % 64, "stdout", tuple(f"rank {r} step {i} loss=0.123 lr=1e-4 " + "x" * 25
@@ -551,19 +550,19 @@ def _bench() -> None:
         for r in range(2000)
     ]
     lines = sum(len(b.lines) for b in batches)
-    t0 = time.perf_counter()
+    t0 = clock.monotonic()
     encoded = [encode_event(b) for b in batches]
-    t1 = time.perf_counter()
+    t1 = clock.monotonic()
     decoded = [event_from_wire(decode_message(x)) for x in encoded]
-    t2 = time.perf_counter()
+    t2 = clock.monotonic()
     assert decoded == batches
     print(f"encode {lines / (t1 - t0) / 1e6:.2f} M lines/s, decode {lines / (t2 - t1) / 1e6:.2f} "
           f"M lines/s, both {lines / (t2 - t0) / 1e6:.2f} M lines/s "
           f"({sum(map(len, encoded)) / lines:.0f} bytes a line on the wire)")
-    t0 = time.perf_counter()
+    t0 = clock.monotonic()
     per_line = [_dumps({"t": "o", "r": b.rank, "l": list(b.lines)}).encode() for b in batches]
     back = [_loads(x) for x in per_line]
-    t1 = time.perf_counter()
+    t1 = clock.monotonic()
     assert len(back) == len(batches)
     print(f"one JSON string per line instead: {lines / (t1 - t0) / 1e6:.2f} M lines/s")
 

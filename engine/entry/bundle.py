@@ -31,10 +31,10 @@ import platform
 import re
 import sys
 import tarfile
-import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .. import clock
 from ..control.status import current_attempt, effective_state, read_status
 from ..forensics.environ import ENV_FILE, read_proc_environ, read_rank_env, redact
 from ..forensics.redaction import redact_argv, redact_record_line
@@ -75,7 +75,7 @@ def _slug(text: str) -> str:
 
 def default_bundle_path(run_dir: str, directory: str = ".") -> str:
     """``./rankvisor-<run dir name>-<YYYYmmdd-HHMMSS>.tar.gz``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = clock.local_stamp("%Y%m%d-%H%M%S")
     name = _slug(os.path.basename(os.path.normpath(run_dir)))
     return os.path.join(directory, f"rankvisor-{name}-{stamp}.tar.gz")
 
@@ -198,7 +198,7 @@ def make_bundle(
                     sources.append(os.path.relpath(full, run_dir))
 
     with atomic_file(out_path) as out, tarfile.open(fileobj=out, mode="w:gz") as tar:
-        now = time.time()
+        now = clock.wall()
 
         def add(name: str, data: bytes) -> None:
             info = tarfile.TarInfo(f"{top}/{name}")

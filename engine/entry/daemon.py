@@ -28,9 +28,10 @@ import os
 import pickle
 import pkgutil
 import sys
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from .. import clock
 
 if TYPE_CHECKING:
     from ..control.host import RunHost
@@ -234,11 +235,11 @@ def _supervise(sup: Supervisor, host: RunHost, *, expect_viewer: bool, seen: lis
             finished_at = None
             continue
         if finished_at is None:
-            finished_at = time.monotonic()
+            finished_at = clock.monotonic()
         if host.clients:
             continue
         waiting_for_first = expect_viewer and not seen[0]
-        if waiting_for_first and time.monotonic() - finished_at < FIRST_VIEWER_WAIT_S:
+        if waiting_for_first and clock.monotonic() - finished_at < FIRST_VIEWER_WAIT_S:
             continue
         return
 

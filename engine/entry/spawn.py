@@ -14,10 +14,10 @@ import pickle
 import select
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from .. import clock
 from .daemon import Request
 
 __all__ = ["SpawnError", "Started", "start_supervisor"]
@@ -106,10 +106,10 @@ def start_supervisor(request: Request, *, timeout_s: float = READY_TIMEOUT_S) ->
 
 
 def _read_answer(fd: int, timeout_s: float) -> dict[str, Any] | None:
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     data = b""
     while b"\n" not in data:
-        left = deadline - time.monotonic()
+        left = deadline - clock.monotonic()
         if left <= 0:
             return None
         ready, _, _ = select.select([fd], [], [], left)

@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import wraps
 from string import Template
 from typing import Any, Callable, Optional, TypeVar
 
+from .. import clock
 from ..names.signals import exit_signal_name
 from .error_file import ErrorFileContent, read_error_file
 from .error_handler import ErrorHandler
@@ -71,7 +71,7 @@ class ProcessFailure:
         pid: its process id.
         exitcode: its exit code (negative: killed by that signal).
         error_file: the path of its error.json (need not exist).
-        exit_time_ns: when the exit was observed (``time.time_ns()``); now when not given.
+        exit_time_ns: when the exit was observed (``clock.wall_ns()``); now when not given.
         caused_by_us: True when the rank died because we signalled it (teardown).
     """
 
@@ -90,7 +90,7 @@ class ProcessFailure:
 
     def __post_init__(self) -> None:
         if self.exit_time_ns is None:
-            self.exit_time_ns = time.time_ns()
+            self.exit_time_ns = clock.wall_ns()
         self.error_file_data = _empty_error_data()
         self.message = ""
         self.timestamp = self.exit_time_ns // _NS

@@ -13,11 +13,11 @@ import faulthandler
 import json
 import logging
 import os
-import time
 import traceback
 import warnings
 from typing import Any, Optional
 
+from .. import clock
 from .error_file import read_error_file, write_error_file
 
 __all__ = ["ErrorHandler"]
@@ -61,7 +61,7 @@ class ErrorHandler:
                     "py_callstack": "".join(
                         traceback.format_exception(type(e), e, e.__traceback__)
                     ),
-                    "timestamp": str(int(time.time())),
+                    "timestamp": str(int(clock.wall())),
                 },
             }
         }
@@ -106,7 +106,7 @@ class ErrorHandler:
             rootcause_error = {
                 "message": {
                     "message": f"child error file {rootcause_error_file} {content.problem}",
-                    "extraInfo": {"py_callstack": "", "timestamp": str(int(time.time()))},
+                    "extraInfo": {"py_callstack": "", "timestamp": str(int(clock.wall()))},
                 }
             }
         if error_code:

@@ -7,7 +7,7 @@ complete line for minutes, yet it is plainly alive). Per rank it keeps the times
 
 ``cutoff`` marks the first failure of the attempt: what a rank wrote after it (tracebacks,
 the teardown's messages) is not what it was doing before, and is left out of ``reading``.
-Batches are timed when the pump delivers them (``time.time_ns()``), a few milliseconds after
+Batches are timed when the pump delivers them (``clock.wall_ns()``), a few milliseconds after
 the rank wrote them. Thread-safe: the pump's thread notes, the monitor's thread reads.
 """
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import statistics
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from .. import clock
 from ..events import RankOutput
 
 __all__ = ["HISTORY", "OutputActivity", "RankActivity"]
@@ -82,7 +82,7 @@ class OutputActivity:
         """A batch of a rank's stdout or stderr was just read (other streams are ignored)."""
         if event.stream not in ("stdout", "stderr"):
             return
-        now = time.time_ns() if t_ns is None else t_ns
+        now = clock.wall_ns() if t_ns is None else t_ns
         with self._lock:
             if event.attempt < self._attempt:
                 return  # a late batch of an attempt that is over

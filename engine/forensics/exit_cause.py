@@ -369,7 +369,7 @@ def kernel_oom_line(
     """The kernel log's line saying the OOM killer killed ``pid``, and whether the log
     could be read at all (root, or ``kernel.dmesg_restrict=0``).
 
-    ``not_before_s``: ignore records older than this ``time.monotonic()`` value (the
+    ``not_before_s``: ignore records older than this ``clock.monotonic()`` value (the
     rank's start, give or take a second): a pid recycled since an older kill is not it.
     Reads ``/dev/kmsg`` without blocking (the records there now, up to ``KMSG_BYTES``).
     """

@@ -15,9 +15,10 @@ import glob
 import io
 import os
 import pickle
-import time
 from collections.abc import Mapping
 from typing import Any, Final
+
+from .. import clock
 
 __all__ = ["DUMP_STEM", "PIPE_STEM", "nccl_env", "poke", "read_dumps"]
 
@@ -75,7 +76,7 @@ def _dump_paths(
     known = listings.get(incarnation_dir)
     if known is not None and known[0] == mtime and known[1] - mtime > _SETTLED_NS:
         return known[2]
-    listed_at = time.time_ns()
+    listed_at = clock.wall_ns()
     paths = _list_dumps(incarnation_dir)
     listings[incarnation_dir] = (mtime, listed_at, paths)
     return paths

@@ -13,10 +13,10 @@ them. Thread-safe; a few entries per rank at most.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, replace
 from typing import Final
 
+from .. import clock
 from ..events import AttemptStarted, Event, RankInputWait, RankRestarted, RanksSignalled
 
 __all__ = ["Pause", "PauseLog", "paused_words"]
@@ -57,7 +57,7 @@ class PauseLog:
 
     def observe(self, event: Event, t_ns: int | None = None) -> None:
         """Fold one published event in (a sink of the Supervisor's own events)."""
-        now = time.time_ns() if t_ns is None else t_ns
+        now = clock.wall_ns() if t_ns is None else t_ns
         with self._lock:
             if isinstance(event, AttemptStarted):
                 self._attempt = event.attempt

@@ -51,6 +51,7 @@ from datetime import datetime, tzinfo
 from itertools import islice
 from typing import Any, Final
 
+from .. import clock
 from ..output.safe_text import one_line
 from ..process.proc_table import find_descendants
 
@@ -224,7 +225,7 @@ class StackDump:
     """One dump of some ranks: each rank's stacks, merged into groups, and where it is saved."""
 
     time: float
-    """``time.time()`` when the dump began."""
+    """``clock.wall()`` when the dump began."""
     ranks: tuple[RankStack, ...]
     groups: tuple[StackGroup, ...] = ()
     native: bool = False
@@ -608,7 +609,7 @@ def _py_spy_again(
         if data is not None or not _passing(error):
             break
         time.sleep(_RETRY_PAUSE_S)
-        left = deadline - time.monotonic()
+        left = deadline - clock.monotonic()
         if left <= 0:
             break
         data, error = _py_spy(program, pid, native, nonblocking, left)
@@ -618,14 +619,14 @@ def _py_spy_again(
 def _dump_rank(
     program: str, rank: int, pid: int, native: bool, nonblocking: bool, timeout_s: float
 ) -> RankStack:
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     data, error = _py_spy_again(program, pid, native, nonblocking, timeout_s, deadline)
     if data is not None:
         return RankStack(rank, pid, _threads(data, pid), dumped_pid=pid)
     if error.startswith("not a Python process"):
         # A rank that is a shell script or a launcher: read its first Python descendant.
         for entry in find_descendants(pid):
-            left = deadline - time.monotonic()
+            left = deadline - clock.monotonic()
             if left <= 0:
                 break
             if not _looks_like_python(entry.pid):
@@ -659,7 +660,7 @@ def dump_stacks(
     cause shared by every rank (py-spy missing, ptrace not permitted) becomes ``problem``.
     Blocks for at most about ``timeout_s``.
     """
-    started = time.time()
+    started = clock.wall()
     program = find_py_spy()
     if native and nonblocking:
         return StackDump(started, (), native=native, nonblocking=nonblocking, reason=reason,

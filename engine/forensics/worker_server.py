@@ -21,10 +21,11 @@ import os
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
+
+from .. import clock
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -68,7 +69,7 @@ class Answer:
     body: bytes = b""
     error: str = ""
     at_ns: int = 0
-    """When the answer came (``time.time_ns()``)."""
+    """When the answer came (``clock.wall_ns()``)."""
 
     @property
     def ok(self) -> bool:
@@ -115,7 +116,7 @@ def ask(path: str, handler: str, *, query: str = "",
     if resp.status != 200:
         text = body.decode("utf-8", "replace").strip()[:200]
         return Answer(error=f"worker server: {handler}: HTTP {resp.status} {text}")
-    return Answer(body=body, at_ns=time.time_ns())
+    return Answer(body=body, at_ns=clock.wall_ns())
 
 
 def ask_all(paths: Mapping[int, str], handler: str, *, query: str = "",
@@ -139,8 +140,8 @@ def ask_all(paths: Mapping[int, str], handler: str, *, query: str = "",
                                 name="rankvisor-worker-ask") for r, p in present.items()]
     for t in threads:
         t.start()
-    end = time.monotonic() + timeout_s + 0.5
+    end = clock.monotonic() + timeout_s + 0.5
     for t in threads:
-        t.join(max(0.0, end - time.monotonic()))
+        t.join(max(0.0, end - clock.monotonic()))
     with lock:
         return {r: out.get(r, Answer(error="worker server: no answer in time")) for r in paths}

@@ -21,10 +21,10 @@ add a frame of lag).
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Callable, Final, Hashable
 
+from .. import clock as engine_clock
 from ..output.lines import LineAssembler
 
 __all__ = ["FLOOD_RATE", "FileFollower", "FileTail", "LAST_LINES_BYTES", "TAIL_BYTES"]
@@ -87,7 +87,7 @@ class FileFollower:
     ) -> None:
         self.flood_rate = flood_rate
         self.max_bytes = max_bytes
-        self._clock = clock or time.monotonic
+        self._clock = clock or engine_clock.monotonic
         self._files: dict[Hashable, _Followed] = {}
         self.reads = 0
         """Reads so far (a test can tell that a quiet file was never read)."""

@@ -7,7 +7,7 @@ order the lines were sent::
     {"t": 1764606000.123, "text": "p x"}
     {"t": 1764606004.5, "eof": true}
 
-``t`` is the wall-clock time (``time.time()``) the line went into the rank's pipe; ``eof``
+``t`` is the wall-clock time (``clock.wall()``) the line went into the rank's pipe; ``eof``
 marks the moment its stdin was closed. A reader merges these with the rank's output by time
 (the arrival index, ``engine.rundir.arrival``, stamps when each output line arrived).
 """

@@ -38,10 +38,10 @@ import select
 import socket
 import stat
 import threading
-import time
 import weakref
 from typing import Any, Callable, Collection, Iterable, TextIO, Union
 
+from .. import clock
 from ..events import RankOutput
 from .sanitize import sanitize
 from .text_batch import LineBlock, Prefixes, TextBatch, prefix_for
@@ -105,7 +105,7 @@ class _Channel:
         fd = self._fd if self._fd is not None else self._sock.fileno()  # type: ignore[union-attr]
         poller = select.poll()
         poller.register(fd, select.POLLOUT)
-        progress = time.monotonic()
+        progress = clock.monotonic()
         while view:
             try:
                 if self._sock is not None:
@@ -116,12 +116,12 @@ class _Channel:
                 n = 0
             if n:
                 view = view[n:]
-                progress = time.monotonic()
+                progress = clock.monotonic()
                 continue
             # Full: nobody reads at the moment. Wait for room like a blocking write would
             # (back-pressure), but in slices, so that once shutdown started we stop waiting.
             grace = self.grace_s
-            if grace is not None and time.monotonic() - max(progress, self.grace_from) >= grace:
+            if grace is not None and clock.monotonic() - max(progress, self.grace_from) >= grace:
                 return False
             poller.poll(_WAIT_SLICE_MS)
         return True
@@ -274,7 +274,7 @@ class ConsoleSink:
         """
         channel = self._channel
         if channel.grace_s is None:  # the first call counts: the grace does not restart
-            channel.grace_from = time.monotonic()
+            channel.grace_from = clock.monotonic()
             channel.grace_s = grace_s
 
     def write_text(self, text: str) -> bool:
@@ -401,7 +401,7 @@ class ConsoleSink:
         over the last."""
         every = self._frames_every
         assert every is not None
-        now = time.monotonic()
+        now = clock.monotonic()
         ready = [
             (rank, frame)
             for (rank, _stream), frame in self._frames.items()

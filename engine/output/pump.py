@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from typing import Callable, Collection, Final, Iterable, Literal, Sequence
 
+from .. import clock
 from ..events import RankOutput, Stream
 from ..rundir.arrival import ArrivalWriter
 from .dup_filter import DuplicateFilter
@@ -413,7 +413,7 @@ class OutputPump:
         ``unread_debounce``); a read seen now makes the next waits quick again."""
         if not self._unread_debounce:
             return False
-        now = time.monotonic()
+        now = clock.monotonic()
         reads = self._reads[0]
         if reads != self._reads_seen:
             self._reads_seen = reads

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import select
 import threading
-import time
 from typing import Iterable, Optional, Protocol
 
+from .. import clock
 from .wakeup import Wakeup
 
 __all__ = ["Watched", "watcher"]
@@ -114,7 +114,7 @@ class ExitWatcher:
             else:
                 timeout = -1  # sleep until an exit (or a rank without pidfd arrives)
             events = self._epoll.poll(timeout)
-            now = time.time_ns()
+            now = clock.wall_ns()
             retry = False
             exited: list[Watched] = []
             with self._lock:

@@ -33,11 +33,11 @@ import select
 import signal
 import subprocess
 import threading
-import time
 from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 
 import psutil
 
+from .. import clock
 from . import cgroups as _cgroups
 from . import exit_watch as _exitwatch
 from . import proc_table as _proctable
@@ -73,7 +73,7 @@ class RankProcess:
         argv: the command line as given (without any trampoline).
         stdout_path: the file stdout goes to, or None when inherited.
         stderr_path: the file stderr goes to, or None when inherited.
-        signals_sent: ``(signal number, time.time_ns())`` of every signal delivered by
+        signals_sent: ``(signal number, clock.wall_ns())`` of every signal delivered by
             ``send_signal``, in order: lets callers tell exits they caused from others.
         cgroup: the rank's own cgroup when it was spawned into one (see
             ``engine.process.cgroups``), else None. With one, a group signal also reaches
@@ -253,7 +253,7 @@ class RankProcess:
 
     @property
     def exit_time_ns(self) -> Optional[int]:
-        """``time.time_ns()`` when the exit was observed (within ~1 ms of it), else None."""
+        """``clock.wall_ns()`` when the exit was observed (within ~1 ms of it), else None."""
         return self._exit_time_ns
 
     @property
@@ -299,7 +299,7 @@ class RankProcess:
         """The exit code if the rank has exited, else None. Never blocks."""
         if self._exitcode is None:
             with self._lock:
-                newly = self._exitcode is None and self._reap_locked(time.time_ns())
+                newly = self._exitcode is None and self._reap_locked(clock.wall_ns())
             if newly:
                 _exitwatch.watcher().notify()
         return self._exitcode
@@ -345,7 +345,7 @@ class RankProcess:
             already exited, reaped or not: the signal cannot be what ends it then.
         """
         with self._lock:
-            if self._reap_locked(time.time_ns()):
+            if self._reap_locked(clock.wall_ns()):
                 return False
             if self._closed or self._exited_unreaped_locked():
                 return False
@@ -389,7 +389,7 @@ class RankProcess:
                     self.cgroup.signal(sig, skip_pgid=self.pgid)
             elif not self._signal_leader(sig):
                 return False
-            self.signals_sent.append((int(sig), time.time_ns()))
+            self.signals_sent.append((int(sig), clock.wall_ns()))
             return True
 
     def _exited_unreaped_locked(self) -> bool:
@@ -500,7 +500,7 @@ def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> l
     procs = list(procs)
     if not procs:
         return []
-    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    deadline = None if timeout is None else clock.monotonic() + max(0.0, timeout)
     cond = _exitwatch.watcher().cond
     with cond:
         while True:
@@ -510,7 +510,7 @@ def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> l
             if deadline is None:
                 cond.wait()
                 continue
-            remaining = deadline - time.monotonic()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 # One direct check, in case an exit happened but the watcher has not run yet.
                 return [p for p in procs if p.poll() is not None]

@@ -12,7 +12,7 @@ Format (little-endian, append-only, written with ``O_APPEND``):
 - then 16-byte records ``(tag: u64, time_ns: i64)``: ``tag = lines_end << 1 | stream``, with
   ``stream`` 0 for stdout and 1 for stderr. A record says: that stream's file now holds
   ``lines_end`` complete lines, and those after the stream's previous record arrived
-  (were read by the pump) at ``time_ns`` (``time.time_ns()``). Records are in arrival order;
+  (were read by the pump) at ``time_ns`` (``clock.wall_ns()``). Records are in arrival order;
   the pump writes one per stream per read pass that completed lines (never one per line),
   stdout's before stderr's within a pass, so a busy rank costs 16 bytes per batch.
 
@@ -32,10 +32,11 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import time
 from array import array
 from bisect import bisect_right
 from typing import Final
+
+from .. import clock
 
 __all__ = [
     "ARRIVAL_FILE",
@@ -85,7 +86,7 @@ class ArrivalWriter:
         if lines_end <= self._last[stream]:
             return
         self._last[stream] = lines_end
-        self._buf += _RECORD.pack(lines_end << 1 | stream, time.time_ns())
+        self._buf += _RECORD.pack(lines_end << 1 | stream, clock.wall_ns())
 
     @property
     def pending(self) -> bool:

@@ -17,10 +17,10 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Container, Mapping
 from typing import Final
 
+from .. import clock
 from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snapshot_json, verdicts
 from ..forensics.collectives_run import CAPTURES_DIR
 from ..forensics.fr_dump import write_for_torchfrtrace
@@ -179,7 +179,7 @@ class CollectiveWatch:
         run_dir = self._run_dir()
         if not run_dir or all(r.error for r in readings):
             return ""  # no rank answered (none imported torch.distributed): nothing to keep
-        record = {"reason": reason, "time": time.time(), **snapshot_json(readings)}
+        record = {"reason": reason, "time": clock.wall(), **snapshot_json(readings)}
         folder = os.path.join(run_dir, DIR)
         try:
             os.makedirs(os.path.join(folder, "fr"), exist_ok=True)
@@ -194,7 +194,8 @@ class CollectiveWatch:
                     pass
             if parsed:
                 write_for_torchfrtrace(os.path.join(folder, "torchfrtrace"), parsed)
-            stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{time.time_ns() % 10**9:09d}"
+            now_ns = clock.wall_ns()  # one reading: the seconds and their fraction agree
+            stamp = clock.local_stamp("%Y%m%d-%H%M%S", now_ns // 10**9) + f"-{now_ns % 10**9:09d}"
             data = json.dumps(record, indent=1).encode() + b"\n"
             path = os.path.join(folder, f"{stamp}.json")
             _write(path, data)

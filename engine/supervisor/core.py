@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Union
 
+from .. import clock
 from ..errors import ProcessFailure
 from ..events import EventSink, RunFinished, TimerExpired
 from ..forensics.nccl_dumps import poke
@@ -204,7 +204,7 @@ class Supervisor:
             if state.started:
                 return
             state.started = True
-            state.started_at = time.time()
+            state.started_at = clock.wall()
             # Before the guard starts: a run left by an owner killed with its guard is
             # swept here (see engine.process.cgroups).
             self._cgroups, self._tracking_detail = _cgroups.open_run(str(self.config.run_id))
@@ -501,7 +501,7 @@ class Supervisor:
     def progress_now(self) -> dict[int, dict[str, object]]:
         """Each rank's step (the last its recent lines report, None if none) and the age of
         its last output in seconds (None if it wrote nothing): a cron check sees a stall."""
-        now = time.time_ns()
+        now = clock.wall_ns()
         out: dict[int, dict[str, object]] = {}
         activity = self._state.activity
         for rank in list(self._state.slots):
@@ -535,7 +535,7 @@ class Supervisor:
                 if slot.rank in targets and slot.error_file:
                     poke(os.path.dirname(slot.error_file))  # NCCL ranks: dump your FR now
             paths = self.collectives.live_paths(targets)
-            left = deadline - time.monotonic() - 0.1
+            left = deadline - clock.monotonic() - 0.1
             if paths and left > 0.05:
                 self.collectives.capture_later(f"before SIGKILL ({why})", paths, min(1.0, left))
 
@@ -573,4 +573,4 @@ class Supervisor:
 
 
 def _now_s() -> int:
-    return int(time.time())
+    return int(clock.wall())

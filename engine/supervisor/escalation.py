@@ -35,7 +35,7 @@ class Escalation:
     sig: int
     timeout_s: float
     deadline: float
-    """``time.monotonic()`` at which survivors get SIGKILL."""
+    """``clock.monotonic()`` at which survivors get SIGKILL."""
     alive: set[int] = field(default_factory=set)
     """Ranks not yet seen exiting."""
     killed: list[int] = field(default_factory=list)

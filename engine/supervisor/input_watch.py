@@ -21,8 +21,8 @@ import logging
 import os
 import select
 import threading
-import time
 
+from .. import clock
 from ..events import Event, InputWait, RankInput, RankInputWait, RankOutput
 from ..logfile.stdin_log import StdinEntry, append_entry, stdin_log_path
 from ..output.prompt import read_prompt
@@ -45,7 +45,7 @@ class _Target:
                  err: str) -> None:
         self.rank, self.pid, self.inode, self.attempt = rank, pid, inode, attempt
         self.out, self.err = out, err
-        self.moved = time.monotonic()  # just started: looked at closely at first
+        self.moved = clock.monotonic()  # just started: looked at closely at first
         self.partial = False
         self.wait: InputWait | None = None
         self.sizes: tuple[int, int] | None = None
@@ -108,7 +108,7 @@ class InputWatch:
         if pipe is None:
             raise StdinRefused("it has no stdin pipe")
         pipe.send(text.encode("utf-8", "surrogateescape") + b"\n")
-        self._record(slot, StdinEntry(time.time(), text))
+        self._record(slot, StdinEntry(clock.wall(), text))
 
     def close(self, slot: RankSlot) -> None:
         """Close the rank's stdin: it reads EOF once it has read what was sent."""
@@ -116,7 +116,7 @@ class InputWatch:
         if pipe is None or pipe.closed:
             raise StdinRefused("its stdin is closed already")
         pipe.close()
-        self._record(slot, StdinEntry(time.time(), eof=True))
+        self._record(slot, StdinEntry(clock.wall(), eof=True))
 
     def _record(self, slot: RankSlot, entry: StdinEntry) -> None:
         path = stdin_log_path(slot.stdout_path)
@@ -190,7 +190,7 @@ class InputWatch:
         """One pass over the live ranks with an open pipe that may have begun to read."""
         self.passes += 1
         n = self.passes
-        now = time.monotonic()
+        now = clock.monotonic()
         count = len(self._state.slots)
         quiet, deep_every = self._quiet_every, self._deep_every
         deep_ranks = range(n % deep_every, count, deep_every)
@@ -216,7 +216,7 @@ class InputWatch:
             prompt, where = read_prompt(t.out, t.err)
             t.sizes = sizes
             if wait is None:
-                changes.append((t, answers, InputWait(time.time(), prompt, where)))
+                changes.append((t, answers, InputWait(clock.wall(), prompt, where)))
             elif (prompt, where) != (wait.prompt, wait.where):
                 changes.append((t, answers, InputWait(wait.since, prompt, where)))
         if n % deep_every == 0:
@@ -231,7 +231,7 @@ class InputWatch:
         if type(event) is RankOutput and event.stream in ("stdout", "stderr"):
             t = self._targets.get(event.rank)
             if t is not None and t.attempt == event.attempt:
-                t.moved = time.monotonic()
+                t.moved = clock.monotonic()
                 if event.stream == "stdout" or event.partial:
                     t.partial = bool(event.partial)
                 self._busy[event.rank] = None

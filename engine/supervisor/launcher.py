@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
+from .. import clock
 from ..errors import ProcessFailure
 from ..events import AttemptStarted, RankRestarted
 from ..forensics.environ import write_rank_envs_later
@@ -296,7 +296,7 @@ class Launcher:
             # final -> STARTING: we tried to start it again
             self._events.emit(slot.move(RankState.STARTING))
         slot.exitcode = 127  # the shell's "command could not be run"
-        slot.exit_time_ns = time.time_ns()
+        slot.exit_time_ns = clock.wall_ns()
         slot.failure = ProcessFailure(
             slot.rank, 0, 127, slot.error_file, exit_time_ns=slot.exit_time_ns
         )

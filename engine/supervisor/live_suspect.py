@@ -15,11 +15,11 @@ status.json while the run lasts) and a notice says it once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from .. import clock
 from ..events import LIVE_SUSPECT_PREFIX, Suspect
 from ..forensics.stack_evidence import outside_collective
 from ..states import RankState
@@ -102,7 +102,7 @@ class LiveSuspect:
         return None
 
     def _check(self) -> None:
-        now = time.time_ns()
+        now = clock.wall_ns()
         quiet, pids = self._quiet_since(now)
         waited = self._waited_verdict(now) if pids else None
         if quiet is None and waited is None:

@@ -29,6 +29,7 @@ import signal
 import threading
 import time
 
+from .. import clock
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
@@ -147,7 +148,7 @@ class Monitor:
             timeout_ms: float | None = None
             if deadline is not None:
                 # poll() takes a C int of milliseconds: a far deadline is woken for again.
-                timeout_ms = min(_MAX_POLL_MS, max(0.0, (deadline - time.monotonic()) * 1000.0))
+                timeout_ms = min(_MAX_POLL_MS, max(0.0, (deadline - clock.monotonic()) * 1000.0))
             if polling_needed:
                 # No pidfd (old kernel): look again every 10 ms.
                 timeout_ms = 10.0 if timeout_ms is None else min(timeout_ms, 10.0)
@@ -190,7 +191,7 @@ class Monitor:
                 code = proc.poll()
                 if code is not None:
                     self._on_exit(slot, proc, code)
-        self._stopper.run_deadlines(time.monotonic())
+        self._stopper.run_deadlines(clock.monotonic())
         if state.teardown_held and not held_ranks(state):
             self._teardown("the debug hold ended")
         if not state.shutting_down:
@@ -271,7 +272,7 @@ class Monitor:
             self._capture_collectives(slot)
             # Output after the first failure (tracebacks, the teardown) is not what the
             # ranks were doing before it: the suspect's silence is measured up to here.
-            self._state.activity.cutoff(slot.exit_time_ns or time.time_ns())
+            self._state.activity.cutoff(slot.exit_time_ns or clock.wall_ns())
             if self._config.teardown_on_failure and not self._state.shutting_down:
                 why = f"rank {self._state.shown(slot.rank)} failed (exit code {code})"
                 held = held_ranks(self._state)
@@ -363,7 +364,7 @@ class Monitor:
         real = [s for s in slots if s.failure is not None and not s.failure.caused_by_us]
         if not real:
             return None
-        first_ns = min(s.exit_time_ns or time.time_ns() for s in real)
+        first_ns = min(s.exit_time_ns or clock.wall_ns() for s in real)
         activity = self._state.activity
         facts = []
         for s in slots:

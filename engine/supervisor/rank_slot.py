@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from .. import clock
 from ..events import RankStateChanged
 from ..handle import RankInfo
 from ..names.signals import exit_signal_name
@@ -64,13 +64,13 @@ class RankSlot:
         after_exit: What the monitor does when the current process exits.
         signals_ns: Each signal we actually delivered to the current process (stop
             requests and SignalRanks; never the watchdog's, whose kill is the rank's own
-            failure), with the ``time.time_ns()`` of its first delivery, as
+            failure), with the ``clock.wall_ns()`` of its first delivery, as
             ``RankProcess.signals_sent`` stamped it.
         stop_signal_ns: When the first stop signal (SIGTERM, the forwarded signal, SIGKILL)
             was delivered; None while none was.
         caused_by_us: Whether the exit was our doing (set when it is recorded).
         exit_cause: Why the current process ended, in words (set with the exit).
-        started_monotonic: ``time.monotonic()`` just before the current spawn (the kernel
+        started_monotonic: ``clock.monotonic()`` just before the current spawn (the kernel
             log's records of an OOM kill are compared with it).
         timer_scope: The torch file-timer scope whose watchdog killed this process.
     """
@@ -118,7 +118,7 @@ class RankSlot:
         sent = self.proc.signals_sent if self.proc is not None else []
         sent_ns = next((t for s, t in reversed(sent) if s == int(sig)), None)
         if sent_ns is None:
-            sent_ns = time.time_ns()
+            sent_ns = clock.wall_ns()
         self.signals_ns.setdefault(int(sig), sent_ns)
         if stop and self.stop_signal_ns is None:
             self.stop_signal_ns = sent_ns
@@ -158,7 +158,7 @@ class RankSlot:
         if not can_move(old, new):
             raise InvalidTransition(f"rank {self.rank}: {old.value} -> {new.value}")
         self.state = new
-        now = time.time()
+        now = clock.wall()
         self.history.append((old, new, now))
         final = new.is_final
         return RankStateChanged(
@@ -198,7 +198,7 @@ class RankSlot:
         self.stop_caught = None
         self.caused_by_us = False
         self.exit_cause = None
-        self.started_monotonic = time.monotonic()
+        self.started_monotonic = clock.monotonic()
         self.timer_scope = None
 
     def info(self) -> RankInfo:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 
+from .. import clock
 from ..forensics.collectives import RankCollectives
 from ..forensics.stack_evidence import outside_collective, regrouped
 from ..forensics.stacks import (
@@ -83,7 +83,7 @@ class CaptureSchedule:
         heapq.heappush(self._heap, (self._capture_at(now, esc.deadline), esc.id, esc, why))
 
     def next_time(self) -> float | None:
-        """When the next capture is due (``time.monotonic()``), None if none is owed."""
+        """When the next capture is due (``clock.monotonic()``), None if none is owed."""
         while self._heap and not _owed(self._heap[0][2]):
             heapq.heappop(self._heap)
         return self._heap[0][0] if self._heap else None
@@ -160,12 +160,12 @@ class StackCapture:
         return dump
 
     def before_kill(self, targets: dict[int, int], deadline: float, why: str) -> None:
-        """Start a dump of ``targets``, to be over before ``deadline`` (``time.monotonic``).
+        """Start a dump of ``targets``, to be over before ``deadline`` (``clock.monotonic``).
 
         ``targets`` are keyed as a person knows the ranks: the dump names them so. Called
         with its owner's lock held: only starts a thread.
         """
-        left = deadline - time.monotonic() - _MARGIN_S
+        left = deadline - clock.monotonic() - _MARGIN_S
         if left < MIN_DUMP_S or not targets:
             return
         thread = threading.Thread(
@@ -198,8 +198,8 @@ class StackCapture:
 
     def join(self, timeout_s: float) -> None:
         """Wait (bounded) for captures in flight: each ends before its deadline anyway."""
-        end = time.monotonic() + timeout_s
+        end = clock.monotonic() + timeout_s
         with self._lock:
             threads = list(self._threads)
         for t in threads:
-            t.join(max(0.0, end - time.monotonic()))
+            t.join(max(0.0, end - clock.monotonic()))

@@ -39,7 +39,7 @@ class RunState:
         self.slots = slots
         self.started = False
         self.started_at = 0.0
-        """``time.time()`` when ``start`` ran (what a late viewer counts elapsed time from)."""
+        """``clock.wall()`` when ``start`` ran (what a late viewer counts elapsed time from)."""
         self.closed = False
         self.shutting_down = False
         """Set by ``shutdown`` or a handled signal: nothing may start again."""

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 import psutil
 
+from .. import clock
 from ..events import RankStats
 from ..forensics.gpu import GpuProbe, GpuSnapshot
 from ..process.cgroups import MemoryReading
@@ -273,8 +273,8 @@ class StatsSampler:
         return out
 
     def _sample(self, tr: _Tracked, gpu: GpuSnapshot | None = None) -> RankStats:
-        now_wall = time.time()
-        now = time.monotonic()
+        now_wall = clock.wall()
+        now = clock.monotonic()
         pid = tr.pid
         st = _read_stat(pid)
         if st is None or st.starttime != tr.starttime:

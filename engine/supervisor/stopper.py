@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 from collections.abc import Callable
 from typing import Literal
 
+from .. import clock
 from ..events import EscalationFinished, EscalationScheduled, RanksSignalled
 from ..forensics.suspect import SignalRecord
 from ..names import refusals as words
@@ -65,7 +65,7 @@ class Stopper:
         self._captures = captures if before_kill is not None else None
 
     def next_deadline(self) -> float | None:
-        """When the monitor must wake next for an escalation (``time.monotonic()``): a
+        """When the monitor must wake next for an escalation (``clock.monotonic()``): a
         SIGKILL, the end of the wait after one, or the start of a capture before one."""
         deadline = self._escalations.next_deadline()
         capture = self._captures.next_time() if self._captures is not None else None
@@ -104,7 +104,7 @@ class Stopper:
         if sig not in (signal.SIGKILL, signal.SIGCONT):
             self._continue_stopped([self._state.slots[r] for r in signalled], sig)
         ranks = tuple(signalled)
-        now = time.monotonic()
+        now = clock.monotonic()
         esc = self._escalations.add(ranks, int(sig), timeout, now)
         self._events.emit(EscalationScheduled(ranks, signal_name(sig), timeout, esc.deadline))
         if self._captures is not None and sig != signal.SIGKILL:
@@ -164,7 +164,7 @@ class Stopper:
         by: Literal["person", "rankvisor"] = (
             "rankvisor" if reason in ("teardown", "escalation") else "person"
         )
-        now = time.time_ns()
+        now = clock.wall_ns()
         ranks_t = tuple(ranks)
         name = _name_or_number(sig)
         self._state.signal_log.append(SignalRecord(ranks_t, name, by, reason, now))

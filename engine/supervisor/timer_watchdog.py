@@ -25,10 +25,11 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from .. import clock
 
 __all__ = [
     "ENABLE_ENV",
@@ -119,7 +120,7 @@ class Watchdog:
     def last_progress_time(self) -> int:
         """Seconds since the epoch of the last timer request seen (torch's liveness signal)."""
         if self._server is None:
-            return int(time.time())
+            return int(clock.wall())
         return int(self._server.get_last_progress_time())
 
     def _log_event(self, name: str, request: Any) -> None:

@@ -31,11 +31,11 @@ import itertools
 import os
 import signal
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union, cast
 
+from .. import clock
 from ..control.server import READ_ONLY_DUMP_REFUSAL, READ_ONLY_REFUSAL
 from ..events import (
     AttemptStarted,
@@ -629,7 +629,7 @@ class ScriptedSupervisor:
         refused: dict[str, str] = {}
         # When the line went: fixed, but the wall clock where files are written (their
         # arrival index has real times, and the zoom places typed lines among them by time).
-        when = time.time() if self._write_files else EPOCH + 60
+        when = clock.wall() if self._write_files else EPOCH + 60
         if cmd.ranks is not None:  # a rank named but not running was not reached either
             refused = {str(r): "not running" for r in sorted(set(cmd.ranks)) if r not in live}
         for rank in live:

@@ -32,6 +32,8 @@ import signal
 import sys
 import time
 
+from ...engine import clock
+
 DEMO_STDOUT_FILTERS = ("checkpoint",)
 """Duplicate filter for stdout: rank 0's checkpoint lines go to filtered_stdout.log."""
 DEMO_STDERR_FILTERS = ("WARNING",)
@@ -49,7 +51,7 @@ def _env_float(name: str, default: float) -> float:
 
 def _bar(step: int, total: int, started: float, note: str = "") -> str:
     done = step * 20 // max(1, total)
-    elapsed = time.monotonic() - started
+    elapsed = clock.monotonic() - started
     rate = step / elapsed if elapsed > 0 else 0.0
     left = (total - step) / rate if rate > 0 else 0.0
     pct = step * 100 // max(1, total)
@@ -94,7 +96,7 @@ def _train() -> int:
     torch.manual_seed(1234 + rank)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    started = time.monotonic()
+    started = clock.monotonic()
     quiet = rank == stall_rank
     print(
         f"rank {rank}/{world}: gloo process group up (pid {os.getpid()})"
@@ -119,9 +121,9 @@ def _train() -> int:
         for param in model.parameters():
             assert param.grad is not None
             work = dist.all_reduce(param.grad, async_op=True)
-            waited_from = time.monotonic()
+            waited_from = clock.monotonic()
             while not work.is_completed():
-                waited = time.monotonic() - waited_from
+                waited = clock.monotonic() - waited_from
                 if waited > 0.5:
                     out.write(
                         _bar(step - 1, steps, started, f"  waiting {waited:4.1f}s for all_reduce")

@@ -13,6 +13,7 @@ import shutil
 import time
 from typing import Any, Final
 
+from ...engine import clock
 from ...engine.control import registry
 from ...engine.control.registry import RunEntry
 from ...engine.control.status import FILENAME
@@ -94,7 +95,7 @@ def _failed(row: dict[str, Any]) -> bool:
 
 
 def _duration(row: dict[str, Any]) -> str:
-    end = row["ended"] if row["state"] != "running" else time.time()
+    end = row["ended"] if row["state"] != "running" else clock.wall()
     if not isinstance(end, (int, float)) or not row["started"] or end < row["started"]:
         return "-"
     seconds = int(end - row["started"])
@@ -304,7 +305,7 @@ def rm(sub: Subcommand, argv: list[str]) -> int:
 
 
 def _rm_finished(sub: Subcommand, older_than: float, logs: bool) -> int:
-    now, removed, ok = time.time(), 0, True
+    now, removed, ok = clock.wall(), 0, True
     for entry in registry.entries():
         state, status = registry.entry_state(entry)
         if state == "running":

@@ -30,7 +30,7 @@ class Notice:
     message: str
     severity: str = "information"
     wall_time: float = 0.0
-    """``time.time()`` when it arrived, for the list of recent notices."""
+    """``clock.wall()`` when it arrived, for the list of recent notices."""
 
 
 def notice_text(notice: Notice | None, count: int = 0) -> Text:
