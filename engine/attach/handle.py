@@ -14,7 +14,7 @@ over. This handle watches and signals, never owns:
   it raised;
 * a new attempt: the agent's children are looked at every ``poll_interval`` seconds;
 * signals go through pidfds to the worker and its descendants (``engine.process``), and a
-  terminate escalates to SIGKILL after its timeout (``engine.supervisor.escalation``); as
+  terminate escalates to SIGKILL after its timeout (``engine.kernel.escalation``); as
   under rankvisor's own supervisor, the stacks of the workers still alive are saved under
   the job's log dir just before that SIGKILL (``stack_on_kill``);
 * restarts are refused: torchrun owns them (``--max-restarts``).
@@ -81,7 +81,7 @@ from ..process.wakeup import Wakeup
 from ..result import RunProcsResult
 from ..rundir.arrival import arrival_path
 from ..states import RankState, final_state_for
-from ..supervisor.escalation import EscalationTable
+from ..kernel.escalation import EscalationTable
 from ..supervisor.stack_capture import CaptureSchedule, StackCapture
 from ..supervisor.stats import StatsSampler
 from .discovery import TorchrunJob, Worker, discover, workers_of

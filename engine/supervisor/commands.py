@@ -30,6 +30,8 @@ from ..handle import (
     command_problem,
     term_timeout,
 )
+from ..kernel import policy
+from ..kernel.policy import Refused
 from ..names import refusals as words
 from ..process.stdin_pipe import StdinRefused
 from ..states import RankState
@@ -43,10 +45,6 @@ from .state import RunState, Wakeup
 from .stopper import Stopper
 
 __all__ = ["CommandHandler", "Refused", "check_command"]
-
-
-class Refused(Exception):
-    """A command that cannot be carried out; the message is for a person."""
 
 
 def _first_error(dump: object) -> str:
@@ -101,10 +99,12 @@ class CommandHandler:
         try:
             check_command(command)
             with self._state.lock:
-                if not self._state.started:
-                    raise Refused(words.NOT_STARTED)
-                if self._state.closed or self._state.shutting_down:
-                    raise Refused(words.SHUTTING_DOWN)
+                refusal = policy.lifecycle_refusal(
+                    started=self._state.started,
+                    stopping=self._state.closed or self._state.shutting_down,
+                )
+                if refusal is not None:
+                    raise Refused(refusal)
                 result = self._dispatch(command)
         except Refused as e:
             result = CommandResult(False, str(e))
@@ -170,27 +170,16 @@ class CommandHandler:
     def _resolve(self, ranks: tuple[int, ...] | None) -> list[RankSlot]:
         """The slots named (all when None); refuse unknown ranks, naming them."""
         slots = self._state.slots
-        if ranks is None:
-            return list(slots.values())
-        unknown = sorted({r for r in ranks if r not in slots})
-        if unknown:
-            shown = self._state.shown
-            raise Refused(words.no_such_rank(map(shown, unknown), shown(0),
-                                             shown(len(slots) - 1)))
-        return [slots[r] for r in sorted(set(ranks))]
+        return [slots[r] for r in policy.resolve(ranks, slots, self._state.shown)]
 
     def _running(self, slots: list[RankSlot], verb: str) -> tuple[list[RankSlot], str]:
         """The live ones among ``slots``; refuse when none is, say which were skipped."""
-        live = [s for s in slots if s.alive and s.proc is not None]
-        gone = [s for s in slots if s not in live]
-        if not live:
-            if len(gone) == 1:
-                s = gone[0]
-                raise Refused(words.not_running(self._state.shown(s.rank), s.state.value, verb))
-            raise Refused(words.no_running_rank(verb))
-        shown = self._state.shown
-        note = words.skipped_not_running(shown(s.rank) for s in gone) if gone else ""
-        return live, note
+        live = {s.rank for s in slots if s.alive and s.proc is not None}
+        reached, note = policy.running(
+            [s.rank for s in slots], live, {s.rank: s.state for s in slots}, verb,
+            self._state.shown,
+        )
+        return [self._state.slots[r] for r in reached], note
 
     # -- commands (the caller holds the lock; the command was checked) ----------------------
 
@@ -222,16 +211,14 @@ class CommandHandler:
 
     def _restart_rank(self, cmd: RestartRank) -> CommandResult:
         (slot,) = self._resolve((cmd.rank,))
-        if self._state.driven:
-            raise Refused(
-                f"rank {self._state.shown(slot.rank)} cannot be restarted alone in a multi-node "
-                "run: a lone rank cannot rejoin its collective; restart all ranks (a new round "
-                "on every node)"
-            )
-        if self._state.attempt_pending:
-            raise Refused(words.ALL_RESTARTING)
-        if slot.after_exit == "restart" or slot.state is RankState.RESTARTING:
-            raise Refused(words.already_restarting(self._state.shown(slot.rank)))
+        refusal = policy.restart_rank_refusal(
+            self._state.shown(slot.rank),
+            driven=self._state.driven,
+            attempt_pending=self._state.attempt_pending,
+            restarting=slot.after_exit == "restart" or slot.state is RankState.RESTARTING,
+        )
+        if refusal is not None:
+            raise Refused(refusal)
         slot.after_exit = "restart"
         if slot.alive and slot.proc is not None:
             # The monitor starts it again once this incarnation has exited.
@@ -246,8 +233,11 @@ class CommandHandler:
         )
 
     def _restart_all(self) -> CommandResult:
-        if self._state.attempt_pending or self._state.restart_requested:
-            raise Refused(words.ALL_RESTARTING)
+        refusal = policy.restart_all_refusal(
+            pending=self._state.attempt_pending or self._state.restart_requested
+        )
+        if refusal is not None:
+            raise Refused(refusal)
         if self._state.driven:
             # The agent stops the ranks and joins a new round, on every node: a rank of ours
             # stopped before the others are told would look like a failure to them.

@@ -36,13 +36,14 @@ from ..forensics.exit_cause import ExitCause, diagnose
 from ..forensics.own_traceback import own_traceback_before
 from ..forensics.stdin_hint import note_null_stdin
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
+from ..kernel import policy
 from ..logfile.tail import last_lines
 from ..names.signals import signal_name
 from ..process.guard import Guard
 from ..process.py_bootstrap import read_hold
 from ..process.rank_process import RankProcess
 from ..result import RunProcsResult
-from ..states import final_state_for
+from ..states import RankState, final_state_for
 from .collective_watch import CollectiveWatch
 from .launcher import Launcher
 from .publisher import Publisher
@@ -194,12 +195,14 @@ class Monitor:
         self._stopper.run_deadlines(clock.monotonic())
         if state.teardown_held and not held_ranks(state):
             self._teardown("the debug hold ended")
-        if not state.shutting_down:
-            for slot in state.slots.values():
-                if slot.after_exit == "restart" and slot.state.is_final:
-                    self._launcher.respawn(slot)
-            if state.attempt_pending and all(s.state.is_final for s in state.slots.values()):
-                self._launcher.start_attempt(first=False)
+        settlement = policy.settle(
+            *_states_and_restarts(state), shutting_down=state.shutting_down,
+            attempt_pending=state.attempt_pending,
+        )
+        for rank in settlement.respawn:
+            self._launcher.respawn(state.slots[rank])
+        if settlement.new_attempt:
+            self._launcher.start_attempt(first=False)
         self._maybe_finish()
         state.changed.notify_all()
 
@@ -274,7 +277,7 @@ class Monitor:
             # ranks were doing before it: the suspect's silence is measured up to here.
             self._state.activity.cutoff(slot.exit_time_ns or clock.wall_ns())
             if self._config.teardown_on_failure and not self._state.shutting_down:
-                why = f"rank {self._state.shown(slot.rank)} failed (exit code {code})"
+                why = policy.failure_notice(self._state.shown(slot.rank), code)
                 held = held_ranks(self._state)
                 if held and not self._state.teardown_held:
                     self._state.teardown_held = True
@@ -308,34 +311,42 @@ class Monitor:
         """torch's rule: one rank failed, so the others would hang in their next
         collective; stop them (with escalation) and let the policy decide."""
         self._state.teardown_held = False
-        others = [s for s in self._state.live() if s.stop_reason is None]
-        if others:
+        live = self._state.live()
+        targets = policy.teardown_targets(
+            (s.rank for s in live), {s.rank: s.stop_reason for s in live}
+        )
+        if targets:
             self._events.notice(f"{why}: stopping the other ranks", "warning")
-        self._stopper.stop_ranks(others, "teardown", signal.SIGTERM, self._config.term_timeout)
+        self._stopper.stop_ranks(
+            [self._state.slots[r] for r in targets], "teardown", signal.SIGTERM,
+            self._config.term_timeout,
+        )
 
     # -- the end --------------------------------------------------------------------------
 
     def _maybe_finish(self) -> None:
         state = self._state
-        if state.finished is not None or not state.started:
+        states, _ = _states_and_restarts(state)
+        # A rank waiting for the new attempt ("attempt") holds the end too.
+        waiting = [r for r, s in state.slots.items() if s.after_exit]
+        end = policy.end_of_run(
+            states, waiting, started=state.started, finished=state.finished is not None,
+            attempt_pending=state.attempt_pending, driven=state.driven,
+            real_failure=state.real_failure, restarts_left=state.restarts_left,
+            shutting_down=state.shutting_down,
+        )
+        if end == "wait":
             return
-        if any(not s.state.is_final or s.after_exit for s in state.slots.values()):
-            return
-        if state.attempt_pending:
-            return
-        if state.driven:
+        if end == "round":
             # The agent decides (a new round, or the end): the round's result, unpublished.
             if state.round_result is None:
                 state.round_result = self._run_finished()
             return
-        if state.real_failure and state.restarts_left > 0 and not state.shutting_down:
+        if end == "restart":
             # torch's agent policy: any failure restarts the whole group while restarts last.
             state.restarts_left -= 1
-            self._events.notice(
-                f"restarting all ranks as attempt {state.attempt + 1} "
-                f"({state.restarts_left} restart(s) left)",
-                "warning",
-            )
+            self._events.notice(policy.restart_notice(state.attempt + 1, state.restarts_left),
+                                "warning")
             self._launcher.start_attempt(first=False)
             return
         state.finished = self._run_finished()
@@ -398,6 +409,12 @@ class Monitor:
         except Exception:  # noqa: BLE001 - a reading must never keep a run from finishing
             log.exception("could not work out the suspect")
             return None
+
+
+def _states_and_restarts(state: RunState) -> tuple[dict[int, RankState], list[int]]:
+    """Each rank's state, and the ranks whose restart alone was asked (the kernel's view)."""
+    return ({r: s.state for r, s in state.slots.items()},
+            [r for r, s in state.slots.items() if s.after_exit == "restart"])
 
 
 def held_ranks(state: RunState) -> list[int]:

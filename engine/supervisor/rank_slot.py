@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from .. import clock
 from ..events import RankStateChanged
 from ..handle import RankInfo
+from ..kernel import policy
 from ..names.signals import exit_signal_name
 from ..process.sig_disposition import catches
 from ..states import RankState, can_move
@@ -126,27 +127,12 @@ class RankSlot:
                 self.stop_caught = catches(self.proc.pid, int(sig))
 
     def exit_caused_by_us(self, code: int, exit_time_ns: int | None) -> bool:
-        """Whether an exit with ``code``, seen at ``exit_time_ns``, was plausibly our doing.
-
-        Ours: death by a signal we delivered (``-N``), or the ``128 + N`` a shell or a
-        launcher in between reports for it; or any exit seen after we delivered a stop
-        signal (SIGTERM's handler may exit 1, escalation's SIGKILL ends it). Not ours: any
-        exit of a rank we never signalled (a stop asked after it had already exited never
-        reached it), or one seen before our first stop signal was sent. A signal a person
-        sent (SignalRanks) owns only a death by that very signal: a SIGUSR1 for a stack
-        dump does not own a later crash. The watchdog's kills are never ours.
-        """
-        if code < 0 and -code in self.signals_ns:
-            return True
-        if code > 128 and code - 128 in self.signals_ns:
-            return True
-        if self.stop_signal_ns is None:
-            return False
-        if code >= 0 and self.stop_caught is False:
-            # It had no handler for our stop signal, which would have ended it with -N:
-            # it exited by itself (its own error, its own timeout), whenever it did.
-            return False
-        return exit_time_ns is None or exit_time_ns >= self.stop_signal_ns
+        """Whether an exit with ``code``, seen at ``exit_time_ns``, was plausibly our doing
+        (``engine.kernel.policy.exit_is_ours``, from what this slot recorded). The
+        watchdog's kills are never ours: they are not in ``signals_ns``."""
+        return policy.exit_is_ours(
+            code, exit_time_ns, self.signals_ns, self.stop_signal_ns, self.stop_caught
+        )
 
     @property
     def alive(self) -> bool:

@@ -34,7 +34,7 @@ from ..forensics.stacks import (
     dump_stacks,
     save_dump,
 )
-from .escalation import Escalation
+from ..kernel.escalation import Escalation
 
 __all__ = ["MIN_DUMP_S", "CaptureSchedule", "StackCapture", "capture_time"]
 

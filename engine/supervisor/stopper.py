@@ -18,12 +18,12 @@ from typing import Literal
 from .. import clock
 from ..events import EscalationFinished, EscalationScheduled, RanksSignalled
 from ..forensics.suspect import SignalRecord
+from ..kernel import policy
+from ..kernel.escalation import EscalationTable
 from ..names import refusals as words
 from ..names.signals import signal_name
 from ..process.proc_table import is_stopped
 from ..process.rank_process import send_signal_all
-from ..states import RankState
-from .escalation import EscalationTable
 from .publisher import Publisher
 from .rank_slot import RankSlot, StopReason
 from .stack_capture import CaptureSchedule
@@ -86,16 +86,13 @@ class Stopper:
         slots = [s for s in slots if s.alive and s.proc is not None]
         if not slots:
             return
-        restarting = reason in ("restart", "attempt")
-        target = RankState.RESTARTING if restarting else RankState.TERMINATING
         for slot in slots:
             slot.stop_reason = reason
-            if slot.state is not target and slot.state in (RankState.STARTING, RankState.RUNNING):
-                # RUNNING -> TERMINATING: asked to stop (a person, teardown or shutdown)
-                # RUNNING -> RESTARTING: stopping in order to start again
-                self._events.emit(slot.move(target))
-            elif slot.state is RankState.TERMINATING and target is RankState.RESTARTING:
-                # TERMINATING -> RESTARTING: a restart was asked while it was stopping
+            # RUNNING -> TERMINATING: asked to stop (a person, teardown or shutdown)
+            # RUNNING -> RESTARTING: stopping in order to start again
+            # TERMINATING -> RESTARTING: a restart was asked while it was stopping
+            target = policy.stop_move(slot.state, reason)
+            if target is not None:
                 self._events.emit(slot.move(target))
         signalled = self.signal_slots(slots, sig)
         if not signalled:
@@ -148,9 +145,10 @@ class Stopper:
         for slot in slots:
             if slot.stop_reason is None:
                 slot.stop_reason = reason
-            if slot.state in (RankState.STARTING, RankState.RUNNING):
+            target = policy.kill_move(slot.state)
+            if target is not None:
                 # RUNNING -> TERMINATING: killed; SIGNALLED follows when it is reaped
-                self._events.emit(slot.move(RankState.TERMINATING))
+                self._events.emit(slot.move(target))
         killed = self.signal_slots(slots, signal.SIGKILL)
         if killed:
             self.record(killed, signal.SIGKILL, reason)

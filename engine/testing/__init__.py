@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import os
 import signal
 import threading
@@ -78,6 +79,9 @@ from ..handle import (
     reads_only,
     term_timeout,
 )
+from ..kernel import policy
+from ..kernel.escalation import EscalationTable
+from ..kernel.policy import Refused
 from ..names import refusals as words
 from ..rundir.arrival import ArrivalWriter, arrival_path
 from ..states import RankState
@@ -195,23 +199,20 @@ class _Life:
     """The Supervisor's bookkeeping of one incarnation (its ``RankSlot`` fields)."""
 
     stop_reason: str | None = None
-    stop_sent: bool = False
-    signals: set[int] = field(default_factory=set)
+    signals_ns: dict[int, int] = field(default_factory=dict)
+    """Each signal delivered, at its (scripted) moment: ``exit_is_ours`` reads them."""
+    stop_signal_ns: int | None = None
     after_exit: str | None = None
     failure: ScriptedFailure | None = None
     exit_seq: int = 0
     stdin_closed: bool = False
     """EOF was sent (``CloseInput``): its stdin takes no more lines."""
 
-
-@dataclass(slots=True)
-class _Escalation:
-    ranks: tuple[int, ...]
-    sig_name: str
-    timeout_s: float
-    alive: set[int]
-    killed: list[int] = field(default_factory=list)
-    expired: bool = False
+    def sent(self, sig: int, *, stop: bool, at_ns: int = 0) -> None:
+        """``sig`` was delivered (a stop signal, or a person's)."""
+        self.signals_ns.setdefault(int(sig), at_ns)
+        if stop and self.stop_signal_ns is None:
+            self.stop_signal_ns = at_ns
 
 
 class ScriptedSupervisor:
@@ -289,7 +290,8 @@ class ScriptedSupervisor:
         self._sinks: list[EventSink] = []
         self._ranks: dict[int, RankInfo] = {r.rank: r for r in info.ranks}
         self._life: dict[int, _Life] = {r: _Life() for r in self._ranks}
-        self._escalations: list[_Escalation] = []
+        self._escalations = EscalationTable(kill_wait_s=0.0)
+        """Every stop in flight (its deadline passes at ``expire_escalations``)."""
         self._exits = itertools.count(1)
         self._attempt = info.attempt
         self._finished = info.finished
@@ -375,18 +377,18 @@ class ScriptedSupervisor:
             try:
                 problem = command_problem(command)
                 if problem is not None or handler is None:
-                    raise _Refused(problem or f"unknown command {command!r}")
+                    raise Refused(problem or f"unknown command {command!r}")
                 if not self.started:
-                    raise _Refused(words.NOT_STARTED)
+                    raise Refused(words.NOT_STARTED)
                 if self._shutting_down:
                     # The real one dumps while shutting down; this one's shutdown is over
                     # as soon as it is asked for.
-                    raise _Refused(words.OVER if isinstance(command, (DumpStacks,
+                    raise Refused(words.OVER if isinstance(command, (DumpStacks,
                                                                       ReadCollectives))
                                    else words.SHUTTING_DOWN)
                 result = handler(command)
                 self._settle()
-            except _Refused as refused:
+            except Refused as refused:
                 result = CommandResult(False, str(refused))
         self._flush()
         return result
@@ -555,28 +557,18 @@ class ScriptedSupervisor:
     # -- commands (the Supervisor's, word for word) ----------------------------------------
 
     def _resolve(self, ranks: Sequence[int] | None) -> list[int]:
-        if ranks is None:
-            return sorted(self._ranks)
-        unknown = sorted({r for r in ranks if r not in self._ranks})
-        if unknown:
-            raise _Refused(words.no_such_rank(unknown, 0, len(self._ranks) - 1))
-        return sorted(set(ranks))
+        return policy.resolve(ranks, self._ranks)
 
     def _running(self, ranks: list[int], verb: str) -> tuple[list[int], str]:
-        live = [r for r in ranks if self._ranks[r].state.is_alive]
-        gone = [r for r in ranks if r not in live]
-        if not live:
-            if len(gone) == 1:
-                state = self._ranks[gone[0]].state.value
-                raise _Refused(words.not_running(gone[0], state, verb))
-            raise _Refused(words.no_running_rank(verb))
-        note = words.skipped_not_running(gone) if gone else ""
-        return live, note
+        return policy.running(ranks, self._live(), self._states(), verb)
+
+    def _states(self) -> dict[int, RankState]:
+        return {r: info.state for r, info in self._ranks.items()}
 
     def _cmd_signal(self, cmd: SignalRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "signal")
         for r in live:
-            self._life[r].signals.add(int(cmd.sig))
+            self._life[r].sent(int(cmd.sig), stop=False)
         for r in live:
             if cmd.sig in self._fatal:
                 self._exit(r, -int(cmd.sig))
@@ -612,7 +604,7 @@ class ScriptedSupervisor:
 
     def _cmd_collectives(self, _cmd: ReadCollectives) -> CommandResult:
         if self._collectives is None:
-            raise _Refused(words.NO_COLLECTIVES)
+            raise Refused(words.NO_COLLECTIVES)
         return CommandResult(True, "", {**self._collectives, "source": "live", "path": ""})
 
     def _cmd_input(self, cmd: SendInput | CloseInput) -> CommandResult:
@@ -620,7 +612,7 @@ class ScriptedSupervisor:
         every rank reached is a ``RankInput``; the answer's data says who was and who not."""
         mode = self._info.stdin
         if mode != "pipe":
-            raise _Refused(not_piped(mode))
+            raise Refused(not_piped(mode))
         send = isinstance(cmd, SendInput)
         live, note = self._running(
             self._resolve(cmd.ranks), "send input to" if send else "close the stdin of"
@@ -666,10 +658,12 @@ class ScriptedSupervisor:
     def _cmd_restart_rank(self, cmd: RestartRank) -> CommandResult:
         (rank,) = self._resolve((cmd.rank,))
         info, life = self._ranks[rank], self._life[rank]
-        if self._attempt_pending:
-            raise _Refused(words.ALL_RESTARTING)
-        if life.after_exit == "restart" or info.state is RankState.RESTARTING:
-            raise _Refused(words.already_restarting(rank))
+        refusal = policy.restart_rank_refusal(
+            rank, driven=False, attempt_pending=self._attempt_pending,
+            restarting=life.after_exit == "restart" or info.state is RankState.RESTARTING,
+        )
+        if refusal is not None:
+            raise Refused(refusal)
         life.after_exit = "restart"
         if info.state.is_alive:
             # Started again once this incarnation has exited.
@@ -681,8 +675,9 @@ class ScriptedSupervisor:
         )
 
     def _cmd_restart_all(self, cmd: RestartAll) -> CommandResult:
-        if self._attempt_pending:
-            raise _Refused(words.ALL_RESTARTING)
+        refusal = policy.restart_all_refusal(pending=self._attempt_pending)
+        if refusal is not None:
+            raise Refused(refusal)
         self._attempt_pending = True
         for life in self._life.values():
             life.after_exit = None  # a single-rank restart is folded into the new attempt
@@ -699,20 +694,15 @@ class ScriptedSupervisor:
         ranks = [r for r in ranks if self._ranks[r].state.is_alive]
         if not ranks:
             return
-        target = RankState.RESTARTING if reason in ("restart", "attempt") else RankState.TERMINATING
         for r in ranks:
             self._life[r].stop_reason = reason
-            state = self._ranks[r].state
-            if state is not target and state in (RankState.STARTING, RankState.RUNNING):
-                self._move(r, target)
-            elif state is RankState.TERMINATING and target is RankState.RESTARTING:
+            target = policy.stop_move(self._ranks[r].state, reason)
+            if target is not None:
                 self._move(r, target)
         for r in ranks:
-            self._life[r].signals.add(sig)
-            self._life[r].stop_sent = True
-        name = _signame(sig)
-        self._escalations.append(_Escalation(tuple(ranks), name, timeout, set(ranks)))
-        self._send(EscalationScheduled(tuple(ranks), name, timeout, self._clock() + timeout))
+            self._life[r].sent(sig, stop=True)
+        esc = self._escalations.add(tuple(ranks), sig, timeout, self._clock())
+        self._send(EscalationScheduled(tuple(ranks), _signame(sig), timeout, esc.deadline))
         for r in ranks:
             if sig in self._fatal:
                 self._exit(r, -sig)
@@ -724,28 +714,24 @@ class ScriptedSupervisor:
             life = self._life[r]
             if life.stop_reason is None:
                 life.stop_reason = reason
-            if self._ranks[r].state in (RankState.STARTING, RankState.RUNNING):
-                self._move(r, RankState.TERMINATING)
+            target = policy.kill_move(self._ranks[r].state)
+            if target is not None:
+                self._move(r, target)
         for r in ranks:
-            self._life[r].signals.add(signal.SIGKILL)
-            self._life[r].stop_sent = True
+            self._life[r].sent(signal.SIGKILL, stop=True)
         for r in ranks:
             self._exit(r, -signal.SIGKILL)
 
     def _expire(self) -> None:
-        due = [esc for esc in self._escalations if not esc.expired]
+        """Every deadline passes now (``math.inf``): SIGKILL whoever outlived it."""
         doomed: set[int] = set()
-        for esc in due:
-            esc.expired = True
-            survivors = sorted(esc.alive)
-            esc.killed.extend(survivors)
+        for esc, survivors in self._escalations.due(math.inf):
             doomed.update(survivors)
             if survivors:
-                self._notice(words.outlived_deadline(survivors, esc.timeout_s, esc.sig_name),
-                             "warning")
+                self._notice(words.outlived_deadline(survivors, esc.timeout_s,
+                                                     _signame(esc.sig)), "warning")
         for r in sorted(doomed):
-            self._life[r].signals.add(signal.SIGKILL)
-            self._life[r].stop_sent = True
+            self._life[r].sent(signal.SIGKILL, stop=True)
         for r in sorted(doomed):
             if self._ranks[r].state.is_alive:
                 self._exit(r, -signal.SIGKILL)
@@ -753,9 +739,8 @@ class ScriptedSupervisor:
     def _exit(self, rank: int, exitcode: int) -> None:
         """The rank's process ended with ``exitcode``: record it as the monitor does."""
         info, life = self._ranks[rank], self._life[rank]
-        caused = (exitcode < 0 and -exitcode in life.signals) or (
-            exitcode > 128 and exitcode - 128 in life.signals
-        ) or life.stop_sent
+        # A scripted exit has no moment of its own: it comes after every signal sent.
+        caused = policy.exit_is_ours(exitcode, None, life.signals_ns, life.stop_signal_ns, None)
         if caused and life.stop_reason is None:
             life.stop_reason = "signal"
         name = _signame(-exitcode) if exitcode < 0 else None
@@ -784,53 +769,44 @@ class ScriptedSupervisor:
             failure=life.failure,
             caused_by_us=caused,
         )
-        for esc in list(self._escalations):
-            if rank in esc.alive:
-                esc.alive.discard(rank)
-                if not esc.alive:
-                    self._escalations.remove(esc)
-                    self._send(EscalationFinished(esc.ranks, tuple(esc.killed)))
+        for esc in self._escalations.rank_gone(rank):
+            self._send(EscalationFinished(esc.ranks, tuple(esc.killed)))
         if exitcode != 0 and not caused:
             if self._teardown and not self._shutting_down:
                 # The others would hang in their next collective: stop them.
-                others = [r for r in self._live() if self._life[r].stop_reason is None]
+                others = policy.teardown_targets(
+                    self._live(), {r: life.stop_reason for r, life in self._life.items()}
+                )
                 if others:
-                    self._notice(
-                        f"rank {rank} failed (exit code {exitcode}): stopping the other ranks",
-                        "warning",
-                    )
+                    self._notice(f"{policy.failure_notice(rank, exitcode)}: stopping the "
+                                 "other ranks", "warning")
                 self._stop(others, "teardown", signal.SIGTERM, self._info.term_timeout_s)
 
     def _settle(self) -> None:
         """What the monitor does after exits: restarts, the new attempt, the end."""
-        if not self._shutting_down:
-            for r in sorted(self._ranks):
-                if self._life[r].after_exit == "restart" and self._ranks[r].state.is_final:
-                    self._respawn(r)
-            if self._attempt_pending and all(i.state.is_final for i in self._ranks.values()):
-                self._start_attempt()
-        if self._finished or not self.started:
-            return
-        if any(
-            not i.state.is_final or self._life[r].after_exit for r, i in self._ranks.items()
-        ):
-            return
-        if self._attempt_pending:
-            return
-        failed = any(
-            life.failure is not None and not life.failure.caused_by_us
-            for life in self._life.values()
+        restarts = [r for r, life in self._life.items() if life.after_exit == "restart"]
+        settlement = policy.settle(self._states(), restarts, shutting_down=self._shutting_down,
+                                   attempt_pending=self._attempt_pending)
+        for r in settlement.respawn:
+            self._respawn(r)
+        if settlement.new_attempt:
+            self._start_attempt()
+        end = policy.end_of_run(
+            self._states(), [r for r, life in self._life.items() if life.after_exit],
+            started=self.started, finished=self._finished,
+            attempt_pending=self._attempt_pending, driven=False,
+            # Only failures still on record count: a failed rank restarted by hand no
+            # longer is one (RunFinished would not list it either).
+            real_failure=any(life.failure is not None and not life.failure.caused_by_us
+                             for life in self._life.values()),
+            restarts_left=self._restarts_left, shutting_down=self._shutting_down,
         )
-        if failed and self._restarts_left > 0 and not self._shutting_down:
-            # The policy: a rank that failed on its own restarts the whole group while
-            # restarts last. Only failures still on record count: a failed rank restarted
-            # by hand no longer is one (RunFinished would not list it either).
+        if end == "wait":
+            return
+        if end == "restart":
             self._restarts_left -= 1
-            self._notice(
-                f"restarting all ranks as attempt {self._attempt + 1} "
-                f"({self._restarts_left} restart(s) left)",
-                "warning",
-            )
+            self._notice(policy.restart_notice(self._attempt + 1, self._restarts_left),
+                         "warning")
             self._start_attempt()
             return
         self._finished = True
@@ -948,10 +924,6 @@ class ScriptedSupervisor:
                 t=t,
             )
         )
-
-
-class _Refused(Exception):
-    """A command the scripted supervisor answers with ``CommandResult(False, ...)``."""
 
 
 def _signame(sig: int) -> str:

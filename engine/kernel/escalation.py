@@ -2,8 +2,9 @@
 
 torch's ``PContext.close`` escalates inline: send the death signal, *block* until a shared
 deadline, SIGKILL the survivors, block again. A supervisor driven from a UI cannot block
-its caller for 30 s, so here an escalation is a record kept in a table; the monitor thread
-(which already wakes on every rank exit) also wakes at the nearest deadline, and:
+its caller for 30 s, so here an escalation is a record kept in a table; whoever carries the
+run out (the Supervisor's monitor thread, which already wakes on every rank exit) also
+wakes at the nearest deadline, and, with the time passed in:
 
 1. ``rank_gone`` removes a rank from every escalation waiting on it; an escalation with no
    rank left is finished ("they exited in time");
@@ -92,9 +93,18 @@ class EscalationTable:
 
     def next_deadline(self) -> float | None:
         """The earliest moment something is due (SIGKILL or give-up), None if nothing is."""
-        while self._heap and self._heap[0][1] not in self._live:
-            heapq.heappop(self._heap)  # finished early: a stale heap entry
+        while self._heap and not self._current(*self._heap[0]):
+            heapq.heappop(self._heap)  # finished early, or its SIGKILL went: a stale entry
         return self._heap[0][0] if self._heap else None
+
+    def _current(self, when: float, esc_id: int) -> bool:
+        """Whether a heap entry is its escalation's next deadline: a SIGKILL not yet sent,
+        or the end of the wait after one (the SIGKILL's own entry, once it was sent, must
+        not be woken for again: a wake-up at a time long past is a busy loop)."""
+        esc = self._live.get(esc_id)
+        if esc is None:
+            return False
+        return when == (esc.deadline if esc.kill_deadline is None else esc.kill_deadline)
 
     def due(self, now: float) -> list[tuple[Escalation, list[int]]]:
         """Escalations whose SIGKILL deadline passed, with the ranks to SIGKILL now.
