@@ -25,6 +25,13 @@ NEEDS_PIDFD_EXIT = pytest.mark.skipif(
     reason="PIDFD_INFO_EXIT (an exit status kept with a pidfd) needs Linux 6.15 or later",
 )
 
+PROCESS_EVENTS = frozenset({
+    "subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp",
+    "os.exec", "os.spawn", "os.system",
+})
+"""The audit events of a process being started (multiprocessing's spawn is caught apart:
+it forks through ``_posixsubprocess`` with no event of its own)."""
+
 collect_ignore = ["bench"]
 """Benchmarks print figures; they are run by hand, never collected as tests."""
 
@@ -96,3 +103,55 @@ def _no_inherited_torchelastic_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("TORCHELASTIC_"):
             monkeypatch.delenv(key, raising=False)
+
+
+# -- test tiers ---------------------------------------------------------------------------
+# Modules that start processes are marked ``processes`` (and ``gloo`` where they run
+# torch.distributed jobs); ``python -m pytest -m "not processes and not gloo"`` is the inner
+# loop, and in it a test that starts a process fails, naming the mark its module lacks.
+
+
+class _ProcessGuard:
+    """Refuses to start a process while a test runs that says it starts none."""
+
+    def __init__(self) -> None:
+        self.refusing: str | None = None  # the test's node id, while it runs
+
+    def audit(self, event: str, _args: object) -> None:
+        if self.refusing is not None and event in PROCESS_EVENTS:
+            raise RuntimeError(
+                f"{self.refusing} started a process ({event}) in the inner loop: mark its "
+                "module pytestmark = pytest.mark.processes"
+            )
+
+
+_GUARD = _ProcessGuard()
+
+
+def _inner_loop(config: pytest.Config) -> bool:
+    expression = config.getoption("markexpr", "") or ""
+    return "not processes" in " ".join(expression.split())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _inner_loop(config):
+        sys.addaudithook(_GUARD.audit)
+        import multiprocessing.util
+
+        spawn = multiprocessing.util.spawnv_passfds
+
+        def guarded(path: object, args: object, passfds: object) -> object:
+            _GUARD.audit("os.posix_spawn", None)
+            return spawn(path, args, passfds)
+
+        multiprocessing.util.spawnv_passfds = guarded
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    refusing = _inner_loop(item.config) and item.get_closest_marker("processes") is None
+    _GUARD.refusing = item.nodeid if refusing else None
+    try:
+        return (yield)
+    finally:
+        _GUARD.refusing = None
