@@ -315,6 +315,67 @@ def child_whole_log(seconds: float) -> dict[str, Any]:
     return {k: _whole(_launch_cmd(k, args), seconds, warmup=6) for k in ("torchrun", "rankvisor")}
 
 
+def _threads(pid: int) -> dict[str, tuple[int, int]]:
+    """Each thread of ``pid`` (name#tid): its voluntary context switches (each one a sleep
+    it was woken from) and its CPU ticks (utime + stime)."""
+    out: dict[str, tuple[int, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended between the listing and the read
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        name = fields.get("Name", "?").strip()
+        out[f"{name}#{tid}"] = (int(fields["voluntary_ctxt_switches"]),
+                                int(stat[11]) + int(stat[12]))
+    return out
+
+
+def _wakeups(cmd: list[str], seconds: float, warmup: float) -> dict[str, Any]:
+    """Wake-ups of an idle supervising process: per second, how many of its threads woke
+    (a context switch or a CPU tick in that second) and how many wake-ups there were in
+    all; and over the window, each thread's wake-ups a second and the CPU in %."""
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    try:
+        time.sleep(warmup)
+        first = before = _threads(p.pid)
+        c0, t0 = _proc_cpu(p.pid), time.monotonic()
+        awake, total = [], []
+        for _ in range(int(seconds)):
+            time.sleep(1.0)
+            now = _threads(p.pid)
+            woke = [t for t, (v, c) in now.items() if (v, c) != before.get(t, (0, 0))]
+            awake.append(len(woke))
+            total.append(sum(v - before.get(t, (0, 0))[0] for t, (v, _c) in now.items()))
+            before = now
+        elapsed = time.monotonic() - t0
+        per_thread = {t: round((v - first.get(t, (0, 0))[0]) / elapsed, 2)
+                      for t, (v, _c) in before.items() if v != first.get(t, (0, 0))[0]}
+        return {"threads": len(before), "max_awake_in_a_second": max(awake),
+                "wakeups_per_s": round(sum(total) / elapsed, 1),
+                "cpu_pct": round(100.0 * (_proc_cpu(p.pid) - c0) / elapsed, 3),
+                "by_thread": dict(sorted(per_thread.items(), key=lambda kv: -kv[1]))}
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def child_idle_wakeups(seconds: float) -> dict[str, Any]:
+    """8 sleeping ranks, files only (--redirects 3), over 3 times the window (30 s by
+    default): the supervisor's wake-ups, and torchrun's agent's beside it."""
+    out: dict[str, Any] = {"load": round(os.getloadavg()[0], 2)}
+    for kind in ("torchrun", "rankvisor"):
+        out[kind] = _wakeups(_launch_cmd(kind, [SLEEPER], "--redirects"), 3 * seconds,
+                             warmup=8)
+    return out
+
+
 LOG_LINES_PER_S: Final = 8 * 10_000
 """What the 8 ranks of the logging scenarios write (``sv_spew.py --rate 10000`` each)."""
 
