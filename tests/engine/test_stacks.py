@@ -388,7 +388,7 @@ def test_a_capture_never_starts_too_close_to_its_deadline() -> None:
 
 
 def test_the_capture_schedule_owes_one_capture_per_escalation_and_one_per_pid() -> None:
-    from rankvisor.engine.supervisor.escalation import EscalationTable
+    from rankvisor.engine.kernel.escalation import EscalationTable
     from rankvisor.engine.supervisor.stack_capture import CaptureSchedule
 
     table = EscalationTable(kill_wait_s=5.0)
