@@ -42,7 +42,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
     Subcommand("input", "send a line to some ranks' stdin (--eof: close it): answer pdb or a "
                "prompt", debug_cli.input_main),
     Subcommand("debug", "a console on one rank: its output live, each line typed sent to its "
-               "stdin", debug_cli.debug_main),
+               "stdin (--all --eval EXPR: one value from every rank at pdb)",
+               debug_cli.debug_main),
     Subcommand("collectives", "each rank's last collectives (torch's Flight Recorder) and "
                "which rank did not enter one", forensics.collectives),
 )
