@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import attach, debug_cli, forensics, launch, lifecycle, listing, logs, serve
+from . import attach, debug_cli, forensics, launch, lifecycle, listing, logs, mcp_server, serve
 from .command import Subcommand
 
 __all__ = ["BY_NAME", "DEFAULT", "SUBCOMMANDS"]
@@ -46,6 +46,8 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
                debug_cli.debug_main),
     Subcommand("collectives", "each rank's last collectives (torch's Flight Recorder) and "
                "which rank did not enter one", forensics.collectives),
+    Subcommand("mcp", "an MCP server on stdio for a coding agent: a run's status, logs, stacks, "
+               "prompts (--allow-control: send to ranks)", mcp_server.mcp_command),
 )
 
 BY_NAME: Final = {sub.name: sub for sub in SUBCOMMANDS}
