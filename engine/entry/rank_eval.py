@@ -72,6 +72,19 @@ class EvalResult:
     """Sent, but not back at a prompt in time (or ended): their value is what came."""
     refused: dict[int, str] = field(default_factory=dict)
 
+    def summary(self, cap: int = 200) -> str:
+        """One line: ``0: 41 · 1: 41 · 2: 7 (differs) · 3: 41``, then who did not answer."""
+        from ..output.safe_text import one_line
+
+        odd = set(self.odd)
+        parts = [f"{r}: {one_line(v, cap)}" + (" (differs)" if r in odd else "")
+                 for r, v in sorted(self.values.items())]
+        away = [r for r in self.not_at_prompt if r not in self.refused]
+        if away:
+            parts.append("not at a pdb prompt: " + ", ".join(map(str, away)))
+        parts += [f"rank {r} refused: {one_line(v, cap)}" for r, v in sorted(self.refused.items())]
+        return " · ".join(parts) or "no rank is at a pdb prompt"
+
     def to_json(self) -> dict[str, Any]:
         return {"values": {str(r): v for r, v in sorted(self.values.items())},
                 "odd": self.odd, "not_at_prompt": self.not_at_prompt,
@@ -80,7 +93,7 @@ class EvalResult:
 
 
 def eval_ranks(handle: Any, expr: str, ranks: list[int] | None = None, *,
-               timeout_s: float = DEFAULT_TIMEOUT_S, rank_base: int = 0) -> EvalResult:
+               timeout_s: float | None = None, rank_base: int = 0) -> EvalResult:
     """Evaluate ``expr`` at the pdb prompt of ``ranks`` (local; None: every rank), each
     rank's value as one line. ``rank_base`` turns local ranks into the global ones shown."""
     line = eval_line(expr)
@@ -92,7 +105,8 @@ def eval_ranks(handle: Any, expr: str, ranks: list[int] | None = None, *,
     if ranks is not None:
         known = {r.rank for r in info}
         away += [r + rank_base for r in ranks if r not in known]
-    answers = ask(handle, at_pdb, line, timeout_s) if at_pdb else {}
+    wait_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    answers = ask(handle, at_pdb, line, wait_s) if at_pdb else {}
     values: dict[int, str] = {}
     late: list[int] = []
     refused: dict[int, str] = {}
