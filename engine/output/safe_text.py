@@ -8,10 +8,10 @@ newline as a visible symbol and caps the length, so that a 7 MB host name is not
 
 from __future__ import annotations
 
-from .sanitize import sanitize, strip_sgr
-
 from collections.abc import Callable
 from typing import Any
+
+from .sanitize import sanitize, strip_sgr
 
 __all__ = ["ONE_LINE_CAP", "one_line", "safe_text", "safe_tree"]
 

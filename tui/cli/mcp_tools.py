@@ -228,7 +228,7 @@ class Tools:
         local = self._local(chosen, status)
         matches: list[dict[str, Any]] = []
         more = False
-        for rank, here in zip(chosen, local):
+        for rank, here in zip(chosen, local, strict=True):
             for stream in ("stdout", "stderr"):
                 path = current_log(entry.run_dir, status, here, stream)
                 for number, line in _lines_of(path):
