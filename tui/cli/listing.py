@@ -47,6 +47,7 @@ COMMAND_CHARS: Final = 48
 
 
 def run_row(entry: RunEntry) -> dict[str, Any]:
+    """One run as ``ls --json`` (and the MCP server's ``list_runs``) gives it."""
     state, status = registry.entry_state(entry)
     ranks = status.get("ranks") if status else None
     ranks = ranks if isinstance(ranks, list) else []
@@ -182,6 +183,7 @@ def ls(sub: Subcommand, argv: list[str]) -> int:
 
 
 def status_json(entry: RunEntry, state: str, status: dict[str, Any] | None) -> dict[str, Any]:
+    """``status --json``: the run's status.json with its state as a reader sees it."""
     if status is None:  # the supervisor has not written one yet, or the run dir is gone
         status = {
             "schema": 1, "run_id": entry.run_id, "run_dir": entry.run_dir,
@@ -194,6 +196,7 @@ def status_json(entry: RunEntry, state: str, status: dict[str, Any] | None) -> d
 
 
 def status_text(s: dict[str, Any]) -> str:
+    """``status`` for a person (``s`` made safe first)."""
     lines = [f"run {s.get('run_id')}  {s.get('state')}"
              + ("" if s.get("exitcode") is None else f"  exit code {s.get('exitcode')}"),
              f"  run dir     {s.get('run_dir')}",
