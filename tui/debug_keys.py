@@ -1,4 +1,5 @@
-"""The app's keys for ranks at a prompt: ``i`` (the input line) and ``p`` (the list of them).
+"""The app's keys for ranks at a prompt: ``i`` (the input line; ``=EXPR`` in it asks every
+rank at a pdb prompt for one value) and ``p`` (the list of them).
 
 A mixin of ``RankvisorApp``, kept apart so that the app module stays the composition of its
 parts. What a person types becomes ``SendInput`` / ``CloseInput`` through the handle, never a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Sequence
 
+from textual import work
 from textual.screen import ModalScreen
 from textual.widgets import Footer
 
@@ -75,6 +77,9 @@ class DebugKeys:
         return ""
 
     def on_input_bar_send(self, message: InputBar.Send) -> None:
+        if message.text.startswith("=") and message.text[1:].strip():
+            self._eval_all(message.text[1:])  # =EXPR: one value from every rank at pdb
+            return
         ranks = self._input_targets(message.rank, message.to_all)
         if ranks is None:
             return
@@ -96,6 +101,22 @@ class DebugKeys:
             "peers then fail or hang. To go on running, send c (continue) instead.",
             command,
         )
+
+    @work(thread=True, group="eval", exit_on_error=False, description="eval on every rank")
+    def _eval_all(self, expr: str) -> None:
+        """``=EXPR``: evaluate it at every rank's pdb prompt (``engine.entry.rank_eval``, each
+        line in the rank's stdin.log as a typed one); the values on the notice line, the
+        ranks that differ from the majority marked."""
+        from ..engine.entry.rank_eval import eval_ranks
+
+        try:
+            result = eval_ranks(self.handle, expr, rank_base=self.run_view.rank_base)
+        except Exception as error:  # noqa: BLE001 - a bad expression or a handle's bug
+            self.call_from_thread(self.notify, f"={expr}: {error}", severity="warning")
+            return
+        self.call_from_thread(self.notify, f"={expr.strip()} → {result.summary()}",
+                              severity="warning" if result.odd or not result.values
+                              else "information")
 
     def on_input_bar_eof(self, message: InputBar.Eof) -> None:
         ranks = self._input_targets(message.rank, message.to_all)

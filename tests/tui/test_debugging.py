@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rankvisor.engine.control.server import READ_ONLY_REFUSAL
+from rankvisor.engine.entry import rank_eval
 from rankvisor.engine.events import RankStateChanged
 from rankvisor.engine.handle import CloseInput, SendInput
 from rankvisor.engine.states import RankState
@@ -166,6 +167,20 @@ async def test_the_toggle_sends_each_line_to_every_rank_at_a_prompt() -> None:
         await pilot.press(*"yes", "enter")
         await settle(pilot)
         assert sent(engine)[-1] == SendInput((1,), "yes")
+
+
+async def test_an_expression_after_equals_goes_to_every_rank_at_pdb(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The scripted engine never asks again: each rank's value is what came in 0.2 s (none).
+    monkeypatch.setattr(rank_eval, "DEFAULT_TIMEOUT_S", 0.2)
+    engine = engine_at_prompt(pdb_prompt(2, since=EPOCH + 40))
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")  # rank 1 bound, not at a prompt: = asks every rank at pdb
+        await open_input(pilot)
+        await pilot.press(*"=x", "enter")
+        await wait_for(pilot, lambda: app.notices and app.notices[-1].message.startswith("=x"))
+        assert sent(engine) == [SendInput((0, 2), rank_eval.eval_line("x"))]
+        assert "not at a pdb prompt: 1, 3" in app.notices[-1].message
 
 
 async def test_q_to_pdb_and_eof_ask_first_and_say_what_they_do() -> None:

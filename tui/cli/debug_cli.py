@@ -2,7 +2,8 @@
 
 ``input [RUN] RANKS TEXT`` sends one line to the stdin of some ranks (``--eof`` closes it
 instead); ``debug [RUN] [--rank N]`` opens a line-mode console on one rank
-(``engine.entry.debug_console``), like ``kubectl attach -it``. Both go through the run's
+(``engine.entry.debug_console``), like ``kubectl attach -it``; ``debug [RUN] --all --eval
+EXPR`` asks every rank at a pdb prompt for one value (``rank_eval``). Both go through the run's
 control socket, so they work from any shell of the run's user and the supervisor refuses
 them as it refuses any command (a read-only viewer, a run without ``--stdin pipe``, a rank
 that is not running).
@@ -72,13 +73,32 @@ def debug_main(sub: Subcommand, argv: list[str]) -> int:
                    help="a run dir, log dir or run id (default: your newest running run)")
     p.add_argument("--rank", type=int, default=None, metavar="N",
                    help="the global rank (default: the first rank waiting for input, else 0)")
+    p.add_argument("--all", action="store_true",
+                   help="with --eval: every rank at a pdb prompt")
+    p.add_argument("--eval", dest="expr", default=None, metavar="EXPR",
+                   help="evaluate EXPR at the pdb prompt of the rank (--all: of every rank) "
+                        "and print rank -> value, the ranks that differ marked (a tensor: "
+                        "shape, dtype, norm)")
+    p.add_argument("--json", action="store_true",
+                   help="with --eval: {\"values\": {rank: value}, \"odd\": [...], "
+                        "\"not_at_prompt\": [...]}")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="with --eval: how long each rank may take to answer (default 10)")
     args = p.parse_args(argv)
+    if args.expr is None and (args.all or args.json):
+        p.error("--all and --json go with --eval EXPR")
+    if args.all and args.rank is not None:
+        p.error("--all or --rank N, not both")
     entry = registry.resolve(args.run, running_only=True)
     _, status = registry.entry_state(entry)
     rank = args.rank if args.rank is not None else _first_waiting(status)
     if rank < 0:
         p.error(f"--rank must be 0 or more, not {rank}")
     (local,) = local_ranks((rank,), status)
+    if args.expr is not None:
+        from .rank_eval import eval_command
+
+        return eval_command(sub.name, entry, None if args.all else [local], args)
     from ...engine.control.client import NoAnswer, ProtocolMismatch, RemoteHandle
     from ...engine.entry.debug_console import DebugConsole
 

@@ -17,13 +17,13 @@ from ...engine import clock
 from ...engine.control import registry
 from ...engine.control.registry import RunEntry
 from ...engine.control.status import FILENAME
-from ...engine.output.safe_text import one_line
+from ...engine.output.safe_text import one_line, safe_tree
 from ...engine.states import RankState
 from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say
 from .ranks import is_cluster
 from .run_args import PROG
 
-__all__ = ["ls", "rm", "status"]
+__all__ = ["ls", "rm", "run_row", "status", "status_json", "status_text"]
 
 _ALIVE: Final = frozenset(s.value for s in RankState if s.is_alive)
 
@@ -32,13 +32,7 @@ def _shown(value: Any) -> Any:
     """``value`` with every string in it made one safe line: status.json and the registry
     are files anyone with the run dir could have edited, and a remote node's host is the
     rendezvous store's (JSON output needs none of this: ``json.dumps`` escapes controls)."""
-    if isinstance(value, str):
-        return one_line(value, 2000)
-    if isinstance(value, dict):
-        return {k: _shown(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shown(v) for v in value]
-    return value
+    return safe_tree(value)
 
 
 def _started(t: object) -> str:
@@ -53,7 +47,8 @@ COMMAND_CHARS: Final = 48
 """Of a run's command, what ``ls`` shows (the script and its first arguments)."""
 
 
-def _row(entry: RunEntry) -> dict[str, Any]:
+def run_row(entry: RunEntry) -> dict[str, Any]:
+    """One run as ``ls --json`` (and the MCP server's ``list_runs``) gives it."""
     state, status = registry.entry_state(entry)
     ranks = status.get("ranks") if status else None
     ranks = ranks if isinstance(ranks, list) else []
@@ -162,7 +157,7 @@ def ls(sub: Subcommand, argv: list[str]) -> int:
     problem = registry.state_dir_problem()
     if problem:
         say(sub.name, f"warning: {problem}")
-    rows = [_row(e) for e in registry.entries()]  # newest first
+    rows = [run_row(e) for e in registry.entries()]  # newest first
     if args.running:
         rows = [r for r in rows if r["state"] == "running"]
     elif args.failed:
@@ -188,7 +183,8 @@ def ls(sub: Subcommand, argv: list[str]) -> int:
 # -- status -----------------------------------------------------------------------------
 
 
-def _status_json(entry: RunEntry, state: str, status: dict[str, Any] | None) -> dict[str, Any]:
+def status_json(entry: RunEntry, state: str, status: dict[str, Any] | None) -> dict[str, Any]:
+    """``status --json``: the run's status.json with its state as a reader sees it."""
     if status is None:  # the supervisor has not written one yet, or the run dir is gone
         status = {
             "schema": 1, "run_id": entry.run_id, "run_dir": entry.run_dir,
@@ -200,7 +196,8 @@ def _status_json(entry: RunEntry, state: str, status: dict[str, Any] | None) -> 
     return {**status, "state": state}
 
 
-def _status_text(s: dict[str, Any]) -> str:
+def status_text(s: dict[str, Any]) -> str:
+    """``status`` for a person (``s`` made safe first)."""
     lines = [f"run {s.get('run_id')}  {s.get('state')}"
              + ("" if s.get("exitcode") is None else f"  exit code {s.get('exitcode')}"),
              f"  run dir     {s.get('run_dir')}",
@@ -260,8 +257,8 @@ def status(sub: Subcommand, argv: list[str]) -> int:
     args = p.parse_args(argv)
     entry = registry.resolve(args.run, running_only=False)
     state, status = registry.entry_state(entry)
-    out = _status_json(entry, state, status)
-    print(json.dumps(out, indent=1) if args.json else _status_text(_shown(out)))
+    out = status_json(entry, state, status)
+    print(json.dumps(out, indent=1) if args.json else status_text(_shown(out)))
     return EXIT_STALE if state == "stale" else EXIT_OK
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import attach, debug_cli, forensics, launch, lifecycle, listing, logs, serve
+from . import attach, debug_cli, forensics, launch, lifecycle, listing, logs, mcp_server, serve
 from .command import Subcommand
 
 __all__ = ["BY_NAME", "DEFAULT", "SUBCOMMANDS"]
@@ -42,9 +42,12 @@ SUBCOMMANDS: Final[tuple[Subcommand, ...]] = (
     Subcommand("input", "send a line to some ranks' stdin (--eof: close it): answer pdb or a "
                "prompt", debug_cli.input_main),
     Subcommand("debug", "a console on one rank: its output live, each line typed sent to its "
-               "stdin", debug_cli.debug_main),
+               "stdin (--all --eval EXPR: one value from every rank at pdb)",
+               debug_cli.debug_main),
     Subcommand("collectives", "each rank's last collectives (torch's Flight Recorder) and "
                "which rank did not enter one", forensics.collectives),
+    Subcommand("mcp", "an MCP server on stdio for a coding agent: a run's status, logs, stacks, "
+               "prompts (--allow-control: send to ranks)", mcp_server.mcp_command),
 )
 
 BY_NAME: Final = {sub.name: sub for sub in SUBCOMMANDS}

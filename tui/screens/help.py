@@ -53,7 +53,8 @@ KEY_HELP: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
         (
             ("i", "type to the selected rank's stdin: enter sends (the line stays open),"
              " ↑ ↓ its history, ctrl+t every rank at a prompt, ctrl+d EOF, escape leaves;"
-             " q / quit / exit to pdb and EOF ask first (they end the rank)"),
+             " q / quit / exit to pdb and EOF ask first (they end the rank);"
+             " =EXPR: its value on every rank at pdb, the odd ones marked"),
             ("p", "the ranks at a prompt: where, prompt, since; enter answers one"),
         ),
     ),

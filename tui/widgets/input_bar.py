@@ -143,7 +143,8 @@ class InputBar(Horizontal):
         self.line.disabled = bool(refusal)
         self.line.placeholder = (
             refusal or f"a line for rank {rank}'s stdin · enter sends · ↑↓ history · "
-            "ctrl+t every rank at a prompt · ctrl+d EOF · esc leaves"
+            "=EXPR its value on every rank at pdb · ctrl+t every rank at a prompt · ctrl+d EOF · "
+            "esc leaves"
         )
         self.show_label()
 
