@@ -71,6 +71,7 @@ from ..handle import (
     command_problem,
     term_timeout,
 )
+from ..kernel.escalation import EscalationTable
 from ..names import refusals as words
 from ..names.signals import exit_signal_name, signal_name
 from ..output.pump import OutputPump, StdStream
@@ -81,7 +82,6 @@ from ..process.wakeup import Wakeup
 from ..result import RunProcsResult
 from ..rundir.arrival import arrival_path
 from ..states import RankState, final_state_for
-from ..kernel.escalation import EscalationTable
 from ..supervisor.stack_capture import CaptureSchedule, StackCapture
 from ..supervisor.stats import StatsSampler
 from .discovery import TorchrunJob, Worker, discover, workers_of

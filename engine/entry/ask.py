@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .. import clock
 from ..events import Event, RankInput, RankInputWait, RankStateChanged, RunFinished
 
 __all__ = ["Answer", "MAX_ANSWER_BYTES", "ask"]
@@ -120,10 +120,10 @@ def ask(handle: Any, ranks: Sequence[int], line: str, timeout_s: float = 10.0) -
         if not result.ok and not refused:  # refused as a whole (read-only, no pipe)
             refused = {r: result.message or "refused" for r in wanted}
         sent = {r for r in wanted if r not in refused}
-        deadline = time.monotonic() + max(0.0, timeout_s)
+        deadline = clock.monotonic() + max(0.0, timeout_s)
         with watch.cond:
             while not watch.done(sent):
-                left = deadline - time.monotonic()
+                left = deadline - clock.monotonic()
                 if left <= 0:
                     break
                 watch.cond.wait(left)

@@ -18,6 +18,7 @@ import re
 import time
 from typing import Any, Final
 
+from ...engine import clock
 from ...engine.control import registry
 from ...engine.output.safe_text import safe_tree
 from ...engine.output.sanitize import sanitize, strip_sgr
@@ -287,13 +288,13 @@ class Tools:
         if event not in EVENTS:
             raise ToolRefused(f"event {event!r}: one of {', '.join(EVENTS)}")
         entry = self._entry(run)
-        deadline = time.monotonic() + max(0.0, min(float(timeout), MAX_WAIT_S))
+        deadline = clock.monotonic() + max(0.0, min(float(timeout), MAX_WAIT_S))
         while True:
             state, status = registry.entry_state(entry)
             found = _happened(event, state, status or {})
             if found is not None:
                 return {"event": event, "happened": True, **found, "state": state}
-            if state != "running" or time.monotonic() >= deadline:
+            if state != "running" or clock.monotonic() >= deadline:
                 return {"event": event, "happened": False, "state": state,
                         "exitcode": (status or {}).get("exitcode")}
             time.sleep(0.1)
