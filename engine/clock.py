@@ -10,8 +10,9 @@ and it is the clock ``poll`` and ``select`` time-outs count on); ``wall`` for wh
 another host reads (timestamps in files, events and the record); ``thread_cpu`` for what the
 calling thread itself has spent (the UI's measure of its own load).
 
-The rank-side bootstrap (``process/py_bootstrap.py``) is the one exception: a copy of it runs
-inside the rank's interpreter, which imports nothing of ours.
+Two programs are the exceptions, both run as a rank's own script, where nothing of ours is
+imported: the bootstrap around a Python rank (``process/py_bootstrap.py``) and the demo's
+training job (``tui/cli/demo_job.py``).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CLOCKS = {"time": {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
                    "perf_counter_ns", "thread_time", "process_time", "process_time_ns"},
           "datetime": {"now", "utcnow", "today"}}
-EXEMPT = {"engine/clock.py", "engine/process/py_bootstrap.py"}
-"""The clock itself, and the bootstrap that runs in the rank's interpreter (nothing of ours
-is imported there)."""
+EXEMPT = {"engine/clock.py", "engine/process/py_bootstrap.py", "tui/cli/demo_job.py"}
+"""The clock itself, and the two programs that run as a rank's own script, where nothing of
+ours is imported: the bootstrap around a Python rank, and the demo's training job."""
 
 
 def direct_reads(source: str) -> list[tuple[int, str]]:

@@ -32,8 +32,6 @@ import signal
 import sys
 import time
 
-from ...engine import clock
-
 DEMO_STDOUT_FILTERS = ("checkpoint",)
 """Duplicate filter for stdout: rank 0's checkpoint lines go to filtered_stdout.log."""
 DEMO_STDERR_FILTERS = ("WARNING",)
@@ -51,7 +49,7 @@ def _env_float(name: str, default: float) -> float:
 
 def _bar(step: int, total: int, started: float, note: str = "") -> str:
     done = step * 20 // max(1, total)
-    elapsed = clock.monotonic() - started
+    elapsed = time.monotonic() - started
     rate = step / elapsed if elapsed > 0 else 0.0
     left = (total - step) / rate if rate > 0 else 0.0
     pct = step * 100 // max(1, total)
@@ -96,7 +94,7 @@ def _train() -> int:
     torch.manual_seed(1234 + rank)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    started = clock.monotonic()
+    started = time.monotonic()
     quiet = rank == stall_rank
     print(
         f"rank {rank}/{world}: gloo process group up (pid {os.getpid()})"
@@ -121,9 +119,9 @@ def _train() -> int:
         for param in model.parameters():
             assert param.grad is not None
             work = dist.all_reduce(param.grad, async_op=True)
-            waited_from = clock.monotonic()
+            waited_from = time.monotonic()
             while not work.is_completed():
-                waited = clock.monotonic() - waited_from
+                waited = time.monotonic() - waited_from
                 if waited > 0.5:
                     out.write(
                         _bar(step - 1, steps, started, f"  waiting {waited:4.1f}s for all_reduce")
