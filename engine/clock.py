@@ -10,9 +10,10 @@ and it is the clock ``poll`` and ``select`` time-outs count on); ``wall`` for wh
 another host reads (timestamps in files, events and the record); ``thread_cpu`` for what the
 calling thread itself has spent (the UI's measure of its own load).
 
-Two programs are the exceptions, both run as a rank's own script, where nothing of ours is
+The exceptions are the modules that run outside the package, where nothing of ours can be
 imported: the bootstrap around a Python rank (``process/py_bootstrap.py``) and the demo's
-training job (``tui/cli/demo_job.py``).
+training job (``tui/cli/demo_job.py``), each a rank's own script, and the cgroup code the
+guard program loads from beside itself (``process/cgroups.py``).
 """
 
 from __future__ import annotations

@@ -19,9 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CLOCKS = {"time": {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
                    "perf_counter_ns", "thread_time", "process_time", "process_time_ns"},
           "datetime": {"now", "utcnow", "today"}}
-EXEMPT = {"engine/clock.py", "engine/process/py_bootstrap.py", "tui/cli/demo_job.py"}
-"""The clock itself, and the two programs that run as a rank's own script, where nothing of
-ours is imported: the bootstrap around a Python rank, and the demo's training job."""
+STANDALONE = {"engine/process/py_bootstrap.py", "tui/cli/demo_job.py",
+              "engine/process/cgroups.py"}
+"""Modules that run outside the package, where nothing of ours can be imported: the bootstrap
+around a Python rank and the demo's training job (each a rank's own script), and the cgroup
+code the guard program loads from beside itself (it runs isolated, ``python -I -S``)."""
+EXEMPT = {"engine/clock.py", *STANDALONE}
+"""The clock itself, and the modules that cannot import it."""
 
 
 def direct_reads(source: str) -> list[tuple[int, str]]:
@@ -65,6 +69,16 @@ def test_no_module_reads_a_clock_but_the_clock() -> None:
                 continue
             reads += [f"{rel}:{line}: {what}" for line, what in direct_reads(path.read_text())]
     assert reads == [], "read the clock through engine/clock.py:\n" + "\n".join(reads)
+
+
+@pytest.mark.parametrize("rel", sorted(STANDALONE))
+def test_a_module_run_outside_the_package_imports_nothing_of_ours(rel: str) -> None:
+    """The reason they are exempt, held: a relative import there fails at run time (the
+    demo's rank died of an ImportError; the guard lost its cgroup cleanup in silence)."""
+    tree = ast.parse((ROOT / rel).read_text())  # at its top: a function may look first
+    relative = [node.lineno for node in tree.body
+                if isinstance(node, ast.ImportFrom) and node.level > 0]
+    assert relative == [], f"{rel} imports relatively at line(s) {relative}"
 
 
 def test_a_fake_clock_moves_only_when_told_and_never_back() -> None:

@@ -46,8 +46,6 @@ import threading
 import time
 from typing import NamedTuple, Optional
 
-from .. import clock
-
 __all__ = [
     "CGROUPS_ENV",
     "TRACKING_CGROUP",
@@ -202,11 +200,11 @@ def kill_tree(kind: str, cgdir: str, freeze_wait_s: float = 1.0) -> None:
     try:
         _write(state, "FROZEN")
         # Frozen tasks cannot fork, so once the state reads FROZEN the lists are complete.
-        deadline = clock.monotonic() + freeze_wait_s
+        deadline = time.monotonic() + freeze_wait_s
         pause = 0.0005
         while True:
             frozen = (_read(state) or "").strip() == "FROZEN"
-            if frozen or clock.monotonic() >= deadline:
+            if frozen or time.monotonic() >= deadline:
                 break
             time.sleep(pause)  # FREEZING: tasks are still on their way into the freezer
             pause = min(pause * 2, 0.02)
@@ -237,7 +235,7 @@ def remove_tree(cgdir: str, timeout_s: float = 5.0) -> bool:
     Waits up to ``timeout_s`` for the members to finish dying (the kernel refuses to remove
     a populated cgroup). Never kills: call ``kill_tree`` first.
     """
-    deadline = clock.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s
     pause = 0.001
     while True:
         for d in _subdirs(cgdir):
@@ -247,7 +245,7 @@ def remove_tree(cgdir: str, timeout_s: float = 5.0) -> bool:
                 pass  # gone already, or EBUSY: still populated (and so are its parents)
         if not os.path.exists(cgdir):
             return True
-        if clock.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             return False
         time.sleep(pause)  # the killed processes are still exiting
         pause = min(pause * 2, 0.05)
@@ -555,9 +553,9 @@ class RunCgroups:
             self._pending = []
         kill_tree(self.kind, self.path)
         left = []
-        deadline = clock.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_s
         for _kind, d in self.guard_dirs:
-            if not remove_tree(d, max(0.0, deadline - clock.monotonic())):
+            if not remove_tree(d, max(0.0, deadline - time.monotonic())):
                 left.append(d)
         return left
 
