@@ -440,6 +440,8 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         progress_regex=args.progress_regex,
         debug=debug_options(args, nprocs),
         collectives=args.collectives,
+        # torchrun's launcher puts it in its own environment, so every rank inherits it.
+        env={"TORCHELASTIC_SIGNALS_TO_HANDLE": args.signals_to_handle},
     )
     config.validate()
     return config
