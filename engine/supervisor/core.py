@@ -146,6 +146,7 @@ class Supervisor:
                 max_restarts=config.max_restarts,
                 unbuffered=config.unbuffered,
                 faulthandler=config.faulthandler,
+                virtual_local_rank=config.virtual_local_rank,
             ),
             logs=self._logs,
             guard=self._guard,

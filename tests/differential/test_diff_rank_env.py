@@ -53,6 +53,9 @@ SCENARIOS = {
                                   "PET_MAX_RESTARTS": "1", "PET_ROLE": "eval",
                                   "PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGUSR1",
                                   "OMP_NUM_THREADS": "4", "CUDA_VISIBLE_DEVICES": "1,0"}),
+    "virtual local rank": (["--nproc-per-node", "3"],
+                           {"PET_VIRTUAL_LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "4, 5,6,7",
+                            "PET_MAX_RESTARTS": "0", "PET_ROLE": "default"}),
 }
 
 
@@ -71,3 +74,21 @@ def test_the_rank_environment_is_torchruns(name: str, tmp_path: Path) -> None:
         assert o == t, rank
     assert theirs[0]["TORCHELASTIC_MAX_RESTARTS"] == env["PET_MAX_RESTARTS"]
     assert theirs[0]["ROLE_NAME"] == env["PET_ROLE"]
+    if "PET_VIRTUAL_LOCAL_RANK" in env:
+        assert [ours[r]["LOCAL_RANK"] for r in sorted(ours)] == ["0", "0", "0"]
+        assert [ours[r]["CUDA_VISIBLE_DEVICES"] for r in sorted(ours)] == ["4", "5", "6"]
+
+
+def test_virtual_local_rank_past_the_visible_devices_is_one_line(tmp_path: Path) -> None:
+    """torch raises a ValueError out of its agent once the ranks start; ours refuses first."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_CLEARED)}
+    done = subprocess.run(
+        [PYTHON, "-m", "rankvisor.tui", "run", "--headless", "--virtual-local-rank",
+         "--nproc-per-node", "3", str(BIN / "env_dump.py"), str(tmp_path)],
+        env={**base, "CUDA_VISIBLE_DEVICES": "0,1"}, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "CUDA_VISIBLE_DEVICES=0,1 lists 2 devices" in done.stderr
+    assert not list(tmp_path.glob("env.*"))

@@ -391,8 +391,6 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
             f"--event-log-handler {args.event_log_handler!r} (or PET_EVENT_LOG_HANDLER) is not "
             "supported: rankvisor sends none of torch's elastic events (its own are in the run "
             "dir's status.json); drop it or give 'null'")
-    if args.virtual_local_rank:
-        raise ConfigError("--virtual-local-rank is not supported yet")
     cluster = _cluster_options(args)
     nprocs = _nprocs(args.nproc_per_node, args.allow_many_ranks)
     redirects = _std("--redirects", args.redirects)
@@ -442,6 +440,7 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         collectives=args.collectives,
         # torchrun's launcher puts it in its own environment, so every rank inherits it.
         env={"TORCHELASTIC_SIGNALS_TO_HANDLE": args.signals_to_handle},
+        virtual_local_rank=args.virtual_local_rank,
     )
     config.validate()
     return config
