@@ -259,18 +259,19 @@ def _nprocs(value: str, allow_many: bool) -> int:
             check_rank_count(10**9 + 1, allow_many=allow_many, given=text)
         n = int(digits)
     elif text in ("cpu", "auto"):
-        # "auto" is the accelerator count when there is one; only then is torch worth importing.
-        n = _accelerator_count() if text == "auto" else 0
+        # "auto" is the accelerator count when there is one (torch.accelerator: CUDA, XPU,
+        # ...); only then is torch worth importing.
+        n = _accelerator_count("auto") if text == "auto" else 0
         n = n or os.cpu_count() or 1
-    elif text == "gpu":
-        n = _accelerator_count()
+    elif text in ("gpu", "xpu"):
+        n = _accelerator_count(text)
         if not n:
-            raise ConfigError("--nproc-per-node gpu: no GPU is available")
+            raise ConfigError(f"--nproc-per-node {text}: no {text.upper()} is available")
     elif re.fullmatch(r"[+-]?[0-9]+", text):
         raise ConfigError(f"--nproc-per-node {value!r}: must be a whole number of at least 1")
     else:
         raise ConfigError(
-            f"--nproc-per-node {value!r}: not a number (or one of cpu, gpu, auto)"
+            f"--nproc-per-node {value!r}: not a number (or one of cpu, gpu, xpu, auto)"
         )
     if n < 1:
         raise ConfigError(f"--nproc-per-node {value!r}: must be at least 1")
@@ -278,7 +279,9 @@ def _nprocs(value: str, allow_many: bool) -> int:
     return n
 
 
-def _accelerator_count() -> int:
+def _accelerator_count(kind: str) -> int:
+    """Devices of ``kind`` as torchrun counts them: "gpu" CUDA's, "xpu" XPU's, "auto"
+    ``torch.accelerator``'s (whichever this torch has); 0 without torch or the device."""
     # torch warns at import when NumPy is missing ("Failed to initialize NumPy"), which a
     # fresh environment often is and which has nothing to do with counting GPUs.
     try:
@@ -287,7 +290,13 @@ def _accelerator_count() -> int:
             import torch
     except ImportError:
         return 0
-    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    if kind == "auto" and hasattr(torch, "accelerator"):
+        backend: Any = torch.accelerator
+    else:
+        backend = getattr(torch, "xpu" if kind == "xpu" else "cuda", None)
+    if backend is None or not backend.is_available():
+        return 0
+    return int(backend.device_count())
 
 
 def _std(flag: str, value: str) -> Std | dict[int, Std]:
