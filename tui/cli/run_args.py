@@ -32,7 +32,7 @@ from ...engine.supervisor.run_config import (
 )
 from .debug_flags import add_debug_flags, debug_options, ranks_optional
 from .pet_env import PetParser, PetSwitch, PetValue
-from .scheduler_flags import apply_scheduler_env, unset_defaults
+from .scheduler_flags import NO_SCHEDULER_ENV, apply_scheduler_env, unset_defaults
 
 __all__ = [
     "Job",
@@ -47,6 +47,9 @@ __all__ = [
 PROG = "rankvisor"
 DEMO_NPROCS = 4
 DEFAULT_DEMO_STDERR_FILTERS = ("WARNING",)
+SHELL_JOIN_TIMEOUT_S = 60
+"""The rendezvous's join timeout when a scheduler's variables, not a person, asked for more
+nodes from a terminal or outside a job step (unless ``--rdzv-conf join_timeout=`` says)."""
 DEMO_TERM_TIMEOUT = 10.0
 """The demo's SIGTERM -> SIGKILL timeout unless --term-timeout (or the env) says otherwise."""
 
@@ -479,10 +482,19 @@ def _cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
         raise ConfigError(f"--node-rank {args.node_rank}: must be below --nnodes {high}")
     if args.rdzv_backend != "static" and not args.rdzv_endpoint:
         raise ConfigError(f"--rdzv-backend {args.rdzv_backend} needs --rdzv-endpoint HOST:PORT")
+    hint = ""
+    found = getattr(args, "scheduler_nodes", None)
+    if found is not None:
+        hint = (f"--nnodes {args.nnodes} came from {found.source}'s variables; for a run on "
+                f"this machine only: --no-scheduler-env or {NO_SCHEDULER_ENV}=1")
+        if (not found.in_step or sys.stdin.isatty()) and "join_timeout" not in conf:
+            # A shell that kept a job's variables (salloc, a step's env in tmux): a person
+            # waits at a terminal for nodes that may never come, so not torch's 600 s.
+            conf["join_timeout"] = str(SHELL_JOIN_TIMEOUT_S)
     return ClusterOptions(
         min_nodes=low, max_nodes=high, rdzv_backend=args.rdzv_backend,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_conf=conf, node_rank=args.node_rank,
-        local_addr=args.local_addr, monitor_interval=args.monitor_interval,
+        local_addr=args.local_addr, monitor_interval=args.monitor_interval, wait_hint=hint,
     )
 
 
