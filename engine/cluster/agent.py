@@ -184,6 +184,11 @@ class RankvisorAgent(SimpleElasticAgent):
                                   sigval=signal.Signals(sig))
         if sup.take_restart_request():
             return self._restart_by_person("a person asked for it on this node")
+        if sup.unhealthy is not None:
+            # torch's D-state rule (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT): the group is
+            # unhealthy and is not restarted, as in torch's LocalElasticAgent.
+            self._remaining_restarts = 0
+            return RunResult(state=WorkerState.UNHEALTHY)
         base = self._board.base_rank
         failed = sup.failures_now()
         finished = sup.round_result()
