@@ -17,7 +17,7 @@ from rankvisor.engine.supervisor.agent_env import free_port, port_in_use
 from rankvisor.tui.cli.run_args import parse_job
 
 from tests.conftest import wait_until
-from tests.test_cli import ROOT, _exit_of, _Screen, _tui_on_a_terminal
+from tests.test_cli import ROOT, _end_terminal, _exit_of, _Screen, _tui_on_a_terminal
 
 pytestmark = pytest.mark.torch
 
@@ -116,9 +116,4 @@ def test_ctrl_c_in_the_wait_of_the_tui_is_one_line_and_leaves_nothing(
         assert "Traceback" not in text
         assert not port_in_use("localhost", port)  # the supervisor hosting the store is gone
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        _end_terminal(pid, fd)
