@@ -254,6 +254,16 @@ def _tui_on_a_terminal(argv: list[str]) -> tuple[int, int]:
     return pid, fd
 
 
+def _end_terminal(pid: int, fd: int) -> None:
+    """Whatever ``_tui_on_a_terminal`` started is gone, and its terminal closed."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    os.close(fd)
+
+
 class _Screen:
     """What the terminal got; reading keeps it drained, or the app blocks writing to it."""
 
@@ -310,12 +320,7 @@ def test_foreground_tui_on_a_signal_stops_the_ranks_and_exits(tmp_path: Path, si
         wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
         assert b"\x1b[?1049l" in screen.data  # the app left the alternate screen
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        _end_terminal(pid, fd)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
@@ -349,12 +354,7 @@ def test_a_viewer_ends_on_a_signal_and_the_run_goes_on(tmp_path: Path, sig: int)
         wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
         wait_until(lambda: not pid_alive(supervisor), timeout=30)
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        _end_terminal(pid, fd)
         for p in pids:
             try:
                 os.kill(p, signal.SIGKILL)

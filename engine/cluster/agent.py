@@ -37,6 +37,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
+from ..supervisor.agent_env import virtual_local_rank_env
 from ..supervisor.cluster_options import ClusterOptions
 from ..supervisor.core import Supervisor
 from .board import StatusBoard
@@ -144,6 +145,9 @@ class RankvisorAgent(SimpleElasticAgent):
                 "TORCHELASTIC_RUN_ID": spec.rdzv_handler.get_run_id(),
                 "TORCHELASTIC_USE_AGENT_STORE": str(spec.rdzv_handler.use_agent_store),
             }
+            if config.virtual_local_rank:
+                envs[local].update(virtual_local_rank_env(
+                    local, os.environ.get("CUDA_VISIBLE_DEVICES")))
             template = config.log_line_prefix_template
             prefixes[local] = (
                 Template(template).safe_substitute(
@@ -180,6 +184,11 @@ class RankvisorAgent(SimpleElasticAgent):
                                   sigval=signal.Signals(sig))
         if sup.take_restart_request():
             return self._restart_by_person("a person asked for it on this node")
+        if sup.unhealthy is not None:
+            # torch's D-state rule (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT): the group is
+            # unhealthy and is not restarted, as in torch's LocalElasticAgent.
+            self._remaining_restarts = 0
+            return RunResult(state=WorkerState.UNHEALTHY)
         base = self._board.base_rank
         failed = sup.failures_now()
         finished = sup.round_result()

@@ -43,6 +43,9 @@ class SchedulerFlags:
     flags: dict[str, str] = field(default_factory=dict)
     problem: str | None = None
     """One line for a person (with the fix) when this environment cannot be one job."""
+    in_step: bool = True
+    """Whether this process looks started by the scheduler for the job (Slurm: a job step,
+    ``SLURM_STEP_ID``), not a shell that kept the job's variables (``salloc``, tmux)."""
 
     def describe(self, dests: tuple[str, ...] | None = None) -> str:
         """``from Slurm: --nnodes 2 --rdzv-endpoint node01:29500`` for ``dests`` (default all)."""
@@ -160,7 +163,7 @@ def _slurm(env: Mapping[str, str]) -> SchedulerFlags:
             f"srun started {tasks} tasks on this node (SLURM_TASKS_PER_NODE), and each would "
             "start every rank of the node: run rankvisor once per node, with "
             "`srun --ntasks-per-node=1 rankvisor run ...` (or --no-scheduler-env)"))
-    return SchedulerFlags("Slurm", flags)
+    return SchedulerFlags("Slurm", flags, in_step=bool(step))
 
 
 def _skypilot(env: Mapping[str, str]) -> SchedulerFlags:

@@ -65,6 +65,7 @@ def run_cluster(
     err: TextIO | None = None,
     print_output: bool = True,
     on_started: Callable[[str, RunHost | None], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
 ) -> tuple[int, Supervisor, RunHost | None]:
     """Run this node's part of a multi-node job to its end; the exit status.
 
@@ -75,6 +76,7 @@ def run_cluster(
         out, err: the console (headless).
         print_output: print the ranks' output and the report (headless).
         on_started: called once the first round's ranks run, with the run's directory.
+        on_error: called with the line that says why the agent failed, if it did.
 
     Returns:
         The exit status, the Supervisor (shut down) and the RunHost (closed), for a caller
@@ -137,6 +139,7 @@ def run_cluster(
     restore = sup.install_signal_handlers()
     restore_rdzv = _interrupt_rendezvous(agent, config.signals_to_handle)
     signalled = False
+    sigval = 0
     error = ""
     try:
         try:
@@ -144,6 +147,10 @@ def run_cluster(
         except Exception as e:  # noqa: BLE001 - a rendezvous that failed, a signal: said below
             if sup.received_signal is not None or type(e).__name__ == "SignalException":
                 signalled = True
+                sigval = int(getattr(e, "sigval", 0) or 0)
+            elif type(e).__name__ == "RendezvousTimeoutError":
+                error = _timed_out(config)
+                log.debug("the rendezvous timed out", exc_info=True)
             elif _store_gone(e) or board.store_lost:
                 # The node hosting the store died: torch's agent (its monitor asks the store
                 # each interval) ends the run here too, as under torchrun. The board's notice
@@ -163,6 +170,8 @@ def run_cluster(
         board.publish_now()
         if error:
             sup.notice(f"the multi-node agent failed: {error}", "error")
+            if on_error is not None:
+                on_error(error)
         if sup.snapshot().ranks and board.nnodes > 1 and not board.store_lost:
             board.wait_for_others(opts.final_wait_s)
             board.final_barrier(opts.final_wait_s)
@@ -187,6 +196,12 @@ def run_cluster(
         restore_rdzv()
         restore()
     status = exit_status(sup.finished, sup.received_signal)
+    if signalled and sup.received_signal is None and sigval:
+        # Stopped in the rendezvous, before the monitor read the signal: 128 + N still.
+        status = 128 + sigval
+        if print_output and agent.rounds == 0:
+            err.write("rankvisor: stopped while waiting for the other nodes; no rank had "
+                      "started\n")
     if error and status == 0:
         status = 1
     if print_output and sup.received_signal is None:
@@ -229,6 +244,16 @@ def _open_door(host: RunHost, sup: Supervisor, board: StatusBoard, config: Super
     host.server.add_request("cluster?", cluster_request(board, lambda: door.secret))
     host.server.add_request("read?", read_request(sup))
     return door
+
+
+def _timed_out(config: SupervisorConfig) -> str:
+    """The rendezvous gave up waiting for the other nodes: how long, for whom, and why."""
+    opts = config.cluster
+    assert opts is not None
+    where = opts.rdzv_endpoint or f"{config.master_addr}:{config.master_port or 29500}"
+    line = (f"no rendezvous within {opts.join_timeout_s:g} s: {opts.min_nodes} nodes were "
+            f"expected at {where}")
+    return f"{line}; {opts.wait_hint}" if opts.wait_hint else line
 
 
 def _store_gone(e: BaseException) -> bool:

@@ -191,6 +191,7 @@ def _main_cluster(request: Request, ready_fd: int) -> int:
     from .cluster_run import run_cluster
 
     told = [False]
+    failed: list[str] = []
 
     def started(run_dir: str, host: RunHost | None) -> None:
         _log_to(run_dir)
@@ -203,14 +204,15 @@ def _main_cluster(request: Request, ready_fd: int) -> int:
     try:
         status, sup, host = run_cluster(request.config, mode="supervisor",
                                         on_failure=request.on_failure, print_output=False,
-                                        on_started=started)
+                                        on_started=started, on_error=failed.append)
     except Exception as e:  # noqa: BLE001 - told to the launcher when it still waits
         if not told[0]:
             _say(ready_fd, {"ok": False, "error": f"{type(e).__name__}: {e}"})
         raise
     if not told[0]:
-        _say(ready_fd, {"ok": False, "error": "the multi-node run ended before its ranks "
-                                              "started (see the rendezvous's error above)"})
+        _say(ready_fd, {"ok": False, "error": failed[-1] if failed else (
+            "the multi-node run ended before its ranks started (see the rendezvous's error "
+            "above)")})
         return status
     try:
         if host is not None and sup.received_signal is None:

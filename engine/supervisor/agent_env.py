@@ -35,6 +35,7 @@ __all__ = [
     "free_port",
     "log_line_prefixes",
     "port_in_use",
+    "virtual_local_rank_env",
 ]
 
 RESTART_COUNT_ENV = "RANKVISOR_RESTART_COUNT"
@@ -67,6 +68,30 @@ class EnvOptions:
     use_agent_store: bool = False
     unbuffered: bool = True
     faulthandler: bool = True
+    virtual_local_rank: bool = False
+
+
+def virtual_local_rank_env(local_rank: int, parent_visible: str | None) -> dict[str, str]:
+    """torchrun's ``--virtual-local-rank``: each rank sees its one device as device 0.
+
+    ``LOCAL_RANK`` is 0 in every rank, and ``CUDA_VISIBLE_DEVICES`` is the rank's entry of
+    the launcher's list (entries as written, stripped), or the local rank itself when the
+    launcher has no list, as torch's ``LocalElasticAgent`` sets them.
+
+    Raises:
+        ValueError: the list has no entry for ``local_rank`` (torch raises the same).
+    """
+    if parent_visible is None:
+        visible = str(local_rank)
+    else:
+        devices = parent_visible.split(",")
+        if local_rank >= len(devices):
+            raise ValueError(
+                f"local_rank {local_rank} exceeds available GPUs in "
+                f"CUDA_VISIBLE_DEVICES={parent_visible}"
+            )
+        visible = devices[local_rank].strip()
+    return {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": visible}
 
 
 def build_rank_env(
@@ -123,6 +148,8 @@ def build_rank_env(
         env["OMP_NUM_THREADS"] = "1"
     if "CUDA_VISIBLE_DEVICES" in parent:
         env["CUDA_VISIBLE_DEVICES"] = parent["CUDA_VISIBLE_DEVICES"]
+    if opts.virtual_local_rank:
+        env.update(virtual_local_rank_env(local_rank, parent.get("CUDA_VISIBLE_DEVICES")))
     if opts.unbuffered and "PYTHONUNBUFFERED" not in parent:
         env["PYTHONUNBUFFERED"] = "1"
     if opts.faulthandler and "PYTHONFAULTHANDLER" not in parent:

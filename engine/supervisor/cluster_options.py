@@ -32,6 +32,7 @@ class ClusterOptions:
             store (a few per second at most).
         final_wait_s: At the end, how long a node waits for the others' last records (so
             that every node names the same root cause) and keeps the store up for them.
+        wait_hint: See the attribute.
     """
 
     min_nodes: int
@@ -45,6 +46,9 @@ class ClusterOptions:
     exit_barrier_timeout: float = 300.0
     publish_interval: float = 0.3
     final_wait_s: float = 5.0
+    wait_hint: str = ""
+    """Said when the rendezvous times out: where ``--nnodes`` came from and how to ignore it
+    (a scheduler's variables left in a shell), or nothing."""
 
     @property
     def join_timeout_s(self) -> float:

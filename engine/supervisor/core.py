@@ -40,6 +40,8 @@ from .agent_env import EnvOptions, free_port, log_line_prefixes
 from .collective_watch import CollectiveWatch
 from .commands import CommandHandler
 from .debug_options import debugpy_banner, write_launch
+from .dstate_watch import TIMEOUT_ENV as DSTATE_TIMEOUT_ENV
+from .dstate_watch import UninterruptibleWatch
 from .input_watch import InputWatch
 from .launcher import Launcher
 from .live_suspect import LiveReading, LiveSuspect
@@ -133,6 +135,10 @@ class Supervisor:
         self._health = HealthCheck.from_env(
             self._watchdog.last_progress_time if self._watchdog else _now_s
         )
+        self._dstate = UninterruptibleWatch.from_env(
+            os.environ, self._live_pids, self._on_uninterruptible)
+        self.unhealthy: str | None = None
+        """Why torch's D-state rule found the group unhealthy (an agent stops it then)."""
 
         self._input = InputWatch(self._state, self._events)
         self._launcher = Launcher(
@@ -146,6 +152,7 @@ class Supervisor:
                 max_restarts=config.max_restarts,
                 unbuffered=config.unbuffered,
                 faulthandler=config.faulthandler,
+                virtual_local_rank=config.virtual_local_rank,
             ),
             logs=self._logs,
             guard=self._guard,
@@ -217,6 +224,8 @@ class Supervisor:
                 self._watchdog.start()
             if self._health is not None:
                 self._health.start()
+            if self._dstate is not None:
+                self._dstate.start()
             self._pump.start()
             self._launcher.start_attempt(first=True)
             self._say_debugpy()
@@ -300,6 +309,8 @@ class Supervisor:
             self._watchdog.stop()
         if self._health is not None:
             self._health.stop()
+        if self._dstate is not None:
+            self._dstate.stop()
         if self._cgroups is not None:
             left = self._cgroups.close()
             if left:
@@ -560,6 +571,29 @@ class Supervisor:
                 "warning",
             )
         self._events.flush()
+
+    def _live_pids(self) -> dict[int, int]:
+        with self._state.lock:
+            return {s.rank: s.pid for s in self._state.live() if s.pid is not None}
+
+    def _on_uninterruptible(self, stuck: list[tuple[int, int, float]]) -> None:
+        """torch's rule fired: the group is unhealthy and is stopped, with no restart (a
+        driven run's agent stops it, reading ``unhealthy``)."""
+        state = self._state
+        with state.lock:
+            who = ", ".join(f"rank {state.shown(r)} (pid {p}, {e:.1f} s)" for r, p, e in stuck)
+            timeout = self._dstate.timeout if self._dstate is not None else 0.0
+            self.unhealthy = (f"{who} in uninterruptible sleep (D-state) past "
+                              f"{DSTATE_TIMEOUT_ENV}={timeout:g}")
+            self._events.notice(f"{self.unhealthy}: the group is unhealthy; stopping every "
+                                "rank, no restart (as torch's agent)", "error")
+            if not state.driven and not state.shutting_down:
+                state.shutting_down = True
+                state.attempt_pending = False
+                self._stopper.stop_ranks(state.live(), "shutdown", signal.SIGTERM,
+                                         self.config.term_timeout)
+        self._events.flush()
+        self._wakeup.wake()
 
     def _reap_for_watchdog(self, pid: int, sig: int) -> bool | None:
         # An overrun is the rank's own failure, so stop_reason stays None: it may be the

@@ -23,7 +23,7 @@ from ..handle import DEFAULT_TERM_TIMEOUT_S, MAX_TIMEOUT_S
 from ..names.signals import check_stop_signal
 from ..process.py_bootstrap import is_python_rank, wrap_python_args
 from ..std import Std
-from .agent_env import check_master_addr, port_in_use
+from .agent_env import check_master_addr, port_in_use, virtual_local_rank_env
 from .cluster_options import ClusterOptions
 from .debug_options import DebugOptions
 
@@ -181,6 +181,9 @@ class SupervisorConfig:
     """The command line a person typed (``rankvisor run ...``), for ``ls`` and bundles;
     () when the run was not started from one (an API user's Supervisor)."""
     collectives: bool = True
+    virtual_local_rank: bool = False
+    """torchrun's ``--virtual-local-rank``: ``LOCAL_RANK`` 0 in every rank, and
+    ``CUDA_VISIBLE_DEVICES`` narrowed to the rank's own device."""
     live_quiet_s: float = 4.0
     """A live suspect is looked for once every rank has been quiet this long (and past its
     cadence), or a collective has been waited in this long (0: never while it runs)."""
@@ -237,6 +240,18 @@ class SupervisorConfig:
 
         return plan(NumaOptions(AffinityMode(self.numa_binding)), self.nprocs)
 
+    def _check_visible_devices(self) -> None:
+        # torch finds this only once the ranks start (a ValueError out of the agent).
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            virtual_local_rank_env(self.nprocs - 1, visible)
+        except ValueError:
+            count = len(visible.split(",")) if visible is not None else 0
+            raise ConfigError(
+                f"--virtual-local-rank: {self.nprocs} ranks on this node but "
+                f"CUDA_VISIBLE_DEVICES={visible} lists {count} devices: give at most "
+                f"{count} ranks, or list a device for each") from None
+
     def validate(self) -> None:
         """Refuse, with one clear line, a run that cannot start.
 
@@ -246,6 +261,8 @@ class SupervisorConfig:
         if not isinstance(self.nprocs, int) or self.nprocs < 1:
             raise ConfigError(f"--nproc-per-node must be a positive number, got {self.nprocs!r}")
         check_rank_count(self.nprocs, allow_many=self.allow_many_ranks)
+        if self.virtual_local_rank:
+            self._check_visible_devices()
         if self.stdin not in STDIN_MODES:
             raise ConfigError(
                 f"--stdin {self.stdin}: give one of {', '.join(STDIN_MODES)}"

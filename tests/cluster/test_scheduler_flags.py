@@ -56,7 +56,7 @@ def test_flags_on_the_command_line_and_pet_variables_win(
     assert job.config.run_id == "mine"
     assert job.config.nprocs == 3  # PET_NPROC_PER_NODE, not SLURM_GPUS_ON_NODE
     err = capsys.readouterr().err
-    assert "from Slurm: --nnodes 2 --rdzv-backend c10d\n" in err
+    assert "from Slurm: --nnodes 2 --rdzv-backend c10d (--no-scheduler-env" in err
 
 
 def test_gpus_on_node_fill_nproc_per_node(

@@ -18,6 +18,7 @@ from rankvisor.engine.supervisor.agent_env import (
     free_port,
     log_line_prefixes,
     port_in_use,
+    virtual_local_rank_env,
 )
 
 AGENT_KEYS = {
@@ -121,3 +122,48 @@ def test_same_variables_as_torchrun(tmp_path: Path) -> None:
             if key == "MASTER_ADDR":
                 continue  # torchrun's static rendezvous may resolve the host name
             assert ours[key] == theirs[key], key
+
+
+VIRTUAL_LOCAL_RANK = [
+    # (local rank, the launcher's CUDA_VISIBLE_DEVICES, what the rank sees or the error)
+    (0, None, "0"),
+    (3, None, "3"),
+    (1, "4,5,6", "5"),
+    (2, "4, 5, 6", "6"),
+    (1, "GPU-aa,GPU-bb", "GPU-bb"),
+    (0, "", ""),
+    (2, "4,5", ValueError),
+    (1, "", ValueError),
+    (1, "7,", ""),
+]
+
+
+@pytest.mark.parametrize(("local_rank", "visible", "expected"), VIRTUAL_LOCAL_RANK)
+def test_virtual_local_rank_narrows_as_torchs_agent(
+        local_rank: int, visible: str | None, expected: object,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    theirs: dict[str, str | None] = {}
+    spec = SimpleNamespace(virtual_local_rank=True)
+    if expected is ValueError:
+        with pytest.raises(ValueError) as torch_error:
+            LocalElasticAgent._set_local_rank_env(None, theirs, local_rank, spec)  # type: ignore[arg-type]
+        with pytest.raises(ValueError) as ours:
+            virtual_local_rank_env(local_rank, visible)
+        assert str(ours.value) == str(torch_error.value)
+        return
+    LocalElasticAgent._set_local_rank_env(None, theirs, local_rank, spec)  # type: ignore[arg-type]
+    assert virtual_local_rank_env(local_rank, visible) == theirs
+    assert theirs == {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": expected}
+    opts = EnvOptions(nprocs=local_rank + 1, virtual_local_rank=True)
+    parent = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    env = build_rank_env(opts, local_rank, parent_env=parent)
+    assert (env["LOCAL_RANK"], env["RANK"], env["CUDA_VISIBLE_DEVICES"]) == (
+        "0", str(local_rank), expected)

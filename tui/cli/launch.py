@@ -43,6 +43,24 @@ def run_job(sub: Subcommand, argv: list[str]) -> int:
     return _launch(job)
 
 
+def _say_wait(job: Job) -> None:
+    """Before a wait for nodes the scheduler's variables asked for: how long, and the way out."""
+    cluster = job.config.cluster
+    if cluster is None or not cluster.wait_hint:
+        return
+    where = cluster.rdzv_endpoint or f"{job.config.master_addr}:{job.config.master_port}"
+    print(f"{PROG}: waiting up to {cluster.join_timeout_s:g} s for {cluster.min_nodes} nodes "
+          f"at {where} (Ctrl+C stops)", file=sys.stderr)
+
+
+def _interrupted(job: Job) -> int:
+    # start_supervisor killed the supervisor process it was waiting for: nothing is left.
+    what = "the other nodes" if job.config.cluster is not None else "the run to start"
+    print(f"{PROG}: stopped while waiting for {what}; nothing is left running",
+          file=sys.stderr)
+    return 130
+
+
 def _launch(job: Job) -> int:
     """Run ``job``: by default a supervisor process of its own with the TUI attached to it.
 
@@ -56,6 +74,7 @@ def _launch(job: Job) -> int:
     problem = state_dir_problem()  # before anything starts: no socket goes where others enter
     if problem:
         return _fail(problem)
+    _say_wait(job)
     if job.detach:
         return _start_detached(job)
     if not job.headless and sys.stdout.isatty():
@@ -92,6 +111,8 @@ def _start_detached(job: Job) -> int:
     except SpawnError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return _interrupted(job)
     print(attach_hint(started.run_dir).replace("detached; ", "started; "), end="")
     return 0
 
@@ -116,6 +137,8 @@ def _run_attached(job: Job, run_viewer: Any) -> int:
     except (SpawnError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return _interrupted(job)
     if job.config.cluster is not None:
         from ...engine.cluster.viewer import whole_job
 

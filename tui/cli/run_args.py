@@ -16,7 +16,7 @@ import shutil
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 from ...engine.forensics.progress import check_regex
 from ...engine.handle import DEFAULT_TERM_TIMEOUT_S
@@ -31,7 +31,8 @@ from ...engine.supervisor.run_config import (
     parse_local_ranks_filter,
 )
 from .debug_flags import add_debug_flags, debug_options, ranks_optional
-from .scheduler_flags import apply_scheduler_env, unset_defaults
+from .pet_env import PetParser, PetSwitch, PetValue
+from .scheduler_flags import NO_SCHEDULER_ENV, apply_scheduler_env, unset_defaults
 
 __all__ = [
     "Job",
@@ -40,11 +41,15 @@ __all__ = [
     "config_from_args",
     "demo_config",
     "parse_job",
+    "parse_run_args",
 ]
 
 PROG = "rankvisor"
 DEMO_NPROCS = 4
 DEFAULT_DEMO_STDERR_FILTERS = ("WARNING",)
+SHELL_JOIN_TIMEOUT_S = 60
+"""The rendezvous's join timeout when a scheduler's variables, not a person, asked for more
+nodes from a terminal or outside a job step (unless ``--rdzv-conf join_timeout=`` says)."""
 DEMO_TERM_TIMEOUT = 10.0
 """The demo's SIGTERM -> SIGKILL timeout unless --term-timeout (or the env) says otherwise."""
 
@@ -62,32 +67,25 @@ class Job:
     on_failure: str | None = None
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line and status 2 (no usage dump to scroll past)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _env_default(dest: str, default: str | None) -> str | None:
-    # torchrun's `env` action: every such flag may come from PET_<DEST>.
-    return os.environ.get(f"PET_{dest.upper()}", default)
+_Parser = PetParser
+"""argparse, but an error is one line and status 2 (no usage dump to scroll past)."""
 
 
 def _add_logging_flags(p: argparse.ArgumentParser, *,
                        term_timeout_default: float = DEFAULT_TERM_TIMEOUT_S) -> None:
-    p.add_argument("--log-dir", "--log_dir", dest="log_dir", default=_env_default("log_dir", None),
+    p.add_argument("--log-dir", "--log_dir", dest="log_dir", action=PetValue, default=None,
                    help="base directory of the run's logs (default: a new temp dir)")
-    p.add_argument("-r", "--redirects", default=_env_default("redirects", "0"),
+    p.add_argument("-r", "--redirects", action=PetValue, default="0",
                    help="streams kept off the console, torchrun syntax: 0-3 or '0:3,1:0'")
-    p.add_argument("-t", "--tee", default=_env_default("tee", "0"),
+    p.add_argument("-t", "--tee", action=PetValue, default="0",
                    help="redirected streams still shown on the console (same syntax)")
     p.add_argument("--term-timeout", type=float, default=None, metavar="SECONDS",
                    help=f"seconds from SIGTERM to SIGKILL (default {term_timeout_default:g}, "
                         "or TORCH_ELASTIC_SHUTDOWN_TIMEOUT)")
     p.set_defaults(term_timeout_default=float(term_timeout_default))
-    p.add_argument("--shutdown-timeout", "--shutdown_timeout", dest="term_timeout", type=float,
-                   help=argparse.SUPPRESS)
+    # torchrun's name: whole seconds, as torch's parser takes them (--term-timeout wins).
+    p.add_argument("--shutdown-timeout", "--shutdown_timeout", dest="shutdown_timeout",
+                   action=PetValue, type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--no-stack-on-kill", dest="stack_on_kill", action="store_false",
                    help="do not dump the Python stacks of ranks about to be SIGKILLed "
                         "(py-spy, into the run dir's stacks/)")
@@ -149,55 +147,68 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
     """The ``run`` parser: torchrun's flags plus rankvisor's own."""
     p = _Parser(prog=prog, description="Run N local ranks of a script under supervision.")
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node",
-                   default=_env_default("nproc_per_node", "1"),
-                   help="ranks on this node: a number, 'cpu' or 'auto'")
+                   action=PetValue, default="1",
+                   help="ranks on this node: a number, 'cpu', 'gpu', 'xpu' or 'auto'")
     p.add_argument("--allow-many-ranks", action="store_true",
                    help="allow more than 1024 ranks on this node (more is usually a typo)")
-    p.add_argument("--nnodes", default=_env_default("nnodes", "1:1"),
+    p.add_argument("--nnodes", action=PetValue, default="1:1",
                    help="nodes: N or MIN:MAX; more than 1 runs torch's agent and rendezvous "
                         "(--rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID)")
-    p.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
-    p.add_argument("--standalone", action="store_true", help="accepted; one node anyway")
+    p.add_argument("--node-rank", "--node_rank", dest="node_rank", action=PetValue, type=int,
+                   default=0)
+    p.add_argument("--standalone", action=PetSwitch, help="accepted; one node anyway")
     p.add_argument("--no-scheduler-env", action="store_true",
                    help="do not fill --nnodes, --rdzv-* and --nproc-per-node from Slurm's or "
-                        "SkyPilot's environment")
-    p.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default="static")
-    p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default="")
-    p.add_argument("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", default="")
-    p.add_argument("--run-id", "--rdzv-id", "--rdzv_id", dest="run_id",
-                   default=_env_default("rdzv_id", None),
+                        "SkyPilot's environment (or set RANKVISOR_NO_SCHEDULER_ENV=1)")
+    p.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", action=PetValue,
+                   default="static")
+    p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", action=PetValue,
+                   default="")
+    p.add_argument("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", action=PetValue, default="")
+    p.add_argument("--run-id", "--rdzv-id", "--rdzv_id", dest="run_id", action=PetValue,
+                   pet="rdzv_id", default=None,
                    help="TORCHELASTIC_RUN_ID and the log directory prefix (default: a uuid on one "
                         "node, torchrun's 'none' with --nnodes: the same on every node)")
-    p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int,
-                   default=0, help="restart the whole group up to K times on a failure")
-    p.add_argument("--monitor-interval", "--monitor_interval", type=float, default=0.1,
+    p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", action=PetValue,
+                   type=int, default=0, help="restart the whole group up to K times on a failure")
+    p.add_argument("--monitor-interval", "--monitor_interval", dest="monitor_interval",
+                   action=PetValue, type=float, default=0.1,
                    help="accepted for torchrun compatibility; exits are seen at once")
-    p.add_argument("--start-method", "--start_method", default="spawn",
-                   help="accepted for torchrun compatibility (scripts run as binaries)")
-    p.add_argument("--role", default="default", help="role name (ROLE_NAME, log prefixes)")
-    p.add_argument("-m", "--module", action="store_true",
+    p.add_argument("--start-method", "--start_method", dest="start_method", action=PetValue,
+                   default="spawn", choices=["spawn", "fork", "forkserver"],
+                   help="checked as torchrun checks it; scripts run as programs either way")
+    p.add_argument("--event-log-handler", "--event_log_handler", dest="event_log_handler",
+                   action=PetValue, default="null",
+                   help="only 'null': rankvisor does not send torch's elastic events "
+                        "(its own are in the run dir)")
+    p.add_argument("--role", action=PetValue, default="default",
+                   help="role name (ROLE_NAME, log prefixes)")
+    p.add_argument("-m", "--module", action=PetSwitch,
                    help="run the script as a module (python -m)")
-    p.add_argument("--no-python", "--no_python", dest="no_python", action="store_true",
+    p.add_argument("--no-python", "--no_python", dest="no_python", action=PetSwitch,
                    help="run the script as a program, not with python")
-    p.add_argument("--run-path", "--run_path", dest="run_path", action="store_true",
+    p.add_argument("--run-path", "--run_path", dest="run_path", action=PetSwitch,
                    help=argparse.SUPPRESS)
     _add_logging_flags(p)
     p.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="local_ranks_filter",
-                   default=_env_default("local_ranks_filter", ""),
+                   action=PetValue, default="",
                    help="only these ranks reach the console, e.g. '0,2'")
     p.add_argument("--duplicate-stdout-filters", "--duplicate_stdout_filters",
-                   dest="dup_stdout", default="", help=argparse.SUPPRESS)
+                   dest="dup_stdout", action=PetValue, pet="duplicate_stdout_filters",
+                   type=_comma_list, default=[], help=argparse.SUPPRESS)
     p.add_argument("--duplicate-stderr-filters", "--duplicate_stderr_filters",
-                   dest="dup_stderr", default="", help=argparse.SUPPRESS)
+                   dest="dup_stderr", action=PetValue, pet="duplicate_stderr_filters",
+                   type=_comma_list, default=[], help=argparse.SUPPRESS)
     p.add_argument("--filter-stdout", action="append", default=[], metavar="STR",
                    help="copy stdout lines containing STR to filtered_stdout.log (repeatable)")
     p.add_argument("--filter-stderr", action="append", default=[], metavar="STR",
                    help="copy stderr lines containing STR to filtered_stderr.log (repeatable)")
-    p.add_argument("--master-addr", "--master_addr", dest="master_addr", default="127.0.0.1")
-    p.add_argument("--master-port", "--master_port", dest="master_port", type=int, default=None,
-                   help="rank 0's c10d store port (default: a free port)")
-    p.add_argument("--local-addr", "--local_addr", dest="local_addr", default=None,
-                   help=argparse.SUPPRESS)
+    p.add_argument("--master-addr", "--master_addr", dest="master_addr", action=PetValue,
+                   default="127.0.0.1")
+    p.add_argument("--master-port", "--master_port", dest="master_port", action=PetValue,
+                   type=int, default=None, help="rank 0's c10d store port (default: a free port)")
+    p.add_argument("--local-addr", "--local_addr", dest="local_addr", action=PetValue,
+                   default=None, help=argparse.SUPPRESS)
     p.add_argument("--log-line-prefix-template", dest="log_line_prefix_template",
                    default=os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
                    help="e.g. '[${role_name}${rank}]:' (${local_rank} too)")
@@ -205,14 +216,13 @@ def build_run_parser(prog: str = f"{PROG} run") -> argparse.ArgumentParser:
                    choices=["node", "socket", "exclusive", "core-complex"],
                    help="pin each rank's CPUs to its NUMA node (as torchrun; no numactl)")
     p.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle",
-                   default=_env_default("signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
+                   action=PetValue, default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
                    help="signals that stop the run (forwarded to the ranks, then SIGKILL)")
-    p.add_argument("--event-log-handler", "--event_log_handler", default="null",
-                   help=argparse.SUPPRESS)
     p.add_argument("--logs-specs", "--logs_specs", dest="logs_specs", default=None,
                    help=argparse.SUPPRESS)
     p.add_argument("--virtual-local-rank", "--virtual_local_rank", dest="virtual_local_rank",
-                   action="store_true", help=argparse.SUPPRESS)
+                   action=PetSwitch,
+                   help="LOCAL_RANK 0 in every rank, CUDA_VISIBLE_DEVICES narrowed to its device")
     p.add_argument("--no-unbuffered", action="store_true",
                    help="do not run Python ranks unbuffered (-u, PYTHONUNBUFFERED)")
     p.add_argument("--no-faulthandler", action="store_true",
@@ -233,10 +243,9 @@ def build_demo_parser() -> argparse.ArgumentParser:
 
 
 def _comma_list(text: str) -> list[str]:
-    # torchrun's comma_separated_list: ",," stands for a literal comma.
-    if not text:
-        return []
-    return [part.replace("\0", ",") for part in text.replace(",,", "\0").split(",") if part]
+    """torchrun's comma_separated_list: ",," stands for a literal comma; parts kept as given
+    (an empty part too, which the filters then drop: an empty filter would copy every line)."""
+    return [part.replace("\0", ",") for part in text.replace(",,", "\0").split(",")]
 
 
 _COUNT = re.compile(r"[0-9]+")
@@ -253,18 +262,19 @@ def _nprocs(value: str, allow_many: bool) -> int:
             check_rank_count(10**9 + 1, allow_many=allow_many, given=text)
         n = int(digits)
     elif text in ("cpu", "auto"):
-        # "auto" is the accelerator count when there is one; only then is torch worth importing.
-        n = _accelerator_count() if text == "auto" else 0
+        # "auto" is the accelerator count when there is one (torch.accelerator: CUDA, XPU,
+        # ...); only then is torch worth importing.
+        n = _accelerator_count("auto") if text == "auto" else 0
         n = n or os.cpu_count() or 1
-    elif text == "gpu":
-        n = _accelerator_count()
+    elif text in ("gpu", "xpu"):
+        n = _accelerator_count(text)
         if not n:
-            raise ConfigError("--nproc-per-node gpu: no GPU is available")
+            raise ConfigError(f"--nproc-per-node {text}: no {text.upper()} is available")
     elif re.fullmatch(r"[+-]?[0-9]+", text):
         raise ConfigError(f"--nproc-per-node {value!r}: must be a whole number of at least 1")
     else:
         raise ConfigError(
-            f"--nproc-per-node {value!r}: not a number (or one of cpu, gpu, auto)"
+            f"--nproc-per-node {value!r}: not a number (or one of cpu, gpu, xpu, auto)"
         )
     if n < 1:
         raise ConfigError(f"--nproc-per-node {value!r}: must be at least 1")
@@ -272,7 +282,9 @@ def _nprocs(value: str, allow_many: bool) -> int:
     return n
 
 
-def _accelerator_count() -> int:
+def _accelerator_count(kind: str) -> int:
+    """Devices of ``kind`` as torchrun counts them: "gpu" CUDA's, "xpu" XPU's, "auto"
+    ``torch.accelerator``'s (whichever this torch has); 0 without torch or the device."""
     # torch warns at import when NumPy is missing ("Failed to initialize NumPy"), which a
     # fresh environment often is and which has nothing to do with counting GPUs.
     try:
@@ -281,7 +293,13 @@ def _accelerator_count() -> int:
             import torch
     except ImportError:
         return 0
-    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    if kind == "auto" and hasattr(torch, "accelerator"):
+        backend: Any = torch.accelerator
+    else:
+        backend = getattr(torch, "xpu" if kind == "xpu" else "cuda", None)
+    if backend is None or not backend.is_available():
+        return 0
+    return int(backend.device_count())
 
 
 def _std(flag: str, value: str) -> Std | dict[int, Std]:
@@ -347,10 +365,17 @@ def _signals(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _filters(duplicate: list[str], given: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(part for part in [*duplicate, *given] if part))
+
+
 def _term_timeout(args: argparse.Namespace) -> float:
-    """``--term-timeout``, else the env, else the default (range checked by validate)."""
+    """``--term-timeout``, else ``--shutdown-timeout`` (or PET_SHUTDOWN_TIMEOUT), else the
+    env, else the default (range checked by validate)."""
     if args.term_timeout is not None:
         return float(args.term_timeout)
+    if getattr(args, "shutdown_timeout", None) is not None:
+        return float(args.shutdown_timeout)
     default = getattr(args, "term_timeout_default", DEFAULT_TERM_TIMEOUT_S)
     text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     if text is None:
@@ -373,8 +398,11 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         raise ConfigError("--run-path is not supported: scripts run as separate processes")
     if args.logs_specs:
         raise ConfigError("--logs-specs is not supported: rankvisor keeps torch's default layout")
-    if args.virtual_local_rank:
-        raise ConfigError("--virtual-local-rank is not supported yet")
+    if args.event_log_handler != "null":
+        raise ConfigError(
+            f"--event-log-handler {args.event_log_handler!r} (or PET_EVENT_LOG_HANDLER) is not "
+            "supported: rankvisor sends none of torch's elastic events (its own are in the run "
+            "dir's status.json); drop it or give 'null'")
     cluster = _cluster_options(args)
     nprocs = _nprocs(args.nproc_per_node, args.allow_many_ranks)
     redirects = _std("--redirects", args.redirects)
@@ -403,8 +431,8 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         redirects=redirects,
         tee=tee,
         local_ranks_filter=ranks_filter,
-        stdout_filters=tuple(dict.fromkeys(_comma_list(args.dup_stdout) + args.filter_stdout)),
-        stderr_filters=tuple(dict.fromkeys(_comma_list(args.dup_stderr) + args.filter_stderr)),
+        stdout_filters=_filters(args.dup_stdout, args.filter_stdout),
+        stderr_filters=_filters(args.dup_stderr, args.filter_stderr),
         log_line_prefix_template=args.log_line_prefix_template,
         term_timeout=_term_timeout(args),
         max_restarts=args.max_restarts,
@@ -422,6 +450,9 @@ def config_from_args(args: argparse.Namespace) -> SupervisorConfig:
         progress_regex=args.progress_regex,
         debug=debug_options(args, nprocs),
         collectives=args.collectives,
+        # torchrun's launcher puts it in its own environment, so every rank inherits it.
+        env={"TORCHELASTIC_SIGNALS_TO_HANDLE": args.signals_to_handle},
+        virtual_local_rank=args.virtual_local_rank,
     )
     config.validate()
     return config
@@ -451,10 +482,19 @@ def _cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
         raise ConfigError(f"--node-rank {args.node_rank}: must be below --nnodes {high}")
     if args.rdzv_backend != "static" and not args.rdzv_endpoint:
         raise ConfigError(f"--rdzv-backend {args.rdzv_backend} needs --rdzv-endpoint HOST:PORT")
+    hint = ""
+    found = getattr(args, "scheduler_nodes", None)
+    if found is not None:
+        hint = (f"--nnodes {args.nnodes} came from {found.source}'s variables; for a run on "
+                f"this machine only: --no-scheduler-env or {NO_SCHEDULER_ENV}=1")
+        if (not found.in_step or sys.stdin.isatty()) and "join_timeout" not in conf:
+            # A shell that kept a job's variables (salloc, a step's env in tmux): a person
+            # waits at a terminal for nodes that may never come, so not torch's 600 s.
+            conf["join_timeout"] = str(SHELL_JOIN_TIMEOUT_S)
     return ClusterOptions(
         min_nodes=low, max_nodes=high, rdzv_backend=args.rdzv_backend,
         rdzv_endpoint=args.rdzv_endpoint, rdzv_conf=conf, node_rank=args.node_rank,
-        local_addr=args.local_addr, monitor_interval=args.monitor_interval,
+        local_addr=args.local_addr, monitor_interval=args.monitor_interval, wait_hint=hint,
     )
 
 
@@ -525,6 +565,20 @@ def _stdin_mode(args: argparse.Namespace) -> str:
     return str(args.stdin)
 
 
+def parse_run_args(argv: list[str]) -> tuple[argparse.Namespace, str | None]:
+    """``run``'s flags resolved as torchrun resolves them (the flag, else its ``PET_``
+    variable, else the scheduler's value, else the default), and the line saying what the
+    scheduler filled. Parsing only: nothing is checked beyond what argparse checks.
+
+    Raises:
+        ConfigError: the scheduler's environment cannot be one job.
+    """
+    parser = build_run_parser()
+    defaults = unset_defaults(parser)
+    args = parser.parse_args(ranks_optional(parser, argv))
+    return args, apply_scheduler_env(args, defaults)
+
+
 def parse_job(command: str, argv: list[str]) -> Job:
     """The run that ``rankvisor <command> <argv>`` asks for, and how to run it.
 
@@ -539,10 +593,7 @@ def parse_job(command: str, argv: list[str]) -> Job:
         args = build_demo_parser().parse_args(argv)
         config = demo_config(args)
     else:
-        parser = build_run_parser()
-        defaults = unset_defaults(parser)
-        args = parser.parse_args(ranks_optional(parser, argv))
-        line = apply_scheduler_env(args, defaults)
+        args, line = parse_run_args(argv)
         config = config_from_args(args)
         if line:
             print(f"{PROG}: {line}", file=sys.stderr)

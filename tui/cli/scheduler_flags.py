@@ -3,8 +3,9 @@
 Which flag wins: one given on the command line, then torchrun's ``PET_<FLAG>`` variable,
 then the scheduler's value (``engine.cluster.scheduler_env``), then the parser's default.
 The scheduler is read only for a job of more than one node (a one-node allocation stays a
-plain run), and never with ``--no-scheduler-env``. What it filled is said once, in one line
-("from Slurm: --nnodes 2 --rdzv-endpoint node01:29500 --rdzv-id 1234.0"); an environment
+plain run), and never with ``--no-scheduler-env`` (or ``RANKVISOR_NO_SCHEDULER_ENV=1``). What
+it filled is said once, in one line with how to ignore it ("from Slurm: --nnodes 2
+--rdzv-endpoint node01:29500 --rdzv-id 1234.0 (--no-scheduler-env ...)"); an environment
 that cannot be one job (srun with a task per GPU) is refused in one line with the fix.
 """
 
@@ -17,7 +18,10 @@ from collections.abc import Mapping
 from ...engine.cluster.scheduler_env import from_environment
 from ...engine.supervisor.run_config import ConfigError
 
-__all__ = ["FILLED", "apply_scheduler_env", "unset_defaults"]
+__all__ = ["FILLED", "NO_SCHEDULER_ENV", "apply_scheduler_env", "unset_defaults"]
+
+NO_SCHEDULER_ENV = "RANKVISOR_NO_SCHEDULER_ENV"
+"""Set to 1: as ``--no-scheduler-env`` (for a shell that keeps a job's variables)."""
 
 FILLED = ("nnodes", "rdzv_id", "rdzv_backend", "rdzv_endpoint", "node_rank", "nproc_per_node")
 """The scheduler's flags, as ``SchedulerFlags`` names them."""
@@ -61,7 +65,8 @@ def apply_scheduler_env(args: argparse.Namespace, defaults: dict[str, object],
     for dest, value in defaults.items():
         if getattr(args, dest) is UNSET:
             setattr(args, dest, value)
-    if getattr(args, "no_scheduler_env", False):
+    if getattr(args, "no_scheduler_env", False) or env.get(NO_SCHEDULER_ENV, "0") not in (
+            "", "0"):
         return None
     found = from_environment(env)
     if found is None:
@@ -82,4 +87,9 @@ def apply_scheduler_env(args: argparse.Namespace, defaults: dict[str, object],
         value: object = found.flags[flag]
         setattr(args, dest, int(value) if flag == "node_rank" else value)  # type: ignore[arg-type]
         filled.append(flag)
-    return found.describe(tuple(filled)) or None
+    line = found.describe(tuple(filled))
+    if not line:
+        return None
+    if "nnodes" in filled:
+        args.scheduler_nodes = found
+    return f"{line} (--no-scheduler-env or {NO_SCHEDULER_ENV}=1 ignores {found.source})"
