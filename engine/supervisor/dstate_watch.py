@@ -14,8 +14,9 @@ Supervisor's (``on_stuck``).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
+
+from .. import clock as engine_clock
 
 __all__ = ["TIMEOUT_ENV", "UninterruptibleWatch", "proc_state", "timeout_from_env"]
 
@@ -62,7 +63,7 @@ class UninterruptibleWatch:
     def __init__(self, timeout: float, pids: Callable[[], dict[int, int]],
                  on_stuck: Callable[[list[Stuck]], None], *,
                  read_state: Callable[[int], str | None] = proc_state,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = engine_clock.monotonic) -> None:
         self.timeout = timeout
         self._pids = pids
         self._on_stuck = on_stuck
