@@ -17,6 +17,7 @@ include the guard process and stats sampling at 1 s. torch's in-process figures 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Final
+from typing import Any, Callable, Final, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "tests" / "bin"
@@ -276,14 +277,13 @@ def child_torch_exit_latency(seconds: float) -> dict[str, Any]:
 # -- whole processes: torchrun vs rankvisor run --headless ---------------------------------
 
 
-def _whole(cmd: list[str], seconds: float, warmup: float) -> float:
+@contextlib.contextmanager
+def _launched(cmd: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A whole launcher process for the block; SIGTERM at its end, SIGKILL after 30 s."""
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
     try:
-        time.sleep(warmup)
-        c0, t0 = _proc_cpu(p.pid), time.monotonic()
-        time.sleep(seconds)
-        return 100.0 * (_proc_cpu(p.pid) - c0) / (time.monotonic() - t0)
+        yield p
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -291,6 +291,14 @@ def _whole(cmd: list[str], seconds: float, warmup: float) -> float:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def _whole(cmd: list[str], seconds: float, warmup: float) -> float:
+    with _launched(cmd) as p:
+        time.sleep(warmup)
+        c0, t0 = _proc_cpu(p.pid), time.monotonic()
+        time.sleep(seconds)
+        return 100.0 * (_proc_cpu(p.pid) - c0) / (time.monotonic() - t0)
 
 
 def _launch_cmd(kind: str, script_args: list[str], std: str = "--tee") -> list[str]:
@@ -336,9 +344,7 @@ def _wakeups(cmd: list[str], seconds: float, warmup: float) -> dict[str, Any]:
     """Wake-ups of an idle supervising process: per second, how many of its threads woke
     (a context switch or a CPU tick in that second) and how many wake-ups there were in
     all; and over the window, each thread's wake-ups a second and the CPU in %."""
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
-    try:
+    with _launched(cmd) as p:
         time.sleep(warmup)
         first = before = _threads(p.pid)
         c0, t0 = _proc_cpu(p.pid), time.monotonic()
@@ -357,13 +363,6 @@ def _wakeups(cmd: list[str], seconds: float, warmup: float) -> dict[str, Any]:
                 "wakeups_per_s": round(sum(total) / elapsed, 1),
                 "cpu_pct": round(100.0 * (_proc_cpu(p.pid) - c0) / elapsed, 3),
                 "by_thread": dict(sorted(per_thread.items(), key=lambda kv: -kv[1]))}
-    finally:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def child_idle_wakeups(seconds: float) -> dict[str, Any]:
