@@ -30,13 +30,17 @@ def bundle(sub: Subcommand, argv: list[str]) -> int:
                    help="where to write it (default: ./rankvisor-<run>-<time>.tar.gz)")
     p.add_argument("--max-log-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / (1 << 20),
                    metavar="N", help="keep the last N MiB of each file (default: %(default)g)")
+    p.add_argument("--with-stdin", action="store_true",
+                   help="pack the lines typed to the ranks (stdin.log), redacted; left out "
+                        "by default (a password typed at a prompt is in them)")
     args = p.parse_args(argv)
     if not args.max_log_mb > 0:
         p.error(f"--max-log-mb must be more than 0, not {args.max_log_mb}")
     entry = registry.resolve(args.run, running_only=False)
     try:
         made = make_bundle(entry.run_dir, args.output,
-                             max_file_bytes=int(args.max_log_mb * (1 << 20)))
+                           max_file_bytes=int(args.max_log_mb * (1 << 20)),
+                           include_stdin=args.with_stdin)
     except OSError as e:
         say(sub.name, f"cannot write the bundle of {entry.run_dir}: {e.strerror or e}")
         return EXIT_REFUSED
