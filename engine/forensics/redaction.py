@@ -16,13 +16,31 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final
 
-__all__ = ["SECRET_FLAG", "Redactor", "redact_argv", "redact_record_line", "redact_url"]
+__all__ = [
+    "HIDDEN", "SECRET_FLAG", "Redactor", "asks_secret", "redact_argv", "redact_record_line",
+    "redact_url",
+]
 
 REDACTED: Final = "<redacted>"
 
 SECRET_FLAG: Final = re.compile(r"--?[\w.-]*(key|token|secret|password|passwd)$",
                                 re.IGNORECASE)
 """A flag whose value is a secret: ``--api-key``, ``--hf_token``, ``--password``..."""
+
+HIDDEN: Final = "<hidden: typed at a password prompt>"
+"""What is kept and shown of a line sent to a rank that asked for a secret."""
+
+_SECRET_PROMPT: Final = re.compile(
+    r"(password|passphrase|passwd|passcode|secret|token|api[ _-]?key|\bpin)\b[^\n:]*:\s*$",
+    re.IGNORECASE)
+
+
+def asks_secret(prompt: str | None) -> bool:
+    """Whether a rank's prompt asks for a secret (``getpass``'s ``Password: ``, ``Enter API
+    key: ``): with no terminal, getpass reads the pipe, and the line must not be shown or
+    kept as typed."""
+    return bool(prompt) and _SECRET_PROMPT.search(prompt.rsplit("\n", 1)[-1]) is not None
+
 
 _URL_PASSWORD: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)([^@\s/]+)(@)")
 
