@@ -64,7 +64,10 @@ def rank_sockets(run_dir: str, attempt: int) -> dict[int, str]:
         except OSError:
             continue
         where = os.path.join(rank_dir, f"restart_{max(restarts)}") if restarts else rank_dir
-        out[int(name)] = socket_path(where)
+        try:
+            out[int(name)] = socket_path(where)
+        except OSError:  # no private directory of ours: nothing of ours to ask
+            continue
     return out
 
 
