@@ -33,6 +33,7 @@ from ..rundir.private_tmp import private_tmp_dir
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "MAX_ANSWER_BYTES",
     "SOCKET_NAME",
     "Answer",
     "ask",
@@ -44,6 +45,8 @@ __all__ = [
 SOCKET_NAME: Final = "worker.sock"
 _MAX_PATH: Final = 100  # sun_path holds 108 bytes with its NUL; a margin for odd kernels
 DEFAULT_TIMEOUT_S: Final = 2.0
+MAX_ANSWER_BYTES: Final = 32 << 20
+"""An answer read whole at most: torch's 2000 entries with stacks are a few MB."""
 
 
 def socket_path(incarnation_dir: str, *, create: bool = False) -> str:
@@ -117,7 +120,10 @@ def ask(path: str, handler: str, *, query: str = "",
     try:
         conn.request("POST", f"/handler/{handler}" + (f"?{query}" if query else ""))
         resp = conn.getresponse()
-        body = resp.read()
+        body = resp.read(MAX_ANSWER_BYTES + 1)
+        if len(body) > MAX_ANSWER_BYTES:
+            return Answer(error=f"worker server: {handler}: answer over "
+                          f"{MAX_ANSWER_BYTES >> 20} MiB, not read")
     except (OSError, http.client.HTTPException) as e:
         if isinstance(e, TimeoutError):
             why = "no answer in time"

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = ["bundle", "collectives", "stack"]
 
+_LINE_CAP = 2000
+"""Characters of one line of ``collectives``' view (a rank's group has many sizes)."""
+
 
 @on_a_run
 def bundle(sub: Subcommand, argv: list[str]) -> int:
@@ -137,6 +140,7 @@ def _stack_text(data: dict[str, Any]) -> str:
 def collectives(sub: Subcommand, argv: list[str]) -> int:
     from ...engine.control.status import current_attempt
     from ...engine.forensics.collectives_run import read_run, text_of
+    from ...engine.output.safe_text import one_line
 
     p = sub.parser()
     p.add_argument("run", nargs="?", metavar="RUN",
@@ -152,7 +156,9 @@ def collectives(sub: Subcommand, argv: list[str]) -> int:
     if args.json:
         print(json.dumps({**data, "source": source}, indent=2))
     else:
-        print(text_of(data))
+        # Group descriptions and names come from the ranks: nothing of them acts on the
+        # terminal, and none is printed at megabytes.
+        print("\n".join(one_line(line, _LINE_CAP) for line in text_of(data).split("\n")))
         print("" if source == "live" else
               f"(saved: {source})" if source else "(no rank answered, nothing saved)")
     return EXIT_OK if source else EXIT_REFUSED
