@@ -27,6 +27,7 @@ from rankvisor.engine.forensics.worker_server import MAX_ANSWER_BYTES, ask
 
 from tests.control.runs import Supervisors, make_run, state_dir, supervisors
 from tests.reliability.cli_runs import ROOT, cli, private_state_dir
+from tests.reliability.fake_worker import answer_once
 
 __all__ = ["private_state_dir", "state_dir", "supervisors"]  # fixtures, used by name
 
@@ -113,27 +114,17 @@ def test_a_real_shaped_dump_is_read(tmp_path: Path) -> None:
 
 def test_an_answer_over_the_cap_is_not_read(tmp_path: Path) -> None:
     path = str(tmp_path / "w.sock")
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen(1)
+    size = MAX_ANSWER_BYTES + (1 << 20)
 
-    def serve() -> None:
-        c, _ = server.accept()
-        c.recv(65536)
-        size = MAX_ANSWER_BYTES + (1 << 20)
-        try:
-            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
-            chunk = b"x" * (1 << 20)
-            for _ in range(size >> 20):
-                c.sendall(chunk)
-        except OSError:
-            pass  # the reader stopped reading: what is wanted
-        c.close()
+    def flood(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        for _ in range(size >> 20):
+            c.sendall(b"x" * (1 << 20))
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
+    server, thread = answer_once(path, flood)
     answer = ask(path, "fr_trace_json", timeout_s=20)
-    server.close()
+    thread.join(20)
+    server.server_close()
     assert not answer.ok and "over 32 MiB" in answer.error, answer.error
     assert answer.body == b""
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +24,7 @@ import pytest
 from rankvisor.engine.forensics.worker_server import ask, prepare, socket_path
 from rankvisor.engine.rundir.private_tmp import NoPrivateDir, private_tmp_dir
 
-from tests.conftest import wait_until
+from tests.reliability.fake_worker import answer_once
 
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 FAKE_SERVER = r"""
@@ -140,21 +138,9 @@ def test_a_socket_we_serve_is_asked(shared_tmp: Path) -> None:
     """The check passes our own server (what a rank of ours serves)."""
     path = socket_path(DEEP, create=True)
     prepare(path)
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen(1)
-    answers: list[object] = []
-
-    def serve() -> None:
-        c, _ = server.accept()
-        c.recv(65536)
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-        c.close()
-
-    t = threading.Thread(target=serve)
-    t.start()
-    answers.append(ask(path, "fr_trace_json", timeout_s=5))
-    t.join(10)
-    server.close()
-    wait_until(lambda: answers, 5)
-    assert answers[0].ok and answers[0].body == b"{}"  # type: ignore[attr-defined]
+    server, thread = answer_once(
+        path, lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+    answer = ask(path, "fr_trace_json", timeout_s=5)
+    thread.join(10)
+    server.server_close()
+    assert answer.ok and answer.body == b"{}"
