@@ -9,6 +9,14 @@ an HMAC-SHA256 of both under the secret; the door answers with its own HMAC, so 
 client knows the door holds the secret too; only then does the control protocol begin (the
 client's hello). A wrong or missing proof closes the connection: the secret itself never
 travels. The bytes after it are not encrypted (see the README's trust boundary).
+
+Anyone who reaches the port may connect, so what an unproven client costs is bounded: at
+most ``MAX_UNPROVEN`` are vetted at once, ``MAX_UNPROVEN_PER_HOST`` of them from one address
+(one thread each; one more is closed at once, so that one host's flood leaves the other
+nodes' viewers a way in), each
+has ``PROOF_TIMEOUT_S`` for the whole exchange (not per byte read: a byte every few seconds
+is closed on time), and the accept loop outlives any error (no thread to be had under a
+pids limit, no descriptor left) with a short pause, so that the door never closes for good.
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ import logging
 import secrets
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Final
+
+from .. import clock
 
 if TYPE_CHECKING:
     from ..control.client import RemoteHandle
@@ -31,7 +42,13 @@ __all__ = ["ClusterDoor", "DoorRefused", "connect_door", "new_secret", "reach_ad
 log = logging.getLogger(__name__)
 
 PROOF_TIMEOUT_S: Final = 5.0
-"""A client that has not proven itself by then is closed."""
+"""A client that has not proven itself by then (from its connect) is closed."""
+MAX_UNPROVEN: Final = 32
+"""Clients vetted at once; the others are closed on accept (the viewers of a job are a
+handful, and each proves itself in a round trip)."""
+MAX_UNPROVEN_PER_HOST: Final = 8
+_ERROR_PAUSE_S: Final = 0.1
+"""The accept loop's pause after an error (EMFILE would otherwise spin it)."""
 MAX_PROOF: Final = 1024
 _CLIENT_TAG: Final = b"rankvisor-door client\0"
 _SERVER_TAG: Final = b"rankvisor-door server\0"
@@ -51,11 +68,18 @@ def _mac(secret: str, tag: bytes, door_nonce: str, client_nonce: str) -> str:
     return hmac.new(bytes.fromhex(secret), message, hashlib.sha256).hexdigest()
 
 
-def _line(sock: socket.socket, limit: int = MAX_PROOF) -> dict[str, Any] | None:
+def _line(sock: socket.socket, limit: int = MAX_PROOF,
+          deadline: float | None = None) -> dict[str, Any] | None:
     """One JSON line from ``sock`` (byte by byte: nothing after it is taken from the
-    control protocol that follows); None on a close, a bad or over-long line."""
+    control protocol that follows); None on a close, a bad or over-long line. With a
+    ``deadline`` (``clock.monotonic()``), the whole line must come by then (TimeoutError)."""
     data = bytearray()
     while len(data) <= limit:
+        if deadline is not None:
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise TimeoutError("the proof did not come in time")
+            sock.settimeout(left)
         byte = sock.recv(1)
         if not byte:
             return None
@@ -97,6 +121,13 @@ class ClusterDoor:
         self.secret: str | None = None
         self.refused = 0
         """Connections closed for a wrong or missing proof (tests, the supervisor's log)."""
+        self.turned_away = 0
+        """Connections closed on accept: ``MAX_UNPROVEN`` were being vetted, or no thread."""
+        self.errors = 0
+        """Errors the accept loop outlived."""
+        self._unproven: dict[str, int] = {}
+        """Address -> clients of it being vetted (under ``_lock``)."""
+        self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -118,22 +149,64 @@ class ClusterDoor:
         assert self._listener is not None
         while not self._closing:
             try:
-                sock, peer = self._listener.accept()
-            except OSError:
+                self._accept_one(self._listener)
+            except Exception as e:  # never the end of the door: a pause, and on
                 if self._closing:
                     return
-                continue
+                self.errors += 1
+                if self.errors == 1 or self.errors % 100 == 0:
+                    log.warning("door: accept failed (%s); the door stays open (%d errors)",
+                                e, self.errors)
+                time.sleep(_ERROR_PAUSE_S)
+
+    def _accept_one(self, listener: socket.socket) -> None:
+        sock, peer = listener.accept()
+        host = str(peer[0])
+        with self._lock:
+            taken = sum(self._unproven.values()) >= MAX_UNPROVEN or (
+                self._unproven.get(host, 0) >= MAX_UNPROVEN_PER_HOST)
+            if not taken:
+                self._unproven[host] = self._unproven.get(host, 0) + 1
+        if taken:
+            self.turned_away += 1
+            sock.close()
+            return
+        try:
             threading.Thread(target=self._vet, args=(sock, peer), name="rankvisor-door-vet",
                              daemon=True).start()
+        except BaseException:
+            self._vetted(host)
+            self.turned_away += 1
+            sock.close()
+            raise
+
+    def _vetted(self, host: str) -> None:
+        with self._lock:
+            left = self._unproven.get(host, 0) - 1
+            if left > 0:
+                self._unproven[host] = left
+            else:
+                self._unproven.pop(host, None)
 
     def _vet(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+        try:
+            proven = self._prove(sock, peer)
+        finally:
+            self._vetted(str(peer[0]))
+        if proven:
+            self.server.adopt(sock, f"(door {peer[0]}:{peer[1]})")
+
+    def _prove(self, sock: socket.socket, peer: tuple[str, int]) -> bool:
+        """The exchange of proofs, within ``PROOF_TIMEOUT_S`` of the connect; False (the
+        socket closed) when the client did not prove itself."""
         who = f"{peer[0]}:{peer[1]}"
+        deadline = clock.monotonic() + PROOF_TIMEOUT_S
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             sock.settimeout(PROOF_TIMEOUT_S)
             nonce = secrets.token_hex(16)
             _send(sock, {"t": "challenge", "door": 1, "nonce": nonce})
-            proof = _line(sock)
+            proof = _line(sock, deadline=deadline)
             secret = self.secret
             theirs = str((proof or {}).get("nonce", ""))[:64]
             if (secret is None or proof is None or proof.get("t") != "proof"
@@ -142,13 +215,15 @@ class ClusterDoor:
                 self.refused += 1
                 log.warning("door: refused %s (no proof of the run's secret)", who)
                 sock.close()
-                return
+                return False
+            sock.settimeout(max(0.001, deadline - clock.monotonic()))
             _send(sock, {"t": "proven", "mac": _mac(secret, _SERVER_TAG, nonce, theirs)})
             sock.settimeout(None)
-        except OSError:
+        except OSError:  # TimeoutError among them: out of time
+            self.refused += 1
             sock.close()
-            return
-        self.server.adopt(sock, f"(door {who})")
+            return False
+        return True
 
     def close(self) -> None:
         self._closing = True

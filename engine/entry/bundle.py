@@ -9,13 +9,19 @@ What goes in, under one top folder named after the run:
   the same for ``torchfrtrace`` (``collectives/torchfrtrace``: ``torchfrtrace DIR --prefix
   rank_``), when the ranks served them;
 - the current attempt's directory (``attempt_<n>/``): every rank's ``stdout.log``,
-  ``stderr.log``, ``stdin.log`` (the lines typed to it), ``error.json`` and recorded
-  ``env.json``, earlier incarnations (``restart_<k>/``) included;
+  ``stderr.log``, ``error.json`` and recorded ``env.json``, earlier incarnations
+  (``restart_<k>/``) included; ``stdin.log`` (the lines a person typed, a password at an
+  ``input()`` prompt perhaps) only when asked (``include_stdin``);
 - ``env/rank<r>.json``: each rank's environment, read from ``/proc/<pid>/environ`` while the
   rank runs, else the ``env.json`` recorded at its spawn; secrets redacted either way;
 - ``manifest.json``: the command line typed and its directory, the rank's command line,
   the rankvisor, torch and Python versions, the machine, and each file's size on disk and
   in the bundle.
+
+Every member goes through one ``Redactor`` (``engine.forensics.redaction``): the secrets
+learnt from the run's command lines (status.json's, the record's) and the ranks'
+environments are replaced wherever they stand, in the ranks' logs too. The archive and its
+members are owner-only (0600): a run dir of 0700 does not become readable through its bundle.
 
 Every file is capped (``max_file_bytes``, 10 MiB by default): a log keeps its end, where a
 failure is; ``events.ndjson`` keeps its first line (the run as it started) and its end.
@@ -36,8 +42,10 @@ from typing import Any, Final
 
 from .. import clock
 from ..control.status import current_attempt, effective_state, read_status
-from ..forensics.environ import ENV_FILE, read_proc_environ, read_rank_env, redact
-from ..forensics.redaction import redact_argv, redact_record_line
+from ..forensics.environ import ENV_FILE, is_secret, read_rank_env, redact
+from ..forensics.redaction import Redactor, redact_argv, redact_record_line
+from ..logfile.stdin_log import STDIN_FILE
+from ..process.proc_table import read_environ
 from ..rundir.atomic import atomic_file
 from ..rundir.regular_file import open_regular
 
@@ -47,6 +55,9 @@ DEFAULT_MAX_FILE_BYTES: Final = 10 << 20
 
 _SKIP: Final = (".idx",)
 """Index files (the arrival index): rebuilt from the logs, and meaningless without them."""
+
+_MODE: Final = 0o600
+"""The archive's mode and its members': what a run dir holds is its owner's."""
 
 _ALIVE: Final = frozenset(("starting", "running", "terminating", "restarting"))
 
@@ -98,15 +109,34 @@ def _read_capped(path: str, cap: int, keep_first_line: bool = False) -> tuple[by
     return head + tail, size
 
 
-def _redact_env_file(data: bytes) -> bytes:
+def _learn_env(redactor: Redactor, env: dict[str, str]) -> None:
+    redactor.learn(v for k, v in env.items() if is_secret(k))
+    redactor.learn(v for v in env.values() if "://" in v)  # a URL's password
+
+
+def _redact_env_file(data: bytes, redactor: Redactor | None = None) -> bytes:
     """An incarnation's env.json with today's redaction (nothing of it if it does not parse:
-    an environment is not packed unread)."""
+    an environment is not packed unread); its secrets are learnt by ``redactor``."""
     try:
         record = json.loads(data)
-        record["env"] = redact({str(k): str(v) for k, v in record["env"].items()})
+        env = {str(k): str(v) for k, v in record["env"].items()}
+        if redactor is not None:
+            _learn_env(redactor, env)
+        record["env"] = redact(env)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return b'{"env": null, "note": "not packed: it did not parse"}\n'
     return (json.dumps(record, separators=(",", ":")) + "\n").encode()
+
+
+def _redact_status(data: bytes) -> bytes:
+    """status.json with its command line (as typed) redacted; as it is when it does not
+    parse (the ``Redactor`` still goes over it)."""
+    try:
+        status = json.loads(data)
+        status["command"] = redact_argv(list(status["command"]))
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return data
+    return (json.dumps(status, indent=1) + "\n").encode()
 
 
 def _run_info(run_dir: str) -> dict[str, Any]:
@@ -143,13 +173,15 @@ def _rank_dirs(attempt_dir: str, rank: int) -> list[str]:
 
 
 def _environment(
-    attempt_dir: str, rank: int, rank_status: dict[str, Any], live: bool
+    attempt_dir: str, rank: int, rank_status: dict[str, Any], live: bool, redactor: Redactor
 ) -> tuple[dict[str, str] | None, str]:
+    """The rank's environment, redacted, and where it came from; its secrets are learnt."""
     pid = rank_status.get("pid")
     if live and isinstance(pid, int) and rank_status.get("state") in _ALIVE:
-        env = read_proc_environ(pid)
+        env = read_environ(pid)
         if env is not None:
-            return env, "proc"
+            _learn_env(redactor, env)
+            return redact(env), "proc"
     for d in reversed(_rank_dirs(attempt_dir, rank)):
         if os.path.exists(os.path.join(d, ENV_FILE)):
             env = read_rank_env(d)
@@ -163,9 +195,11 @@ def make_bundle(
     out_path: str | None = None,
     *,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    include_stdin: bool = False,
 ) -> Bundle:
     """Write the bundle of the run in ``run_dir`` to ``out_path`` (default:
-    ``default_bundle_path``); returns what went in.
+    ``default_bundle_path``); returns what went in. The ranks' ``stdin.log`` files are left
+    out unless ``include_stdin`` (then redacted as every member is).
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a directory.
@@ -197,16 +231,54 @@ def make_bundle(
                 if not os.path.islink(full):
                     sources.append(os.path.relpath(full, run_dir))
 
-    with atomic_file(out_path) as out, tarfile.open(fileobj=out, mode="w:gz") as tar:
+    left_out = [] if include_stdin else [
+        rel for rel in sources if os.path.basename(rel) == STDIN_FILE]
+    sources = [rel for rel in sources if rel not in left_out]
+
+    # What the run knows to be secret, learnt before anything is packed.
+    redactor = Redactor()
+    run = _run_info(run_dir)
+    for command in ((status or {}).get("command"), run.get("command")):
+        if isinstance(command, list):
+            redactor.learn_argv(command)
+    ranks = status.get("ranks") if status else None
+    ranks = [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+    attempt_dir = os.path.join(run_dir, f"attempt_{attempt}")
+    if not ranks and attempt is not None:
+        try:
+            numbers = sorted(int(n) for n in os.listdir(attempt_dir) if n.isdigit())
+        except OSError:
+            numbers = []
+        ranks = [{"rank": n} for n in numbers]
+    environments: dict[int, dict[str, str]] = {}
+    for r in ranks:
+        rank = r.get("rank")
+        if not isinstance(rank, int):
+            continue
+        env, source = _environment(attempt_dir, rank, r, live, redactor)
+        bundle.environments[rank] = source
+        if env is not None:
+            environments[rank] = env
+    for rel in sources:
+        if os.path.basename(rel) == ENV_FILE:
+            try:
+                _redact_env_file(_read_capped(os.path.join(run_dir, rel), max_file_bytes)[0],
+                                 redactor)
+            except OSError:
+                pass
+
+    with atomic_file(out_path, _MODE) as out, tarfile.open(fileobj=out, mode="w:gz") as tar:
         now = clock.wall()
 
-        def add(name: str, data: bytes) -> None:
+        def add(name: str, data: bytes) -> int:
+            data = redactor.text(data)
             info = tarfile.TarInfo(f"{top}/{name}")
             info.size = len(data)
             info.mtime = int(now)
-            info.mode = 0o644
+            info.mode = _MODE
             tar.addfile(info, io.BytesIO(data))
             bundle.entries += 1
+            return len(data)
 
         for rel in sources:
             full = os.path.join(run_dir, rel)
@@ -219,32 +291,18 @@ def make_bundle(
                 continue  # removed meanwhile (a running run), or unreadable: left out
             if rel == "events.ndjson":  # the run lines carry the command line
                 data = b"".join(redact_record_line(ln) for ln in data.splitlines(True))
+            elif rel == "status.json":  # the command line as typed
+                data = _redact_status(data)
             elif os.path.basename(rel) == ENV_FILE:  # recorded under older, laxer rules
                 data = _redact_env_file(data)
-            add(rel, data)
-            bundle.files.append({"name": rel, "size": size, "included": len(data),
+            included = add(rel, data)
+            bundle.files.append({"name": rel, "size": size, "included": included,
                                  "truncated": len(data) < size})
 
-        ranks = status.get("ranks") if status else None
-        ranks = [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
-        attempt_dir = os.path.join(run_dir, f"attempt_{attempt}")
-        if not ranks and attempt is not None:
-            try:
-                numbers = sorted(int(n) for n in os.listdir(attempt_dir) if n.isdigit())
-            except OSError:
-                numbers = []
-            ranks = [{"rank": n} for n in numbers]
-        for r in ranks:
-            rank = r.get("rank")
-            if not isinstance(rank, int):
-                continue
-            env, source = _environment(attempt_dir, rank, r, live)
-            bundle.environments[rank] = source
-            if env is not None:
-                add(f"env/rank{rank}.json", (json.dumps(
-                    {"rank": rank, "source": source, "env": env}, indent=1) + "\n").encode())
-
-        run = _run_info(run_dir)
+        for rank, env in environments.items():
+            source = bundle.environments[rank]
+            add(f"env/rank{rank}.json", (json.dumps(
+                {"rank": rank, "source": source, "env": env}, indent=1) + "\n").encode())
 
         def redacted(command: object) -> object:
             return redact_argv(command) if isinstance(command, list) else command
@@ -274,12 +332,15 @@ def make_bundle(
             },
             "max_file_bytes": max_file_bytes,
             "files": bundle.files,
+            "left_out": left_out,
             "environments": {str(k): v for k, v in sorted(bundle.environments.items())},
             "redacted": "environment variables whose names contain TOKEN, KEY, SECRET, "
                         "PASSWORD, PASSWD, CREDENTIAL or WEBHOOK, or have PAT or AUTH "
                         "as a word (any case); a URL's password; the value of a "
-                        "--*key, --*token, --*secret or --*password flag in the command; "
-                        "the ranks' own logs are packed as they are",
+                        "--*key, --*token, --*secret or --*password flag; and each of "
+                        "these values wherever it stands in any file, the ranks' logs "
+                        "included; the lines typed to the ranks (stdin.log) are left out "
+                        "unless asked for (--with-stdin)",
         }
         add("manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     return bundle

@@ -197,7 +197,7 @@ def parse_answer(rank: int, answer: Answer) -> RankCollectives:
         return RankCollectives(rank, error=answer.error, at_ns=answer.at_ns)
     try:
         data = json.loads(answer.body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return RankCollectives(rank, error="worker server: not Flight Recorder JSON",
                                at_ns=answer.at_ns)
     if not isinstance(data, dict):

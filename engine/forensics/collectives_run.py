@@ -18,6 +18,7 @@ from typing import Any
 
 from ..names.refusals import NO_WORKER_SERVER
 from ..process.proc_table import read_environ
+from ..rundir.regular_file import read_regular
 from .collectives import RankCollectives, parse_answer, snapshot_json
 from .worker_server import DEFAULT_TIMEOUT_S, ask_all, socket_path
 
@@ -31,6 +32,8 @@ TORCH_SOCKET_ENV = "TORCH_WORKER_SERVER_SOCKET"
 CAPTURES_DIR = "collectives"
 """Where a run's captures are saved, in its run dir."""
 _RESTART = re.compile(r"restart_(\d+)$")
+_MAX_SAVED = 64 << 20
+"""A saved capture read at most (one is a few KB a rank)."""
 
 
 def saved_captures(run_dir: str) -> list[str]:
@@ -64,7 +67,10 @@ def rank_sockets(run_dir: str, attempt: int) -> dict[int, str]:
         except OSError:
             continue
         where = os.path.join(rank_dir, f"restart_{max(restarts)}") if restarts else rank_dir
-        out[int(name)] = socket_path(where)
+        try:
+            out[int(name)] = socket_path(where)
+        except OSError:  # no private directory of ours: nothing of ours to ask
+            continue
     return out
 
 
@@ -79,10 +85,11 @@ def read_run(run_dir: str, attempt: int, *, live: bool = True,
         if any(not r.error for r in readings):
             return snapshot_json(readings), "live"
     saved = os.path.join(run_dir, CAPTURES_DIR, "latest.json")
-    try:
-        with open(saved, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+    try:  # a file of the run dir: a regular one only (a FIFO never blocks), capped
+        data = json.loads(read_regular(saved, _MAX_SAVED))
+    except (OSError, ValueError, RecursionError):
+        return {"ranks": [], "verdicts": []}, ""
+    if not isinstance(data, dict):
         return {"ranks": [], "verdicts": []}, ""
     return data, saved
 

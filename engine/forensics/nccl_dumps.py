@@ -5,20 +5,20 @@ the same object the worker server answers as JSON) when its watchdog sees a time
 a byte is written to its named pipe ``$TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe``. rankvisor
 points both into each rank incarnation's directory (``nccl_env``), writes to the pipes of
 ranks about to be SIGKILLed (``poke``), and reads the dumps like a gloo rank's answer
-(``read_dumps``). The pickles hold only plain data; they are read with an unpickler that
-refuses anything else.
+(``read_dumps``). A dump is read as bounded plain data (``fr_dump.read_fr_pickle``: a
+regular file only, capped, no global, a bounded tree), so a FIFO or a crafted pickle in its
+place costs the watch nothing.
 """
 
 from __future__ import annotations
 
 import glob
-import io
 import os
-import pickle
 from collections.abc import Mapping
 from typing import Any, Final
 
 from .. import clock
+from .fr_dump import read_fr_pickle
 
 __all__ = ["DUMP_STEM", "PIPE_STEM", "nccl_env", "poke", "read_dumps"]
 
@@ -87,11 +87,6 @@ def _list_dumps(incarnation_dir: str) -> list[str]:
     return sorted(p for p in glob.glob(pattern) if not p.endswith(".pipe"))
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"not plain data: {module}.{name}")
-
-
 def read_dumps(
     incarnation_dir: str,
     seen: dict[str, tuple[int, int]] | None = None,
@@ -107,17 +102,14 @@ def read_dumps(
     out = []
     for path in _dump_paths(incarnation_dir, listings):
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
             stamp = (st.st_mtime_ns, st.st_size)
             if seen is not None and seen.get(path) == stamp:
                 continue
-            with open(path, "rb") as f:
-                data = _PlainUnpickler(io.BytesIO(f.read(1 << 26))).load()
-            mtime = st.st_mtime_ns
             if seen is not None:
-                seen[path] = stamp
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError):
+                seen[path] = stamp  # a bad dump is tried once, not twice a second
+            data = read_fr_pickle(path)
+        except (OSError, ValueError):
             continue
-        if isinstance(data, dict):
-            out.append((data, mtime))
+        out.append((data, st.st_mtime_ns))
     return out

@@ -10,7 +10,10 @@ incarnation. The server speaks HTTP: a ``POST /handler/<name>`` answers the hand
 The server answers on its own C++ thread: asking never pauses the rank's Python threads.
 
 A socket path may hold 107 bytes; a deep run dir gets a short path under the temporary
-directory instead, derived from the incarnation dir so that both sides find it.
+directory instead, derived from the incarnation dir so that both sides find it, in a
+directory checked to be ours and private (``rundir.private_tmp``: another user may make
+``<tmp>/rankvisor-<uid>`` first and serve a fake Flight Recorder there). A socket that is
+not ours is never asked.
 """
 
 from __future__ import annotations
@@ -19,16 +22,18 @@ import hashlib
 import http.client
 import os
 import socket
-import tempfile
+import stat
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from .. import clock
+from ..rundir.private_tmp import private_tmp_dir
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "MAX_ANSWER_BYTES",
     "SOCKET_NAME",
     "Answer",
     "ask",
@@ -40,16 +45,24 @@ __all__ = [
 SOCKET_NAME: Final = "worker.sock"
 _MAX_PATH: Final = 100  # sun_path holds 108 bytes with its NUL; a margin for odd kernels
 DEFAULT_TIMEOUT_S: Final = 2.0
+MAX_ANSWER_BYTES: Final = 32 << 20
+"""An answer read whole at most: torch's 2000 entries with stacks are a few MB."""
 
 
-def socket_path(incarnation_dir: str) -> str:
+def socket_path(incarnation_dir: str, *, create: bool = False) -> str:
     """Where the worker server of the rank incarnation whose files are in
-    ``incarnation_dir`` listens."""
+    ``incarnation_dir`` listens (``create``: the supervisor, about to start the rank, may
+    make the private directory a deep run dir's socket goes in).
+
+    Raises:
+        NoPrivateDir: the path would be in the temporary directory, and no private
+            directory of ours is there (the rank runs without a worker server).
+    """
     path = os.path.join(os.path.abspath(incarnation_dir), SOCKET_NAME)
     if len(path.encode()) <= _MAX_PATH:
         return path
     digest = hashlib.sha1(path.encode()).hexdigest()[:20]
-    return os.path.join(tempfile.gettempdir(), f"rankvisor-{os.getuid()}", f"{digest}.sock")
+    return os.path.join(private_tmp_dir(create=create), f"{digest}.sock")
 
 
 def prepare(path: str) -> None:
@@ -95,14 +108,22 @@ class _UnixHTTP(http.client.HTTPConnection):
 def ask(path: str, handler: str, *, query: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S) -> Answer:
     """``handler``'s answer from the worker server on ``path`` (never raises)."""
-    if not os.path.exists(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
         return Answer(error="no worker server (the rank has not imported torch.distributed, "
                       "runs a torch without one, or runs without rankvisor's bootstrap)")
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        return Answer(error=f"worker server: {path} is not a socket of ours "
+                      f"(uid {st.st_uid}): not asked")
     conn = _UnixHTTP(path, timeout_s)
     try:
         conn.request("POST", f"/handler/{handler}" + (f"?{query}" if query else ""))
         resp = conn.getresponse()
-        body = resp.read()
+        body = resp.read(MAX_ANSWER_BYTES + 1)
+        if len(body) > MAX_ANSWER_BYTES:
+            return Answer(error=f"worker server: {handler}: answer over "
+                          f"{MAX_ANSWER_BYTES >> 20} MiB, not read")
     except (OSError, http.client.HTTPException) as e:
         if isinstance(e, TimeoutError):
             why = "no answer in time"

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
-    "STDIN_FILE", "TYPED_MARK", "StdinEntry", "append_entry", "read_entries", "stdin_log_path",
-    "typed_view",
+    "STDIN_FILE", "STDIN_MODE", "TYPED_MARK", "StdinEntry", "append_entry", "read_entries",
+    "stdin_log_path", "typed_view",
 ]
 
 STDIN_FILE: Final = "stdin.log"
+STDIN_MODE: Final = 0o600
+"""What a person typed is the run owner's alone (a run dir is 0700 too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +49,8 @@ def append_entry(path: str, entry: StdinEntry) -> None:
     else:
         record["text"] = entry.text
     data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    # Owner-only, whatever the umask: a line typed may be a password.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, STDIN_MODE)
     try:
         os.write(fd, data)
     finally:

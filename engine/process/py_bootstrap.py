@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -91,8 +92,12 @@ def _stable_path() -> str:
             source = f.read()
         base = os.path.join(tempfile.gettempdir(), f"rankvisor-{os.getuid()}")
         os.makedirs(base, mode=0o700, exist_ok=True)
-        st = os.stat(base)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        # Another user may have made it first, or put a link there: lstat, never follow.
+        # (Standard library only here: the rank loads this file alone; the worker sockets
+        # go through ``rundir.private_tmp``, which walks on to a name of ours.)
+        st = os.lstat(base)
+        if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
+                or st.st_mode & 0o077):
             return here
         folder = os.path.join(base, hashlib.sha256(source).hexdigest()[:16])
         path = os.path.join(folder, "py_bootstrap.py")

@@ -34,6 +34,7 @@ from ..forensics.progress import ProgressReader
 from ..handle import Command, CommandResult, RunInfo, term_timeout
 from ..logs_specs import DefaultLogsSpecs
 from ..process import cgroups as _cgroups
+from ..process.fd_limit import raise_soft_limit
 from ..process.guard import Guard
 from ..std import Std
 from .agent_env import EnvOptions, free_port, log_line_prefixes
@@ -212,6 +213,9 @@ class Supervisor:
                 return
             state.started = True
             state.started_at = clock.wall()
+            # About 6 descriptors a rank for its life: the soft limit (1024 often) would
+            # silently drop followers and sockets at a few hundred ranks.
+            raise_soft_limit()
             # Before the guard starts: a run left by an owner killed with its guard is
             # swept here (see engine.process.cgroups).
             self._cgroups, self._tracking_detail = _cgroups.open_run(str(self.config.run_id))

@@ -24,6 +24,7 @@ import threading
 
 from .. import clock
 from ..events import Event, InputWait, RankInput, RankInputWait, RankOutput
+from ..forensics.redaction import HIDDEN, asks_secret
 from ..logfile.stdin_log import StdinEntry, append_entry, stdin_log_path
 from ..output.prompt import read_prompt
 from ..process.input_probe import StdinProbe
@@ -108,7 +109,12 @@ class InputWatch:
         if pipe is None:
             raise StdinRefused("it has no stdin pipe")
         pipe.send(text.encode("utf-8", "surrogateescape") + b"\n")
-        self._record(slot, StdinEntry(clock.wall(), text))
+        # A password asked for without a terminal (getpass reads the pipe): not kept or shown.
+        # The prompt is read now when the watch has not seen the rank wait yet.
+        wait = slot.input_wait
+        secret = asks_secret(wait.prompt if wait is not None
+                             else read_prompt(slot.stdout_path, slot.stderr_path)[0])
+        self._record(slot, StdinEntry(clock.wall(), HIDDEN if secret else text))
 
     def close(self, slot: RankSlot) -> None:
         """Close the rank's stdin: it reads EOF once it has read what was sent."""

@@ -67,6 +67,7 @@ class Launcher:
         self._config = config
         self._state = state
         self._events = events
+        self._said_no_socket = False
         self._stopper = stopper
         self._pump = pump
         self._env_opts = env_opts
@@ -192,11 +193,15 @@ class Launcher:
         if not self._config.serves_collectives(slot.rank) or not slot.error_file:
             return
         where = os.path.dirname(slot.error_file)
-        path = socket_path(where)
         try:
+            path = socket_path(where, create=True)
             prepare(path)
-        except OSError:
-            return  # the rank runs without it
+        except OSError as e:  # the rank runs without it; said once a run
+            if not self._said_no_socket:
+                self._said_no_socket = True
+                self._events.notice(f"ranks run without a worker server (no Flight Recorder "
+                                    f"answers): {e.strerror or e}", "warning")
+            return
         slot.env[ENV_WORKER_SOCKET] = path
         # An NCCL group dumps its FR there on a timeout, or when its pipe is written to.
         # (Checked against the job's own variables: slot.env holds the last incarnation's.)

@@ -21,6 +21,7 @@ from typing import Union
 
 from ..handle import DEFAULT_TERM_TIMEOUT_S, MAX_TIMEOUT_S
 from ..names.signals import check_stop_signal
+from ..process.fd_limit import check_fits
 from ..process.py_bootstrap import is_python_rank, wrap_python_args
 from ..std import Std
 from .agent_env import check_master_addr, port_in_use, virtual_local_rank_env
@@ -425,6 +426,10 @@ def check_rank_count(nprocs: int, *, allow_many: bool, given: str | None = None)
             f"--nproc-per-node {shown}: this machine runs at most {limit} processes"
             " (kernel.pid_max, ulimit -u)"
         )
+    try:
+        check_fits(nprocs)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _process_limit() -> int:

@@ -76,7 +76,7 @@ def test_breakpoint_is_waiting_answered_and_kept_in_stdin_log(start) -> None:
     assert info.input_wait is None  # its last wait ended with it
 
 
-def test_a_bundle_packs_stdin_log(start, tmp_path: Path) -> None:
+def test_a_bundle_packs_stdin_log_when_asked(start, tmp_path: Path) -> None:
     import tarfile
 
     from rankvisor.engine.entry.bundle import make_bundle
@@ -85,7 +85,10 @@ def test_a_bundle_packs_stdin_log(start, tmp_path: Path) -> None:
     _wait_of(sup, 0)
     assert sup.execute(SendInput((0,), "yes")).ok
     assert sup.wait(30) is not None
-    bundle = make_bundle(sup.snapshot().log_dir, str(tmp_path / "b.tar.gz"))
+    log_dir = sup.snapshot().log_dir
+    with tarfile.open(make_bundle(log_dir, str(tmp_path / "a.tar.gz")).path) as tar:
+        assert not [n for n in tar.getnames() if n.endswith("stdin.log")]  # unless asked
+    bundle = make_bundle(log_dir, str(tmp_path / "b.tar.gz"), include_stdin=True)
     with tarfile.open(bundle.path) as tar:
         (name,) = [n for n in tar.getnames() if n.endswith("attempt_0/0/stdin.log")]
         data = tar.extractfile(name).read()

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = ["bundle", "collectives", "stack"]
 
+_LINE_CAP = 2000
+"""Characters of one line of ``collectives``' view (a rank's group has many sizes)."""
+
 
 @on_a_run
 def bundle(sub: Subcommand, argv: list[str]) -> int:
@@ -30,13 +33,17 @@ def bundle(sub: Subcommand, argv: list[str]) -> int:
                    help="where to write it (default: ./rankvisor-<run>-<time>.tar.gz)")
     p.add_argument("--max-log-mb", type=float, default=DEFAULT_MAX_FILE_BYTES / (1 << 20),
                    metavar="N", help="keep the last N MiB of each file (default: %(default)g)")
+    p.add_argument("--with-stdin", action="store_true",
+                   help="pack the lines typed to the ranks (stdin.log), redacted; left out "
+                        "by default (a password typed at a prompt is in them)")
     args = p.parse_args(argv)
     if not args.max_log_mb > 0:
         p.error(f"--max-log-mb must be more than 0, not {args.max_log_mb}")
     entry = registry.resolve(args.run, running_only=False)
     try:
         made = make_bundle(entry.run_dir, args.output,
-                             max_file_bytes=int(args.max_log_mb * (1 << 20)))
+                           max_file_bytes=int(args.max_log_mb * (1 << 20)),
+                           include_stdin=args.with_stdin)
     except OSError as e:
         say(sub.name, f"cannot write the bundle of {entry.run_dir}: {e.strerror or e}")
         return EXIT_REFUSED
@@ -133,6 +140,7 @@ def _stack_text(data: dict[str, Any]) -> str:
 def collectives(sub: Subcommand, argv: list[str]) -> int:
     from ...engine.control.status import current_attempt
     from ...engine.forensics.collectives_run import read_run, text_of
+    from ...engine.output.safe_text import one_line
 
     p = sub.parser()
     p.add_argument("run", nargs="?", metavar="RUN",
@@ -148,7 +156,9 @@ def collectives(sub: Subcommand, argv: list[str]) -> int:
     if args.json:
         print(json.dumps({**data, "source": source}, indent=2))
     else:
-        print(text_of(data))
+        # Group descriptions and names come from the ranks: nothing of them acts on the
+        # terminal, and none is printed at megabytes.
+        print("\n".join(one_line(line, _LINE_CAP) for line in text_of(data).split("\n")))
         print("" if source == "live" else
               f"(saved: {source})" if source else "(no rank answered, nothing saved)")
     return EXIT_OK if source else EXIT_REFUSED
