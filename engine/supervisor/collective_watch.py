@@ -72,7 +72,8 @@ class CollectiveWatch:
         self._dump_listings: dict[str, tuple[int, int, list[str]]] = {}
         """A rank's directory -> its dumps as last listed (``read_dumps``; same lock)."""
         self._dumps_lock = threading.Lock()
-        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll)
+        # Its asks wait on the ranks' servers (bounded): a thread of its own, off the beat.
+        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll, own_thread=True)
         self.start, self.stop = self._ticker.start, self._ticker.stop
 
     def live_paths(self, only: Container[int] | None = None) -> dict[int, str]:

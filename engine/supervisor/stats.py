@@ -47,6 +47,7 @@ from ..forensics.gpu import GpuProbe, GpuSnapshot
 from ..process.cgroups import MemoryReading
 from ..process.numa import parse_cpulist
 from ..process.proc_table import stat_fields
+from .ticker import Ticker
 
 __all__ = ["StatsSampler", "cpu_to_numa_node", "descendants"]
 
@@ -206,8 +207,8 @@ class StatsSampler:
         self._lock = threading.Lock()
         self._tracked: dict[int, _Tracked] = {}
         self._numa = cpu_to_numa_node()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: Ticker | None = None
+        """The sampling beat while sampling (the attribute a test checks after stop)."""
         self._on_descendants: Callable[[int, list[int]], None] | None = None
 
     def on_descendants(self, callback: Callable[[int, list[int]], None] | None) -> None:
@@ -233,30 +234,25 @@ class StatsSampler:
             self._tracked.pop(rank, None)
 
     def start(self) -> None:
-        """Start the sampling thread (idempotent)."""
+        """Start sampling, on the Supervisor's beat (idempotent)."""
         if self._thread is not None:
             return
-        self._thread = threading.Thread(
-            target=self._run, name="rankvisor-stats", daemon=True
-        )
+        self._thread = Ticker("rankvisor-stats", self._interval, self._sample_quietly)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread; waits at most one sample's length for it."""
-        self._stop.set()
+        """Stop sampling; a sample under way ends first."""
         if self._thread is not None:
-            self._thread.join(timeout=max(2.0, self._interval * 2))
+            self._thread.stop()
             self._thread = None
         if self._gpu is not None:
             self._gpu.close()
 
-    def _run(self) -> None:
-        # Event.wait doubles as an interruptible sleep: stop() wakes us at once.
-        while not self._stop.wait(self._interval):
-            try:
-                self.sample_once()
-            except Exception:  # noqa: BLE001 - a bad sample must not end sampling
-                continue
+    def _sample_quietly(self) -> None:
+        try:
+            self.sample_once()
+        except Exception:  # noqa: BLE001 - a bad sample must not end sampling
+            pass
 
     def sample_once(self, ranks: Iterable[int] | None = None) -> list[RankStats]:
         """Sample every tracked rank (or ``ranks``), emit the results and return them."""

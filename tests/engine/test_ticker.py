@@ -1,0 +1,105 @@
+"""The beat: periodic readings share one thread, fall due on a common grid, and stop for good.
+
+No process is started; the beat runs on real threads with short intervals, and the tests
+count calls and threads, never time them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from rankvisor.engine.supervisor.ticker import Beat, Ticker, next_on_grid
+
+from tests.conftest import wait_until
+
+
+@pytest.mark.parametrize("now,interval,due", [
+    (10.2, 0.5, 10.5),
+    (10.5, 0.5, 11.0),   # due now: the next one is a whole interval on
+    (10.2, 1.0, 11.0),
+    (10.7, 0.5, 11.0),   # 0.5 s and 1 s tickers fall due together at 11.0
+    (0.0, 0.25, 0.25),
+])
+def test_a_ticker_falls_due_on_the_grid_of_its_interval(now, interval, due) -> None:
+    assert next_on_grid(now, interval) == pytest.approx(due)
+
+
+def _beat_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name]
+
+
+def test_tickers_share_one_thread_and_keep_their_rates() -> None:
+    beat = Beat("test-beat-share")
+    fast_calls: list[str] = []
+    slow_calls: list[str] = []
+    fast = Ticker("fast", 0.02, lambda: fast_calls.append(threading.current_thread().name),
+                  beat=beat)
+    slow = Ticker("slow", 0.04, lambda: slow_calls.append(threading.current_thread().name),
+                  beat=beat)
+    fast.start()
+    slow.start()
+    try:
+        assert len(_beat_threads("test-beat-share")) == 1
+        wait_until(lambda: len(slow_calls) >= 10, timeout=20)
+    finally:
+        fast.stop()
+        slow.stop()
+    assert set(fast_calls) == set(slow_calls) == {"test-beat-share"}
+    # The same grid: the fast one is called about twice as often (a late wake-up may
+    # merge two of its beats into one, never add one).
+    assert 1.5 * len(slow_calls) <= len(fast_calls) <= 2 * len(slow_calls) + 2
+    assert _beat_threads("test-beat-share") == []  # no ticker left: no thread left
+
+
+def test_after_stop_no_call_runs_and_a_failing_tick_goes_on() -> None:
+    beat = Beat("test-beat-stop")
+    calls: list[int] = []
+
+    def failing() -> None:
+        calls.append(1)
+        raise RuntimeError("a bad reading")
+
+    ticker = Ticker("failing", 0.01, failing, beat=beat)
+    ticker.start()
+    wait_until(lambda: len(calls) >= 3, timeout=20)  # it raised, and was called again
+    ticker.stop()
+    seen = len(calls)
+    other = Ticker("other", 0.01, lambda: None, beat=beat)
+    other.start()  # a beat still running: the stopped one must not come back
+    done: list[int] = []
+    waiter = Ticker("waiter", 0.05, lambda: done.append(1), beat=beat)
+    waiter.start()
+    wait_until(lambda: len(done) >= 3, timeout=20)
+    other.stop()
+    waiter.stop()
+    assert len(calls) == seen
+
+
+def test_a_ticker_may_stop_itself_from_its_own_tick() -> None:
+    beat = Beat("test-beat-self")
+    calls: list[int] = []
+    holder: list[Ticker] = []
+
+    def once() -> None:
+        calls.append(1)
+        holder[0].stop()  # on the beat's own thread: must not wait for itself
+
+    holder.append(Ticker("once", 0.01, once, beat=beat))
+    holder[0].start()
+    wait_until(lambda: not _beat_threads("test-beat-self") and calls, timeout=20)
+    assert calls == [1]
+
+
+def test_own_thread_keeps_a_blocking_reading_off_the_beat() -> None:
+    names: list[str] = []
+    ticker = Ticker("rankvisor-test-own", 0.01, lambda: names.append(
+        threading.current_thread().name), own_thread=True)
+    ticker.start()
+    try:
+        wait_until(lambda: names, timeout=20)
+    finally:
+        ticker.stop()
+    assert set(names) == {"rankvisor-test-own"}
+    with pytest.raises(ValueError, match="positive"):
+        Ticker("never", 0.0, lambda: None)
