@@ -46,7 +46,9 @@ class Ticker:
         self.name = name
         self.interval_s = interval_s
         self._tick = tick
-        self._beat = Beat(name) if own_thread else (beat or _BEAT)
+        # A thread of its own ticks between the beat's: at the same moments, the two would
+        # wake together and hand the GIL to each other, a wake-up each time.
+        self._beat = Beat(name, phase=0.5) if own_thread else (beat or _BEAT)
 
     def start(self) -> None:
         """Join the beat: the first call comes one interval from now, on the grid."""
@@ -64,17 +66,19 @@ class Ticker:
             log.exception("%s failed", self.name)
 
 
-def next_on_grid(now: float, interval_s: float) -> float:
-    """The first multiple of ``interval_s`` after ``now``: tickers of commensurate intervals
-    fall due at the same moments."""
-    return (math.floor(now / interval_s) + 1) * interval_s
+def next_on_grid(now: float, interval_s: float, phase: float = 0.0) -> float:
+    """The first point of ``interval_s``'s grid after ``now`` (shifted by ``phase`` of an
+    interval): tickers of commensurate intervals fall due at the same moments."""
+    shift = phase * interval_s
+    return (math.floor((now - shift) / interval_s) + 1) * interval_s + shift
 
 
 class Beat:
     """One thread for every ticker registered, woken only when one is due."""
 
-    def __init__(self, name: str = "rankvisor-beat") -> None:
+    def __init__(self, name: str = "rankvisor-beat", phase: float = 0.0) -> None:
         self._name = name
+        self._phase = phase
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Ticker]] = []
         self._live: dict[int, Ticker] = {}
@@ -91,7 +95,7 @@ class Beat:
             self._key[id(ticker)] = key
             self._live[key] = ticker
             heapq.heappush(
-                self._heap, (next_on_grid(clock.monotonic(), ticker.interval_s), key, ticker))
+                self._heap, (next_on_grid(clock.monotonic(), ticker.interval_s, self._phase), key, ticker))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
@@ -135,7 +139,8 @@ class Beat:
                     if key in self._live:
                         due.append(ticker)
                         heapq.heappush(self._heap,
-                                       (next_on_grid(now, ticker.interval_s), key, ticker))
+                                       (next_on_grid(now, ticker.interval_s, self._phase), key,
+                                        ticker))
             for ticker in due:
                 with self._cond:
                     if id(ticker) not in self._key:

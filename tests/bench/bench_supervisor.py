@@ -370,8 +370,9 @@ def child_idle_wakeups(seconds: float) -> dict[str, Any]:
     default): the supervisor's wake-ups, and torchrun's agent's beside it."""
     out: dict[str, Any] = {"load": round(os.getloadavg()[0], 2)}
     for kind in ("torchrun", "rankvisor"):
+        # A long warm-up: the start (spawns, imports) must be over before the count begins.
         out[kind] = _wakeups(_launch_cmd(kind, [SLEEPER], "--redirects"), 3 * seconds,
-                             warmup=8)
+                             warmup=20)
     return out
 
 

@@ -25,6 +25,15 @@ def test_a_ticker_falls_due_on_the_grid_of_its_interval(now, interval, due) -> N
     assert next_on_grid(now, interval) == pytest.approx(due)
 
 
+@pytest.mark.parametrize("now,interval,due", [
+    (10.2, 1.0, 10.5),   # half an interval on: between the shared beat's moments
+    (10.5, 1.0, 11.5),
+    (10.8, 1.0, 11.5),
+])
+def test_a_thread_of_its_own_ticks_between_the_beats(now, interval, due) -> None:
+    assert next_on_grid(now, interval, phase=0.5) == pytest.approx(due)
+
+
 def _beat_threads(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == name]
 
