@@ -94,8 +94,8 @@ class Beat:
             key = next(self._ids)
             self._key[id(ticker)] = key
             self._live[key] = ticker
-            heapq.heappush(
-                self._heap, (next_on_grid(clock.monotonic(), ticker.interval_s, self._phase), key, ticker))
+            due = next_on_grid(clock.monotonic(), ticker.interval_s, self._phase)
+            heapq.heappush(self._heap, (due, key, ticker))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
@@ -138,9 +138,8 @@ class Beat:
                     _, key, ticker = heapq.heappop(self._heap)
                     if key in self._live:
                         due.append(ticker)
-                        heapq.heappush(self._heap,
-                                       (next_on_grid(now, ticker.interval_s, self._phase), key,
-                                        ticker))
+                        due_next = next_on_grid(now, ticker.interval_s, self._phase)
+                        heapq.heappush(self._heap, (due_next, key, ticker))
             for ticker in due:
                 with self._cond:
                     if id(ticker) not in self._key:
