@@ -488,6 +488,7 @@ class RankvisorApp(DebugKeys, App[int]):
                 severity="warning",
             )
         elif isinstance(event, RunFinished):
+            self.close_input_of_ended(None)
             self._finished_at = self.clock()
             root = self.run_view.root_cause()
             if root is None and self.run_view.exit_code() == 0:
@@ -506,6 +507,8 @@ class RankvisorApp(DebugKeys, App[int]):
             self.notify(f"attempt {event.attempt} started: every rank anew")
             self._finished_at = None
             self._snapshot_worker()  # a new attempt writes new (filtered) files
+        elif isinstance(event, RankStateChanged) and event.new.is_final:
+            self.close_input_of_ended(event.rank)
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
             self.run_view.ranks[event.rank].restart_clock(self.clock())
             self._paused_sync()
