@@ -219,6 +219,8 @@ class RankvisorApp(DebugKeys, App[int]):
         self._frame_wanted = 0.0
         """When a key came (or the selection moved) with no frame drawn since (0: none)."""
         self.shutting_down = False
+        self.exiting = False
+        """True once ``exit`` was called: keys are no longer the app's to act on."""
         self.detached = False
         """True once the viewer let go of a run that goes on without it."""
         self.shut_down = False
@@ -235,8 +237,17 @@ class RankvisorApp(DebugKeys, App[int]):
 
     # -- set-up ----------------------------------------------------------------------------
 
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        """Textual's exit; from here on keys are dropped (``on_event``)."""
+        self.exiting = True
+        super().exit(*args, **kwargs)
+
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key):
+            if self.exiting:
+                # Pressed while the app quits (q then e, in one read of the terminal): a
+                # view pushed now would be mounted on screens being torn down.
+                return
             self._last_key = time.perf_counter()
             # No drain tick before the key's frame; held first, as the frame may be drawn
             # before the forwarding returns (``frame_now``), which releases the hold.
