@@ -542,9 +542,11 @@ class RankvisorApp(DebugKeys, App[int]):
         keeps the newest notice until the next one, and shows text as it is."""
         if title:
             message = f"{title}: {message}"
-        # Notices come from a supervisor, a record replayed, a remote node: show no escape.
-        message = one_line(message, 2000)
-        self.notices.append(Notice(message, severity, time.time()))
+        # A notice of several lines (--debugpy's ports, launch.json, ssh -L) is one notice
+        # a line, not one line joined by marks; ``m`` lists them all.
+        for part in [p for p in message.splitlines() if p.strip()] or [message]:
+            # Notices come from a supervisor, a record replayed, a remote node: no escape.
+            self.notices.append(Notice(one_line(part, 2000), severity, time.time()))
         self._show_notice()
 
     def _show_notice(self) -> None:
