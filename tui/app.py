@@ -483,9 +483,18 @@ class RankvisorApp(DebugKeys, App[int]):
         now = self.clock() if now is None else now
         if self.run_view.finished:
             if self._finished_at is None:  # finished before we saw it happen
-                self._finished_at = now
+                self._finished_at = self._run_end(now)
             now = self._finished_at  # the run is over: its clock stops
         return {"elapsed": now - self._started_at, "paused": self._paused, "status": self._status}
+
+    def _run_end(self, now: float | None = None) -> float:
+        """The app's clock at the run's end: its last rank exit, not when this viewer heard
+        of it (a viewer attached to a finished run would count its own time)."""
+        now = self.clock() if now is None else now
+        ended, started = self.run_view.ended_at, self.run_view.started_at
+        if ended is None or not started or ended < started:
+            return now  # the run's start is not known: both ends are this viewer's
+        return max(self._started_at, now - max(0.0, time.time() - ended))
 
     def on_engine_event(self, message: EngineEvent) -> None:
         changed = self._drain(upto=message.seq)
@@ -500,7 +509,7 @@ class RankvisorApp(DebugKeys, App[int]):
             )
         elif isinstance(event, RunFinished):
             self.close_input_of_ended(None)
-            self._finished_at = self.clock()
+            self._finished_at = self._run_end()
             root = self.run_view.root_cause()
             if root is None and self.run_view.exit_code() == 0:
                 self.notify("all ranks finished successfully", timeout=6)
@@ -689,8 +698,13 @@ class RankvisorApp(DebugKeys, App[int]):
         self.run_command(KillRanks((self._target(),)))
 
     def action_signal(self) -> None:
-        """Pick a signal for the selected rank."""
+        """Pick a signal for the selected rank (not for one that has ended: say so instead)."""
         rank = self._target()
+        view = self.run_view.ranks[rank] if 0 <= rank < len(self.run_view.ranks) else None
+        if view is not None and not view.state.is_alive:
+            self.notify(f"rank {rank} is not running ({view.state.value}): no signal to send",
+                        severity="warning")
+            return
 
         def send(sig: int | None) -> None:
             if sig is None:
@@ -743,6 +757,9 @@ class RankvisorApp(DebugKeys, App[int]):
 
     def action_terminate_all(self) -> None:
         alive = len(self.run_view.alive)
+        if not alive:  # a question whose yes does nothing: say so instead
+            self.notify("no rank is running: nothing to terminate", severity="warning")
+            return
         timeout = self.run_view.term_timeout_s
         self._confirm(
             "Terminate all ranks?",

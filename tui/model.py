@@ -448,6 +448,8 @@ class RunView:
         self.stderr_filters = info.stderr_filters
         self.prefixes = {r: sanitize(p) for r, p in info.log_line_prefixes.items()}
         self.finished = info.finished
+        self.started_at = info.started_at
+        """Wall-clock time the run started (0: not known)."""
         self.stdin = info.stdin
         """The ranks' stdin: "pipe" (a person may type to them), "inherit" or "null"."""
         self.progress_reader = ProgressReader(info.progress_regex or None)
@@ -460,6 +462,8 @@ class RunView:
         self.root_cause_rank: int | None = None
         self._exits = 0
         """Rank exits seen so far (``RankView.exit_order``)."""
+        self.ended_at: float | None = None
+        """Wall-clock time of the latest rank exit seen (the run's end, once finished)."""
         self.suspect: Suspect | None = None
         self.live_suspect = ""
         """The live suspect's words while every rank hangs ("" when none was named)."""
@@ -937,6 +941,8 @@ class RunView:
             view.input_wait = None
             self._exits += 1
             view.exit_order = self._exits
+            if event.t > 0:
+                self.ended_at = max(self.ended_at or 0.0, event.t)
             if event.new is not RankState.SUCCEEDED:
                 view.failure = event.failure
                 view.failed_at = _failure_time(event.failure, event.t)
