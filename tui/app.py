@@ -131,7 +131,9 @@ class RankvisorApp(DebugKeys, App[int]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "terminate", "Term"),
-        Binding("K,shift+k", "kill", "Kill"),
+        # Not on the footer (t escalates to SIGKILL by itself; ? lists K): at 80 columns
+        # it left no room for i.
+        Binding("K,shift+k", "kill", "Kill", show=False),
         Binding("s", "signal", "Signal"),
         Binding("r", "restart", "Restart"),
         Binding("e", "errors", "Errors"),
@@ -144,13 +146,13 @@ class RankvisorApp(DebugKeys, App[int]):
         Binding("space", "toggle_follow", "Pause", show=False),
         Binding("c", "copy", "Copy", show=False),
         Binding("m", "notices", "Notices", show=False),
+        # At 80 columns the footer has room for i, not p: the header names both whenever a
+        # rank is at a prompt, and ? and q are always kept (``KeyFooter``).
+        Binding("i", "input", "Input"),
+        Binding("p", "prompts", "Prompts"),
         Binding("question_mark", "help", "Help"),
         Binding("d", "detach", "Detach", show=False),
         Binding("q", "request_quit", "Quit"),
-        # After quit: at 80 columns the footer keeps ? and q; the header names i and p
-        # whenever a rank is at a prompt.
-        Binding("i", "input", "Input"),
-        Binding("p", "prompts", "Prompts"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
         Binding("ctrl+c", "request_quit", "Quit", show=False),
     ]
