@@ -7,10 +7,10 @@ this process (the default); ``calls`` records what the app asked of it.
 from __future__ import annotations
 
 import pytest
-from textual import events
 from rankvisor.engine.testing import ScriptedSupervisor
 from rankvisor.tui.app import make_app
 from rankvisor.tui.screens.confirm import ConfirmScreen, QuitScreen
+from textual import events
 
 from tests.scenarios import running_script, scripted_info, suspect_script
 from tests.tui.conftest import wait_for

@@ -3,9 +3,10 @@
 Textual's ``Footer`` lays every shown key out in one row that scrolls: at 80 columns the
 zoom's row ended "... s Signal r Re", and the keys past the edge could not be seen at all.
 This one shows the keys that fit, the screen's own first, and always keeps ``?`` (the help
-lists every key) and ``q``: at 80 columns the views' footers ended before ``q Quit``. It also draws its keys when the app does not have the focus: in a
-browser (``rankvisor serve``) the page has none until it is clicked, and ``Footer`` waits
-for it, leaving the row blank.
+lists every key) and ``q`` (at 80 columns the views' footers ended before ``q Quit``). It
+also draws its keys when the app does not have the focus: in a browser (``rankvisor
+serve``) the page has none until it is clicked, and ``Footer`` waits for it, leaving the
+row blank.
 """
 
 from __future__ import annotations
