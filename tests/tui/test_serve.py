@@ -277,8 +277,13 @@ def test_without_textual_serve_serve_names_the_extra_and_the_readme_does_too(
 ) -> None:
     """The ``[web]`` extra was said only in the error: the README's serve paragraph did
     not name it."""
-    monkeypatch.setitem(sys.modules, "textual_serve", None)
+    for name in [m for m in sys.modules if m.split(".")[0] == "textual_serve"] + [
+            "textual_serve"]:
+        monkeypatch.setitem(sys.modules, name, None)  # not importable, even if imported
     monkeypatch.delitem(sys.modules, "rankvisor.tui.serve_door", raising=False)
+    import rankvisor.tui
+
+    monkeypatch.delattr(rankvisor.tui, "serve_door", raising=False)  # imported by another test
     assert serve.main(["demo"]) == 2
     assert capsys.readouterr().err == (
         "rankvisor serve: error: textual-serve is not installed (pip install 'rankvisor[web]')\n")
