@@ -285,6 +285,27 @@ def test_logs_prints_both_streams_in_the_order_they_arrived(
     index.close()
 
 
+def test_logs_on_a_terminal_shows_the_last_frame_of_a_progress_bar(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        supervisors: Supervisors, tmp_path: Path) -> None:
+    """Issue 34: every tqdm frame was printed, joined by a visible carriage-return mark;
+    a terminal gets the last frame (as the panes show it), ``--raw`` every frame, a pipe
+    the bytes."""
+    entry = make_run(tmp_path, "job", pid=supervisors.live().pid)
+    bars = "\r 10%|#    | 1/10\r 50%|##   | 5/10\r100%|#####| 10/10\nafter\r\n"
+    write_log(entry.run_dir, 0, "INFO start\n" + bars + " 20%|#  | 2/10\r 30%|## | 3/10",
+              "stderr")
+    pipe = run(capsys, "logs", "job", "--stderr")[1]
+    assert pipe == "INFO start\n" + bars + " 20%|#  | 2/10\r 30%|## | 3/10"
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    shown = run(capsys, "logs", "job", "--stderr")[1]
+    assert shown == "INFO start\n100%|#####| 10/10\nafter\n 30%|## | 3/10\n"
+    assert "\u240d" not in shown
+    raw = run(capsys, "logs", "job", "--stderr", "--raw")[1]
+    assert raw.count("\u240d") == 5 and "1/10" in raw
+    assert run(capsys, "logs", "job")[1] == shown  # both streams (no stdout file here)
+
+
 def test_logs_follow_stops_once_the_run_finished_and_the_file_is_drained(
         supervisors: Supervisors, tmp_path: Path) -> None:
     entry = make_run(tmp_path, "job", pid=supervisors.live().pid)

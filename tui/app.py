@@ -131,7 +131,9 @@ class RankvisorApp(DebugKeys, App[int]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "terminate", "Term"),
-        Binding("K,shift+k", "kill", "Kill"),
+        # Not on the footer (t escalates to SIGKILL by itself; ? lists K): at 80 columns
+        # it left no room for i.
+        Binding("K,shift+k", "kill", "Kill", show=False),
         Binding("s", "signal", "Signal"),
         Binding("r", "restart", "Restart"),
         Binding("e", "errors", "Errors"),
@@ -144,13 +146,13 @@ class RankvisorApp(DebugKeys, App[int]):
         Binding("space", "toggle_follow", "Pause", show=False),
         Binding("c", "copy", "Copy", show=False),
         Binding("m", "notices", "Notices", show=False),
+        # At 80 columns the footer has room for i, not p: the header names both whenever a
+        # rank is at a prompt, and ? and q are always kept (``KeyFooter``).
+        Binding("i", "input", "Input"),
+        Binding("p", "prompts", "Prompts"),
         Binding("question_mark", "help", "Help"),
         Binding("d", "detach", "Detach", show=False),
         Binding("q", "request_quit", "Quit"),
-        # After quit: at 80 columns the footer keeps ? and q; the header names i and p
-        # whenever a rank is at a prompt.
-        Binding("i", "input", "Input"),
-        Binding("p", "prompts", "Prompts"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
         Binding("ctrl+c", "request_quit", "Quit", show=False),
     ]
@@ -219,6 +221,8 @@ class RankvisorApp(DebugKeys, App[int]):
         self._frame_wanted = 0.0
         """When a key came (or the selection moved) with no frame drawn since (0: none)."""
         self.shutting_down = False
+        self.exiting = False
+        """True once ``exit`` was called: keys are no longer the app's to act on."""
         self.detached = False
         """True once the viewer let go of a run that goes on without it."""
         self.shut_down = False
@@ -235,8 +239,17 @@ class RankvisorApp(DebugKeys, App[int]):
 
     # -- set-up ----------------------------------------------------------------------------
 
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        """Textual's exit; from here on keys are dropped (``on_event``)."""
+        self.exiting = True
+        super().exit(*args, **kwargs)
+
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key):
+            if self.exiting:
+                # Pressed while the app quits (q then e, in one read of the terminal): a
+                # view pushed now would be mounted on screens being torn down.
+                return
             self._last_key = engine_clock.monotonic()
             # No drain tick before the key's frame; held first, as the frame may be drawn
             # before the forwarding returns (``frame_now``), which releases the hold.
@@ -472,9 +485,18 @@ class RankvisorApp(DebugKeys, App[int]):
         now = self.clock() if now is None else now
         if self.run_view.finished:
             if self._finished_at is None:  # finished before we saw it happen
-                self._finished_at = now
+                self._finished_at = self._run_end(now)
             now = self._finished_at  # the run is over: its clock stops
         return {"elapsed": now - self._started_at, "paused": self._paused, "status": self._status}
+
+    def _run_end(self, now: float | None = None) -> float:
+        """The app's clock at the run's end: its last rank exit, not when this viewer heard
+        of it (a viewer attached to a finished run would count its own time)."""
+        now = self.clock() if now is None else now
+        ended, started = self.run_view.ended_at, self.run_view.started_at
+        if ended is None or not started or ended < started:
+            return now  # the run's start is not known: both ends are this viewer's
+        return max(self._started_at, now - max(0.0, engine_clock.wall() - ended))
 
     def on_engine_event(self, message: EngineEvent) -> None:
         changed = self._drain(upto=message.seq)
@@ -488,7 +510,8 @@ class RankvisorApp(DebugKeys, App[int]):
                 severity="warning",
             )
         elif isinstance(event, RunFinished):
-            self._finished_at = self.clock()
+            self.close_input_of_ended(None)
+            self._finished_at = self._run_end()
             root = self.run_view.root_cause()
             if root is None and self.run_view.exit_code() == 0:
                 self.notify("all ranks finished successfully", timeout=6)
@@ -506,6 +529,8 @@ class RankvisorApp(DebugKeys, App[int]):
             self.notify(f"attempt {event.attempt} started: every rank anew")
             self._finished_at = None
             self._snapshot_worker()  # a new attempt writes new (filtered) files
+        elif isinstance(event, RankStateChanged) and event.new.is_final:
+            self.close_input_of_ended(event.rank)
         elif isinstance(event, RankStateChanged) and event.new is RankState.STARTING:
             self.run_view.ranks[event.rank].restart_clock(self.clock())
             self._paused_sync()
@@ -528,9 +553,11 @@ class RankvisorApp(DebugKeys, App[int]):
         keeps the newest notice until the next one, and shows text as it is."""
         if title:
             message = f"{title}: {message}"
-        # Notices come from a supervisor, a record replayed, a remote node: show no escape.
-        message = one_line(message, 2000)
-        self.notices.append(Notice(message, severity, engine_clock.wall()))
+        # A notice of several lines (--debugpy's ports, launch.json, ssh -L) is one notice
+        # a line, not one line joined by marks; ``m`` lists them all.
+        for part in [p for p in message.splitlines() if p.strip()] or [message]:
+            # Notices come from a supervisor, a record replayed, a remote node: no escape.
+            self.notices.append(Notice(one_line(part, 2000), severity, engine_clock.wall()))
         self._show_notice()
 
     def _show_notice(self) -> None:
@@ -673,8 +700,13 @@ class RankvisorApp(DebugKeys, App[int]):
         self.run_command(KillRanks((self._target(),)))
 
     def action_signal(self) -> None:
-        """Pick a signal for the selected rank."""
+        """Pick a signal for the selected rank (not for one that has ended: say so instead)."""
         rank = self._target()
+        view = self.run_view.ranks[rank] if 0 <= rank < len(self.run_view.ranks) else None
+        if view is not None and not view.state.is_alive:
+            self.notify(f"rank {rank} is not running ({view.state.value}): no signal to send",
+                        severity="warning")
+            return
 
         def send(sig: int | None) -> None:
             if sig is None:
@@ -727,6 +759,9 @@ class RankvisorApp(DebugKeys, App[int]):
 
     def action_terminate_all(self) -> None:
         alive = len(self.run_view.alive)
+        if not alive:  # a question whose yes does nothing: say so instead
+            self.notify("no rank is running: nothing to terminate", severity="warning")
+            return
         timeout = self.run_view.term_timeout_s
         self._confirm(
             "Terminate all ranks?",

@@ -151,6 +151,17 @@ class DebugKeys:
 
         self._confirm(title, question, then)
 
+    def close_input_of_ended(self, rank: int | None) -> None:
+        """``rank`` ended (None: the run did): close each input line bound to it, so that
+        the next key (``q``) is the app's again, not a character for a rank that is gone."""
+        for screen in self.screen_stack:
+            for bar in screen.query(InputBar):
+                if not bar.display or (rank is not None and (bar.rank != rank or bar.to_all)):
+                    continue
+                who = "the run" if rank is None else f"rank {rank}"
+                bar.close()
+                self.notify(f"{who} ended: the input line closed (keys go to the app)")
+
     def _refocus_input(self) -> None:
         for bar in self.screen.query(InputBar):
             if bar.display:

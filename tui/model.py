@@ -35,6 +35,7 @@ from ..engine.events import (
     Suspect,
     TimerExpired,
 )
+from ..engine.forensics.knockon import knock_on_reason
 from ..engine.forensics.pauses import PauseLog, paused_words
 from ..engine.forensics.progress import (
     KINDS,
@@ -100,6 +101,8 @@ GROUP_LOOK_LINES: Final = 5_000
 """A rank's first lines are looked at for them (a group is set up at the start): a job
 that never names one costs nothing after its first few thousand lines."""
 
+KNOCK_ON_LINES: Final = 5
+"""The last lines of a failed rank's stderr read for a knock-on error (``_knock_on``)."""
 CPU_HISTORY: Final = 48
 """CPU samples kept per rank for the sparkline (one a second by default)."""
 
@@ -263,6 +266,11 @@ class RankView:
     """The engine's ``ProcessFailure`` (torch-compatible) when the rank failed."""
     failed_at: float | None = None
     """Wall-clock time of the failure (error.json timestamp when there is one)."""
+    exit_order: int = 0
+    """How many rank exits the view had seen when this one came (ties of ``failed_at``)."""
+    knock_on: str = ""
+    """What kind of knock-on error its failure reads as (a peer's closed connection, a
+    collective timed out: ``engine.forensics.knockon``); "" for a rank's own error."""
     exit_cause: Any = None
     """Why the rank ended, as the supervisor classified it (``engine.forensics``'
     ``ExitCause``); None while it runs, after a success, or from a source that has none."""
@@ -440,6 +448,8 @@ class RunView:
         self.stderr_filters = info.stderr_filters
         self.prefixes = {r: sanitize(p) for r, p in info.log_line_prefixes.items()}
         self.finished = info.finished
+        self.started_at = info.started_at
+        """Wall-clock time the run started (0: not known)."""
         self.stdin = info.stdin
         """The ranks' stdin: "pipe" (a person may type to them), "inherit" or "null"."""
         self.progress_reader = ProgressReader(info.progress_regex or None)
@@ -450,6 +460,10 @@ class RunView:
         self.step_threshold: float | None = None
         """Steps behind ``median_step`` that make a straggler."""
         self.root_cause_rank: int | None = None
+        self._exits = 0
+        """Rank exits seen so far (``RankView.exit_order``)."""
+        self.ended_at: float | None = None
+        """Wall-clock time of the latest rank exit seen (the run's end, once finished)."""
         self.suspect: Suspect | None = None
         self.live_suspect = ""
         """The live suspect's words while every rank hangs ("" when none was named)."""
@@ -564,7 +578,12 @@ class RunView:
 
     def root_cause(self) -> int | None:
         """The rank that failed first: the engine's verdict if given, else the earliest
-        failure the engine did not cause itself (ties go to the lowest rank)."""
+        failure the engine did not cause itself.
+
+        Before the verdict (the run is being torn down), a knock-on failure comes after a
+        rank's own error: error files stamp whole seconds, and a peer whose collective broke
+        on the connection the failing rank closed shares its second and was often reaped
+        first. Ties then go, as in torch, to the earlier exit, then to the lower rank."""
         engine_says = self.root_cause_rank
         if engine_says is not None and 0 <= engine_says < len(self.ranks):
             view = self.ranks[engine_says]
@@ -576,7 +595,12 @@ class RunView:
             return None
         best = min(
             candidates,
-            key=lambda v: (v.failed_at if v.failed_at is not None else math.inf, v.rank),
+            key=lambda v: (
+                bool(v.knock_on) and not self.finished,
+                v.failed_at if v.failed_at is not None else math.inf,
+                v.exit_order,
+                v.rank,
+            ),
         )
         return best.rank
 
@@ -915,9 +939,14 @@ class RunView:
             view.gpu_util_percent = None
             view.gpus = ()
             view.input_wait = None
+            self._exits += 1
+            view.exit_order = self._exits
+            if event.t > 0:
+                self.ended_at = max(self.ended_at or 0.0, event.t)
             if event.new is not RankState.SUCCEEDED:
                 view.failure = event.failure
                 view.failed_at = _failure_time(event.failure, event.t)
+                view.knock_on = _knock_on(view)
         elif event.new is RankState.STARTING:
             # A new incarnation: the old exit is history now.
             view.exitcode = None
@@ -925,6 +954,7 @@ class RunView:
             view.caused_by_us = False
             view.failure = None
             view.failed_at = None
+            view.knock_on = ""
             view.exit_cause = None
             view.timer_scope = None
             view.escalation_deadline = None
@@ -1050,6 +1080,19 @@ def _switch_files(
     view.stdout_path = stdout_path
     view.stderr_path = stderr_path
     view.error_file = error_file
+
+
+def _knock_on(view: RankView) -> str:
+    """What kind of knock-on the failure of ``view`` reads as: its message, else the last
+    lines of stderr it printed before it ended ("" when it reads as its own error)."""
+    message = getattr(view.failure, "message", "")
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    texts = [str(message or "")]
+    buffer = view.buffer
+    last = (buffer[i] for i in range(max(0, len(buffer) - KNOCK_ON_LINES), len(buffer)))
+    texts += [text for kind, text in last if kind == "stderr"]
+    return knock_on_reason("\n".join(texts)) or ""
 
 
 def _failure_time(failure: Any, fallback: float) -> float | None:

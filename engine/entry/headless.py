@@ -232,8 +232,8 @@ class _HeadlessPrinter:
         self._err.flush_frames()
 
     def line(self, text: str) -> None:
-        """One line of rankvisor's own on stderr, never inside a rank's line."""
-        self.write_err(f"[rankvisor] {text}\n")
+        """Lines of rankvisor's own on stderr (each marked), never inside a rank's line."""
+        self.write_err("".join(f"[rankvisor] {part}\n" for part in text.split("\n")))
 
     def write_err(self, text: str) -> None:
         """Write ``text`` to stderr, quietly giving up a stderr that is gone."""

@@ -19,7 +19,7 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,6 +30,8 @@ __all__ = [
     "DebugOptions",
     "LAUNCH_FILE",
     "debugpy_banner",
+    "debugpy_lines",
+    "launch_ports",
     "missing_modules",
     "vscode_launch",
 ]
@@ -216,16 +218,40 @@ def vscode_launch(options: DebugOptions, cwd: str, role: str = "rank") -> dict[s
 
 def debugpy_banner(options: DebugOptions, launch_path: str, host: str | None = None) -> str:
     """What ``--debugpy`` prints: the ports, the launch.json, the ``ssh -L`` line."""
-    ports = options.debugpy_ports()
-    listed = ", ".join(f"rank {r} on 127.0.0.1:{p}" for r, p in ports.items())
-    wait = " (each waits for a client before it runs)" if options.debugpy_wait else ""
-    forwards = " ".join(f"-L {p}:127.0.0.1:{p}" for p in ports.values())
-    return (
-        f"debugpy: {listed}{wait}\n"
-        f"VS Code attach configuration (compound 'rankvisor: attach every rank'): "
-        f"{launch_path}\n"
-        f"from a laptop: ssh {forwards} {host or socket.gethostname()}"
+    return "\n".join(
+        debugpy_lines(options.debugpy_ports(), launch_path, host, wait=options.debugpy_wait)
     )
+
+
+def debugpy_lines(
+    ports: Mapping[int, int], launch_path: str, host: str | None = None, *, wait: bool = False
+) -> list[str]:
+    """The banner's lines: where each rank listens, the launch.json, the ``ssh -L`` line."""
+    listed = ", ".join(f"rank {r} on 127.0.0.1:{p}" for r, p in ports.items())
+    forwards = " ".join(f"-L {p}:127.0.0.1:{p}" for p in ports.values())
+    return [
+        f"debugpy: {listed}" + (" (each waits for a client before it runs)" if wait else ""),
+        f"VS Code attach configuration (compound 'rankvisor: attach every rank'): "
+        f"{launch_path}",
+        f"from a laptop: ssh {forwards} {host or socket.gethostname()}",
+    ]
+
+
+def launch_ports(run_dir: str) -> dict[int, int]:
+    """rank -> debugpy port, read back from the run's ``launch.json`` ({} without one): what
+    ``rankvisor status`` shows of a ``--debugpy`` run, for as long as its run dir is kept."""
+    try:
+        with open(os.path.join(run_dir, LAUNCH_FILE), encoding="utf-8") as f:
+            launch = json.load(f)
+        ports = {}
+        for config in launch.get("configurations", []):
+            rank = str(config.get("name", "")).rsplit(" ", 1)[-1]
+            port = config.get("connect", {}).get("port")
+            if rank.isdigit() and isinstance(port, int):
+                ports[int(rank)] = port
+        return ports
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def write_launch(options: DebugOptions, run_dir: str, cwd: str) -> str:

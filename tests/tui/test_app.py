@@ -686,3 +686,80 @@ async def test_a_run_freezes_the_heap_once_drawn_and_panes_cache_only_their_rows
     async with plain.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert gc.get_freeze_count() == 0
+
+
+async def test_the_header_names_no_knock_on_rank_as_root_cause_while_the_run_tears_down() -> None:
+    """The demo: rank 2 raised, rank 1's collective failed on the connection rank 2 closed
+    (its error.json of the same second, its exit reaped first); while rank 3 was torn down
+    (it ignores SIGTERM) the header said ``root cause: rank 1``."""
+    from rankvisor.engine.testing import EPOCH, ScriptedFailure
+    from rankvisor.tui.widgets.run_summary import summary_text
+
+    closed = "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+    items: list[object] = list(running_script(4, steps=4))
+    for rank, last in ((1, closed), (2, "FloatingPointError: loss is nan")):
+        failure = ScriptedFailure(rank, BASE_PID + rank, 1, "", {}, last, int(EPOCH + 42))
+        items += [
+            RankOutput(rank, "stderr", ("Traceback (most recent call last):", last)),
+            RankStateChanged(rank, RankState.RUNNING, RankState.FAILED, BASE_PID + rank,
+                             exitcode=1, failure=failure, t=EPOCH + 42.5),  # type: ignore[arg-type]
+        ]
+    # The teardown: SIGTERM to ranks 0 and 3, which ignore it; the run goes on.
+    items += [RankStateChanged(r, RankState.RUNNING, RankState.TERMINATING, BASE_PID + r)
+              for r in (0, 3)]
+    engine = ScriptedSupervisor(scripted_info(4), items)  # type: ignore[arg-type]
+    app = make_app(engine)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.run_view.ranks[3].state is RankState.TERMINATING)
+        await pilot.pause()
+        assert app.run_view.ranks[3].state is RankState.TERMINATING
+        assert not app.run_view.finished
+        assert app.run_view.root_cause() == 2
+        assert "root cause: rank 2" in summary_text(app.run_view, elapsed=50).plain
+        assert [v.rank for v in app.run_view.failures()] == [2, 1]
+
+
+async def test_the_elapsed_time_is_the_runs_not_the_viewers() -> None:
+    """A viewer that attached to a run after it ended counted up to its own attach: a run
+    of 20 s that ended 80 s ago read 100 s."""
+    import dataclasses
+    import time as wall
+
+    started = wall.time() - 100
+    info = dataclasses.replace(scripted_info(2), started_at=started)
+    items: list[object] = list(running_script(2, steps=2))
+    items += [RankStateChanged(r, RankState.RUNNING, RankState.SUCCEEDED, BASE_PID + r,
+                               exitcode=0, t=started + 19 + r) for r in (0, 1)]
+    result = ScriptedResult(failures={}, stdouts={}, stderrs={})
+    items.append(RunFinished(result, 0, None))  # type: ignore[arg-type]
+    app = make_app(ScriptedSupervisor(info, items))  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.run_view.finished)
+        elapsed = app.summary_args()["elapsed"]
+    assert 19 < elapsed < 21, elapsed  # the run's 20 s, from its start to its last exit
+
+
+async def test_no_dialog_is_offered_for_a_rank_that_is_gone() -> None:
+    """A signal picker for a rank that had ended, "Terminate all ranks?" with none running:
+    each answer was then refused. One line says why instead."""
+    items: list[object] = list(running_script(2, steps=2))
+    items.append(RankStateChanged(1, RankState.RUNNING, RankState.SUCCEEDED, BASE_PID + 1,
+                                  exitcode=0))
+    engine = ScriptedSupervisor(scripted_info(2), items)  # type: ignore[arg-type]
+    app = make_app(engine)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: app.run_view.ranks[1].state is RankState.SUCCEEDED)
+        await pilot.press("l", "s")
+        await pilot.pause()
+        assert not isinstance(app.screen, ModalScreen)
+        assert app.notices[-1].message == "rank 1 is not running (succeeded): no signal to send"
+        await pilot.press("h", "s")  # rank 0 runs: the picker
+        await wait_for(pilot, lambda: isinstance(app.screen, SignalPicker))
+        await pilot.press("escape")
+        engine.emit(RankStateChanged(0, RankState.RUNNING, RankState.FAILED, BASE_PID,
+                                     exitcode=1))
+        await wait_for(pilot, lambda: not app.run_view.alive)
+        await pilot.press("T")
+        await pilot.pause()
+        assert not isinstance(app.screen, ModalScreen)
+        assert app.notices[-1].message == "no rank is running: nothing to terminate"

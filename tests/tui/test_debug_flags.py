@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -133,3 +134,47 @@ def test_headless_post_mortem_from_the_command_line(tmp_path: Path) -> None:
     assert "(Pdb) 7" in held.stdout
     for done in (plain, held):
         assert "root cause: rank 1" in (done.stdout + done.stderr).lower().replace("  ", " ")
+
+
+async def test_the_debugpy_lines_stay_where_a_person_finds_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34: the attach lines came only as one notice, joined by newline marks, gone from
+    the notice line at the next one. Now: a notice a line in the app, once on the terminal
+    at start, and a ``debugpy`` section of ``rankvisor status``."""
+    from rankvisor.engine.events import SupervisorNotice
+    from rankvisor.engine.states import RankState
+    from rankvisor.engine.supervisor.debug_options import write_launch
+    from rankvisor.engine.testing import ScriptedSupervisor
+    from rankvisor.tui.app import make_app
+    from rankvisor.tui.cli import main
+    from rankvisor.tui.cli.launch import say_debugpy
+
+    from tests.control.runs import make_run
+    from tests.scenarios import running_script, scripted_info
+
+    job = parse_job("run", [f"--log-dir={tmp_path}", "--nproc-per-node", "2",
+                            "--debugpy", "0-1:6100", SCRIPT])
+    debug = job.config.debug
+    entry = make_run(tmp_path, "dbg", pid=os.getpid(), states=[RankState.RUNNING] * 2)
+    launch = write_launch(debug, entry.run_dir, "/srv/job")
+    banner = debugpy_banner(debug, launch, host="gpu7")
+    # In the app: a notice a line, the newest on the notice line, none with a mark.
+    engine = ScriptedSupervisor(scripted_info(2), [*running_script(2),
+                                                   SupervisorNotice(banner, "warning")])
+    app = make_app(engine)
+    async with app.run_test(size=(120, 36)):
+        notices = [n.message for n in app.notices]
+    assert notices[-3:] == banner.splitlines()
+    assert not any("\u2424" in n for n in notices)
+    # Once on the terminal at start (stderr, left there when the app's screen goes).
+    say_debugpy(job, entry.run_dir)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 3 and f"{launch}\n" in err and "-L 6101:127.0.0.1:6101" in err
+    # And for as long as the run dir is kept: `rankvisor status`.
+    assert main(["status", entry.run_dir]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("  debugpy\n"):].splitlines()
+    assert section[1] == "    debugpy: rank 0 on 127.0.0.1:6100, rank 1 on 127.0.0.1:6101"
+    assert section[2].endswith(launch)
+    assert section[3].startswith("    from a laptop: ssh -L 6100:127.0.0.1:6100 -L 6101:")

@@ -15,6 +15,7 @@ from rankvisor.engine.states import RankState
 from rankvisor.engine.testing import (
     BASE_PID,
     EPOCH,
+    Checkpoint,
     Prompt,
     ScriptedSupervisor,
     ScriptItem,
@@ -395,3 +396,50 @@ async def test_the_zoom_shows_what_was_typed_and_takes_the_input_line_too(tmp_pa
         await wait_for(pilot, lambda: tail() == ["-> loss = model(batch).sum() + x", "p x",
                                                  "(Pdb) 41"])
         assert log.stream_of(log.line_count - 2) == "stdin"
+
+
+async def test_a_closed_input_line_never_takes_the_focus_back() -> None:
+    """i, esc, then a view (e, a zoom) and esc: the grid came back with the hidden line
+    focused, and c, enter went to pdb."""
+    engine = engine_at_prompt()
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for view in ("e", "enter"):
+            await open_input(pilot)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.focused is None
+            await pilot.press(view)
+            await wait_for(pilot, lambda: app.screen is not app.main_screen)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is app.main_screen)
+            await settle(pilot)
+            assert not bar(app).display
+            assert not isinstance(app.focused, type(bar(app).line)), app.focused
+            await pilot.press("c")  # the app's copy, not a "c" to pdb
+            await settle(pilot)
+            assert bar(app).line.value == ""
+        assert sent(engine) == []
+
+
+async def test_the_input_line_closes_when_its_rank_ends_and_shows_when_it_has_the_keys() -> None:
+    engine = engine_at_prompt(
+        Checkpoint(),
+        RankStateChanged(0, RankState.RUNNING, RankState.FAILED, BASE_PID, exitcode=1))
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        line = await open_input(pilot)
+        assert line.has_class("-typing")  # the keys go to the rank: the bar says so
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not line.has_class("-typing")
+        await open_input(pilot)
+        engine.advance()
+        await settle(pilot)
+        assert not line.display and app.focused is None
+        assert any("rank 0 ended" in n.message for n in app.notices)
+        await pilot.press("q")  # a key of the app again, not a character of the line
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                       or app.screen.__class__.__name__ == "QuitScreen")
+        assert sent(engine) == []

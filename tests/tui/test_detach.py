@@ -10,6 +10,7 @@ import pytest
 from rankvisor.engine.testing import ScriptedSupervisor
 from rankvisor.tui.app import make_app
 from rankvisor.tui.screens.confirm import ConfirmScreen, QuitScreen
+from textual import events
 
 from tests.scenarios import running_script, scripted_info, suspect_script
 from tests.tui.conftest import wait_for
@@ -70,3 +71,27 @@ async def test_d_on_a_run_inside_this_process_says_why_not() -> None:
         assert "--foreground" in app.notices[-1].message
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)  # the old question: terminate and quit
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("quit_keys", [("q",), ("d",), ("q", "d")])
+@pytest.mark.parametrize("then", ["e", "enter", "question_mark", "i"])
+async def test_a_key_pressed_while_the_app_quits_ends_in_no_traceback(
+    quit_keys: tuple[str, ...], then: str
+) -> None:
+    """``q`` then ``e`` (a finished run quits at once), ``d`` then ``e``: the view's screen
+    was pushed on an app closing, and Textual ended in a traceback."""
+    finished = quit_keys == ("q",)
+    script = suspect_script() if finished else running_script(4)
+    engine = ScriptedSupervisor(scripted_info(4), script, detachable=True, obey_term=True)
+    app = make_app(engine)
+    async with app.run_test(size=(120, 36)) as pilot:
+        if finished:
+            await wait_for(pilot, lambda: app.run_view.finished)
+        # As a terminal sends them: in one read, queued before the first is handled.
+        for key in (*quit_keys, then, then):
+            char = "?" if key == "question_mark" else key if len(key) == 1 else None
+            app.post_message(events.Key(key, char))
+        await wait_for(pilot, lambda: app.return_value is not None)
+    assert app.return_value in (0, 1)
+    assert app._exception is None

@@ -196,3 +196,33 @@ def test_the_quit_summary_says_a_suspect_that_is_the_root_cause_once() -> None:
     text = format_summary(run)
     assert "suspect:" not in text and "root cause: rank 2" in text
     assert text.count("FloatingPointError: loss is nan at step 23") == 1, text  # said once
+
+
+async def test_at_80_columns_every_footer_keeps_help_and_quit_and_whole_keys() -> None:
+    """Issue 34: at 80x24 the views' footers ended before ``q Quit``, and the grid's before
+    ``i Input`` with a rank at a prompt; a person at 80 columns saw a footer cut short."""
+    from rankvisor.engine.testing import ScriptedSupervisor
+    from rankvisor.tui.app import make_app
+    from rankvisor.tui.widgets.key_footer import KeyFooter
+    from textual.widgets._footer import FooterKey
+
+    from tests.scenarios import pdb_script, scripted_info
+    from tests.tui.conftest import wait_for
+
+    app = make_app(ScriptedSupervisor(scripted_info(4, stdin="pipe"), pdb_script(4)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        for keys in ((), ("enter",), ("escape", "e"), ("escape", "f"), ("escape", "a"),
+                     ("escape", "S")):
+            await pilot.press(*keys)
+            await wait_for(pilot, lambda: bool(app.screen.query(KeyFooter))
+                           and bool(app.screen.query(FooterKey)))
+            await pilot.pause(0.2)
+            name = type(app.screen).__name__
+            row = app.screen._compositor.render_strips()[-1].text
+            shown = [f"{k.key_display} {k.description}" for k in app.screen.query(FooterKey)]
+            assert "? Help" in shown and "q Quit" in shown, (name, row)
+            for key in shown:  # each whole, in sight
+                assert key in row, (name, key, row)
+            if name == "MainScreen":
+                assert "i Input" in shown, row

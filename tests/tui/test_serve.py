@@ -270,3 +270,23 @@ def test_the_serve_session_views_without_a_terminal_and_read_only_refuses(
         handle.detach()
         wait_until(lambda: run.clients == 0)
     assert run.all_running() and run.rank_pids() == pids
+
+
+def test_without_textual_serve_serve_names_the_extra_and_the_readme_does_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ``[web]`` extra was said only in the error: the README's serve paragraph did
+    not name it."""
+    for name in [m for m in sys.modules if m.split(".")[0] == "textual_serve"] + [
+            "textual_serve"]:
+        monkeypatch.setitem(sys.modules, name, None)  # not importable, even if imported
+    monkeypatch.delitem(sys.modules, "rankvisor.tui.serve_door", raising=False)
+    import rankvisor.tui
+
+    monkeypatch.delattr(rankvisor.tui, "serve_door", raising=False)  # imported by another test
+    assert serve.main(["demo"]) == 2
+    assert capsys.readouterr().err == (
+        "rankvisor serve: error: textual-serve is not installed (pip install 'rankvisor[web]')\n")
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    paragraph = readme[readme.index("`rankvisor serve [--max-viewers"):]
+    assert "pip install 'rankvisor[web]'" in paragraph[:paragraph.index("\n\n")]

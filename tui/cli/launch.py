@@ -17,6 +17,7 @@ the supervisor process of ``engine.entry.spawn``), never here; the TUI comes thr
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -114,7 +115,20 @@ def _start_detached(job: Job) -> int:
     except KeyboardInterrupt:
         return _interrupted(job)
     print(attach_hint(started.run_dir).replace("detached; ", "started; "), end="")
+    say_debugpy(job, started.run_dir)
     return 0
+
+
+def say_debugpy(job: Job, run_dir: str) -> None:
+    """``--debugpy``: the attach lines once on the terminal at start (on stderr), where they
+    stay after the app's screen is gone; ``rankvisor status`` shows them again."""
+    from ...engine.supervisor.debug_options import LAUNCH_FILE, debugpy_banner
+
+    debug = job.config.debug
+    if debug is None or not debug.debugpy:
+        return
+    for line in debugpy_banner(debug, os.path.join(run_dir, LAUNCH_FILE)).splitlines():
+        print(f"{PROG}: {line}", file=sys.stderr)
 
 
 def _ready_timeout(job: Job) -> float:
@@ -139,6 +153,7 @@ def _run_attached(job: Job, run_viewer: Any) -> int:
         return 1
     except KeyboardInterrupt:
         return _interrupted(job)
+    say_debugpy(job, started.run_dir)
     if job.config.cluster is not None:
         from ...engine.cluster.viewer import whole_job
 

@@ -246,7 +246,22 @@ def status_text(s: dict[str, Any]) -> str:
         where = (f" on node {cause.get('node_rank')} ({cause.get('host')})"
                  if cause.get("node_rank") is not None else "")
         lines.append(f"  root cause  rank {cause.get('rank')}{where} ({how}): {message}")
+    lines += _debugpy_section(s)
     return "\n".join(lines)
+
+
+def _debugpy_section(s: dict[str, Any]) -> list[str]:
+    """A ``--debugpy`` run's attach lines (ports, launch.json, ``ssh -L``), kept here: the
+    app's notice line shows them only until the next notice."""
+    from ...engine.supervisor.debug_options import LAUNCH_FILE, debugpy_lines, launch_ports
+
+    run_dir = str(s.get("run_dir") or "")
+    ports = launch_ports(run_dir) if run_dir else {}
+    if not ports:
+        return []
+    host = s.get("host") if isinstance(s.get("host"), str) else None
+    launch = os.path.join(run_dir, LAUNCH_FILE)
+    return ["  debugpy", *("    " + line for line in debugpy_lines(ports, launch, host))]
 
 
 @on_a_run

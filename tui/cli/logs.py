@@ -3,7 +3,9 @@ tqdm write to stderr, print to stdout) or one of them, printed, and with ``-f`` 
 across its restarts until the run finishes.
 
 Into a pipe or a file the bytes go as the rank wrote them; on a terminal they are decoded
-and every escape but colours is neutralised (a rank writes anything).
+and every escape but colours is neutralised (a rank writes anything), and a line that a
+progress bar redrew with ``\r`` shows its last frame, as the panes do (``--raw``: every
+frame, each ``\r`` shown as a mark). A line still unfinished is shown at the end.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Final
 
 from ...engine.control import registry
 from ...engine.control.status import FILENAME, current_attempt
+from ...engine.output.lines import LineAssembler
 from ...engine.output.safe_text import one_line
 from ...engine.rundir.arrival import arrival_path, read_records
 from ...engine.rundir.regular_file import NotRegular, open_regular
@@ -61,12 +64,14 @@ class _Copier:
     ``lines`` counts the complete lines copied, so that two files can be interleaved by
     their arrival index (``_Merged``)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, raw: bool = False) -> None:
         self.path = path
         self.offset = 0
         self.lines = 0
         self._tty = sys.stdout.isatty()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._lines = None if raw or not self._tty else LineAssembler()
+        """On a terminal: whole lines, the last frame of each (None: every byte)."""
 
     def pump(self, upto: int | None = None) -> int:
         """Copy what was appended since the last call, or only up to the end of complete
@@ -101,6 +106,15 @@ class _Copier:
 
     def drain(self, *, final: bool = False) -> None:
         self.pump()
+        if final:
+            self.finish()
+
+    def finish(self) -> None:
+        """The stream ended: show its unfinished line (the bar's current frame), if any."""
+        if self._lines is not None and self._lines.partial:
+            sys.stdout.write(self._lines.partial + "\n")
+            self._lines = LineAssembler()
+            sys.stdout.flush()
 
     def pending(self) -> bool:
         """Bytes on disk not copied yet."""
@@ -112,6 +126,11 @@ class _Copier:
     def _write(self, chunk: bytes) -> None:
         if not self._tty:
             sys.stdout.buffer.write(chunk)
+            return
+        if self._lines is not None:
+            lines = self._lines.feed(chunk)
+            if lines:
+                sys.stdout.write("\n".join(lines) + "\n")
             return
         from ...engine.output.sanitize import sanitize
 
@@ -135,8 +154,8 @@ class _Merged:
     (their order is then plain), and at the end; without an index, each file's new bytes in
     turn."""
 
-    def __init__(self, stdout_path: str, stderr_path: str) -> None:
-        self.copiers = (_Copier(stdout_path), _Copier(stderr_path))
+    def __init__(self, stdout_path: str, stderr_path: str, *, raw: bool = False) -> None:
+        self.copiers = (_Copier(stdout_path, raw=raw), _Copier(stderr_path, raw=raw))
         self.index = arrival_path(stdout_path, stderr_path)
         self._offset = 0
 
@@ -148,7 +167,7 @@ class _Merged:
         """Copy what the index says came next; with ``final`` (the run ended) the rest."""
         if not self.index or not os.path.exists(self.index):
             for copier in self.copiers:
-                copier.pump()
+                copier.drain(final=final)
             return
         records, self._offset = read_records(self.index, self._offset)
         for stream, lines_end, _ in records:
@@ -157,6 +176,9 @@ class _Merged:
         if final or len(waiting) == 1:
             for copier in waiting:
                 copier.pump()
+        if final:
+            for copier in self.copiers:
+                copier.finish()
 
 
 @on_a_run
@@ -172,6 +194,9 @@ def logs(sub: Subcommand, argv: list[str]) -> int:
     p.add_argument("--typed", action="store_true",
                    help="with the lines typed to the rank (its stdin.log), marked, where they "
                         "arrived (not with -f)")
+    p.add_argument("--raw", action="store_true",
+                   help="on a terminal, every frame of a progress bar's \\r line (each \\r "
+                        "marked), not its last")
     args = p.parse_args(argv)
     if args.typed and args.follow:
         raise Usage("--typed shows a log as it is: leave out -f")
@@ -192,7 +217,9 @@ def logs(sub: Subcommand, argv: list[str]) -> int:
 
     def source(st: dict[str, Any] | None) -> _Merged | _Copier:
         paths = [current_log(entry.run_dir, st, local, name) for name in streams]
-        return _Merged(*paths) if len(paths) == 2 else _Copier(paths[0])
+        if len(paths) == 2:
+            return _Merged(*paths, raw=args.raw)
+        return _Copier(paths[0], raw=args.raw)
 
     copier = source(status)
     paths = copier.paths

@@ -60,7 +60,7 @@ class LogFilesScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("slash", "start_search", "Search"),
         Binding("n", "find(False)", "Next"),
-        Binding("N", "find(True)", "Previous"),
+        Binding("N", "find(True)", "Prev"),
         Binding("o", "cycle_streams", "Streams"),
         Binding("w", "toggle_wrap", "Wrap"),
         Binding("tab", "focus_next", "Switch", show=False),

@@ -52,7 +52,7 @@ class TimelineScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("slash", "ask('search')", "Search"),
         Binding("n", "find(1)", "Next"),
-        Binding("N", "find(-1)", "Previous"),
+        Binding("N", "find(-1)", "Prev"),
         Binding("ampersand", "ask('filter')", "Filter"),
         Binding("r", "reload", "Reload"),
         Binding("g,home", "top", "Top", show=False),

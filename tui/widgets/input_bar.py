@@ -7,6 +7,11 @@ terminal would; Esc leaves. Up/Down walk the lines typed to its rank (by any vie
 history is the run's, from the ``RankInput`` events). Ctrl-T flips between the bound rank and
 every rank at a prompt; the label says which. A viewer that may not type gets the bar
 disabled, with the reason in it.
+
+Closed, the line is hidden and may not take the focus: Textual gives a screen that comes
+back (from a view, a zoom) its first focusable widget, and a hidden line would then have
+taken every key, unseen, for the rank. Open, the bar is drawn apart while its line has the
+keys (``-typing``), so a person sees where a key goes.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ class InputLine(Input):
         Binding("ctrl+t", "toggle_all", "All at a prompt"),
         Binding("ctrl+d", "eof", "EOF"),
     ]
+
+    def allow_focus(self) -> bool:
+        """Only while its bar is shown (see the module docstring)."""
+        bar = self.parent
+        return super().allow_focus() and not (isinstance(bar, InputBar) and not bar.display)
 
     def action_leave(self) -> None:
         bar = self.parent
@@ -82,6 +92,13 @@ class InputBar(Horizontal):
     }
     InputBar > InputLine:focus {
         border: none;
+    }
+    InputBar.-typing > #input-label {
+        background: $warning;
+        color: $text-warning;
+    }
+    InputBar.-typing > InputLine {
+        background: $warning 15%;
     }
     """
 
@@ -157,6 +174,14 @@ class InputBar(Horizontal):
         self._to_all = value
         self.show_label()
 
+    def on_descendant_focus(self) -> None:
+        self.set_class(True, "-typing")
+        self.show_label()
+
+    def on_descendant_blur(self) -> None:
+        self.set_class(False, "-typing")
+        self.show_label()
+
     def show_label(self) -> None:
         if self._to_all:
             words = f"INPUT every rank at a prompt ({self._waiting()})"
@@ -164,6 +189,8 @@ class InputBar(Horizontal):
             words = f"INPUT rank {self.rank}"
         if self._refusal:
             words += " · read-only"
+        elif not self.line.has_focus:
+            words += " · keys go to the app (i: type)"
         self.label.update(Text(words + " ›"))
 
     def open(self) -> None:

@@ -3,9 +3,10 @@
 Textual's ``Footer`` lays every shown key out in one row that scrolls: at 80 columns the
 zoom's row ended "... s Signal r Re", and the keys past the edge could not be seen at all.
 This one shows the keys that fit, the screen's own first, and always keeps ``?`` (the help
-lists every key). It also draws its keys when the app does not have the focus: in a
-browser (``rankvisor serve``) the page has none until it is clicked, and ``Footer`` waits
-for it, leaving the row blank.
+lists every key) and ``q`` (at 80 columns the views' footers ended before ``q Quit``). It
+also draws its keys when the app does not have the focus: in a browser (``rankvisor
+serve``) the page has none until it is clicked, and ``Footer`` waits for it, leaving the
+row blank.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from textual.widgets._footer import FooterKey
 
 __all__ = ["KeyFooter"]
 
-KEPT: Final = frozenset(("help", "app.help"))
+KEPT: Final = frozenset(("help", "app.help", "request_quit", "app.request_quit"))
 """Actions whose key is shown whatever the width."""
 
 
@@ -29,10 +30,17 @@ class KeyFooter(Footer):
 
     def __init__(self) -> None:
         super().__init__(compact=True, show_command_palette=False)
+        self.left_out: list[str] = []
 
     def compose(self) -> ComposeResult:
         keys = list(super().compose())
-        yield from fit_keys(keys, self.size.width or self.app.size.width)
+        fitted = fit_keys(keys, self.size.width or self.app.size.width)
+        self.left_out = [
+            f"{k.key_display} {k.description}" for k in keys
+            if isinstance(k, FooterKey) and k not in fitted
+        ]
+        """The keys that did not fit this width (the help lists them)."""
+        yield from fitted
 
     def bindings_changed(self, screen: Screen[object]) -> None:
         self._bindings_ready = True
