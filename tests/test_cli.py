@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import BIN, pid_alive, wait_until
 
+pytestmark = [pytest.mark.processes, pytest.mark.gloo]
+
 ROOT = Path(__file__).parents[1]
 SV_RANK = str(BIN / "sv_rank.py")
 

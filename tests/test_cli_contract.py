@@ -15,6 +15,8 @@ from rankvisor.engine.states import RankState
 
 from tests.control.runs import Supervisors, failed_finish, make_run, state_dir, supervisors
 
+pytestmark = pytest.mark.processes
+
 __all__ = ["state_dir", "supervisors"]  # fixtures, used by name
 
 ROOT = Path(__file__).resolve().parents[1]

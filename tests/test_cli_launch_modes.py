@@ -12,6 +12,8 @@ import pytest
 
 from tests.test_cli import assert_refused
 
+pytestmark = pytest.mark.processes
+
 _CLEARED = ("PET_", "SLURM_", "SKYPILOT_")
 
 

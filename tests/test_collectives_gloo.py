@@ -30,7 +30,7 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import BIN, PYTHON, wait_until
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, pytest.mark.torch]
 
 JOB = str(BIN / "fr_gloo_job.py")
 REASON = "rank 1: never entered all_reduce #5 on pg 0, where ranks 0 and 2 waited"

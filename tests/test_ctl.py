@@ -26,6 +26,8 @@ from rankvisor.tui.cli.subcommands import SUBCOMMANDS
 from tests.conftest import wait_until
 from tests.control.runs import Supervisors, failed_finish, make_run, state_dir, supervisors
 
+pytestmark = pytest.mark.processes
+
 __all__ = ["state_dir", "supervisors"]  # fixtures, used by name
 
 ROOT = Path(__file__).resolve().parents[1]

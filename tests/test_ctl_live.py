@@ -25,6 +25,8 @@ from tests.conftest import PYTHON, pid_alive, wait_until
 from tests.control.live import START_S, SV_RANK, Daemons, daemons
 from tests.control.runs import state_dir
 
+pytestmark = pytest.mark.processes
+
 __all__ = ["daemons", "state_dir"]  # fixtures, used by name
 
 ROOT = Path(__file__).resolve().parents[1]

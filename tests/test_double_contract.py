@@ -64,6 +64,8 @@ from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 from tests.scenarios import scripted_info
 
+pytestmark = pytest.mark.processes
+
 STEP_TIMEOUT = 20.0
 """How long the real Supervisor gets to deliver a step's events (real ranks on a busy box)."""
 

@@ -14,7 +14,7 @@ from tests.conftest import BIN, GLOO_JOBS
 ROOT = Path(__file__).parents[1]
 JOB = str(BIN / "sv_gloo_allreduce.py")
 
-pytestmark = [pytest.mark.torch, GLOO_JOBS]
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, pytest.mark.torch, GLOO_JOBS]
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.processes
+
 
 def _loaded_after(stmt: str, names: tuple[str, ...]) -> list[str]:
     code = f"import sys; {stmt}; print([m for m in {names!r} if m in sys.modules])"

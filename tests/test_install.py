@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"engine": "rankvisor.engine", "tui": "rankvisor.tui"}
 """The repository's top-level folders -> the installed package each one becomes."""

@@ -16,7 +16,7 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import BIN, GLOO_JOBS, PYTHON, wait_until
 
-pytestmark = [pytest.mark.torch, GLOO_JOBS]
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, pytest.mark.torch, GLOO_JOBS]
 
 JOB = BIN / "gloo_prompt.py"
 

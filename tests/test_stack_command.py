@@ -20,7 +20,10 @@ from tests.conftest import BIN, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not installed")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not installed"),
+]
 
 
 def rankvisor(*argv: str) -> subprocess.CompletedProcess[str]:

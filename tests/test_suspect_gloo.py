@@ -24,7 +24,7 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, GLOO_JOBS, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 
-pytestmark = [pytest.mark.torch, GLOO_JOBS]
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, pytest.mark.torch, GLOO_JOBS]
 
 ROOT = Path(__file__).parents[1]
 JOB = str(BIN / "sv_gloo_suspect.py")

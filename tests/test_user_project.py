@@ -44,7 +44,10 @@ while stop and not os.path.exists(stop) and time.monotonic() < deadline:
 """
 """The training script: says which ``engine`` it got, then waits for the stop file."""
 
-pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason=f"no console script {SCRIPT}")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(not SCRIPT.exists(), reason=f"no console script {SCRIPT}"),
+]
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import BIN
 
 ROOT = Path(__file__).parents[1]
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 
 def test_a_rank_that_raised_exits_1_and_is_quoted(tmp_path: Path) -> None:

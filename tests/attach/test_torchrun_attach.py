@@ -50,7 +50,7 @@ from rankvisor.tui.cli.torchrun_view import run_torchrun_view
 
 from tests.conftest import GLOO_JOBS, NEEDS_PIDFD_EXIT, pid_alive, wait_until
 
-pytestmark = GLOO_JOBS
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, GLOO_JOBS]
 WORKER = str(Path(__file__).with_name("tr_worker.py"))
 SLOW = 90.0
 """Seconds a torchrun may take to start its workers (torch imports on a busy machine)."""

@@ -21,6 +21,7 @@ from tests.conftest import BIN, wait_until
 
 _PROBLEM = TwoHosts.problem()
 pytestmark = [
+    pytest.mark.processes,
     pytest.mark.torch, pytest.mark.timeout(300),
     pytest.mark.skipif(_PROBLEM is not None, reason=f"two hosts cannot be made: {_PROBLEM}"),
 ]

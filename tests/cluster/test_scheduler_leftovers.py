@@ -19,7 +19,7 @@ from rankvisor.tui.cli.run_args import parse_job
 from tests.conftest import wait_until
 from tests.test_cli import ROOT, _end_terminal, _exit_of, _Screen, _tui_on_a_terminal
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 LEFTOVER = {"SLURM_JOB_ID": "77", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
             "SLURM_JOB_NODELIST": "localhost,nowhere"}

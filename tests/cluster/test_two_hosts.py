@@ -28,6 +28,8 @@ END_S = 150.0
 
 _PROBLEM = TwoHosts.problem()
 pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.gloo,
     pytest.mark.torch, GLOO_JOBS, pytest.mark.timeout(300),
     pytest.mark.skipif(_PROBLEM is not None, reason=f"two hosts cannot be made: {_PROBLEM}"),
 ]

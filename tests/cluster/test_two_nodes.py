@@ -29,7 +29,13 @@ RDZV_CONF = "join_timeout=60,last_call_timeout=1,close_timeout=5"
 END_S = 150.0
 """The longest a node may take from start to exit (a rendezvous, two rounds on 2 cores)."""
 
-pytestmark = [pytest.mark.torch, GLOO_JOBS, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.gloo,
+    pytest.mark.torch,
+    GLOO_JOBS,
+    pytest.mark.timeout(300),
+]
 
 
 def _free_port() -> int:

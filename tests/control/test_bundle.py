@@ -15,12 +15,15 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rankvisor.engine.control.status import process_start_time, read_status, write_status
 from rankvisor.engine.entry.bundle import make_bundle
 from rankvisor.engine.forensics.environ import REDACTED, is_secret
 
 from tests.conftest import BIN, PYTHON
 from tests.control.runs import Supervisors
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).parents[2]
 SECRET = "hunter2-do-not-leak"

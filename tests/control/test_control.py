@@ -37,6 +37,8 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Lines to stdout and stderr in turn, in small bursts, then exit 0.

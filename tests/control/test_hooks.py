@@ -6,9 +6,12 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.control.hooks import LOG_NAME, run_on_failure
 
 from tests.conftest import pid_alive, wait_until
+
+pytestmark = pytest.mark.processes
 
 STATUS = {
     "schema": 1, "run_id": "job-7", "exitcode": 1,

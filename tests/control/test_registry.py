@@ -14,6 +14,8 @@ from rankvisor.engine.states import RankState
 
 from tests.control.runs import Supervisors, failed_finish, make_run
 
+pytestmark = pytest.mark.processes
+
 
 def test_the_state_dir_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import signal
 import threading
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.control.status import (
     SCHEMA,
     build_status,
@@ -24,6 +25,8 @@ from rankvisor.engine.result import RunProcsResult
 from rankvisor.engine.states import RankState
 
 from tests.control.runs import Supervisors, failed_finish, run_info
+
+pytestmark = pytest.mark.processes
 
 FIELDS = {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "supervisor_start", "state",
           "attempt", "finished", "exitcode", "ranks", "root_cause", "suspect", "started",

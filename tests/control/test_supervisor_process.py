@@ -29,6 +29,8 @@ from rankvisor.tui.cli import main
 from tests.conftest import PYTHON, pid_alive, wait_until
 from tests.control.live import START_S, Daemons
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

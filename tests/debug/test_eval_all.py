@@ -13,6 +13,8 @@ from rankvisor.tui.cli.mcp_tools import bounded
 
 from tests.debug.test_input_cli import Runs, cli, runs, waiting
 
+pytestmark = pytest.mark.processes
+
 __all__ = ["runs"]  # a fixture, used by name
 
 

@@ -21,6 +21,8 @@ from rankvisor.engine.handle import SendInput
 
 from tests.conftest import PYTHON, wait_until
 
+pytestmark = [pytest.mark.processes, pytest.mark.gloo]
+
 JOBS = Path(__file__).parent / "jobs"
 START_S = 60.0
 """Bound on every wait: the machine is shared, and a gloo job imports torch."""

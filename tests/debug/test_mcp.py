@@ -21,6 +21,8 @@ pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 MUTATING_CALLS = [
     ("send_to_rank", {"rank": 0, "line": "p x"}),
     ("signal", {"ranks": [0], "signal": "SIGUSR1"}),

@@ -14,6 +14,8 @@ from rankvisor.engine.process.stdin_pipe import RankStdin, StdinRefused
 
 from tests.conftest import wait_until
 
+pytestmark = pytest.mark.processes
+
 JOBS = Path(__file__).parent / "jobs"
 
 

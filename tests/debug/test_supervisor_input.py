@@ -18,6 +18,8 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 from tests.conftest import wait_until
 from tests.engine.supervisor_helpers import Recorder
 
+pytestmark = pytest.mark.processes
+
 JOBS = Path(__file__).parent / "jobs"
 
 

@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).parent / "jobs" / "bp_job.py"
 START_S = 60.0
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
 
 
 def _tmux(*args: str) -> str:

@@ -24,7 +24,7 @@ from rankvisor.engine.errors import ChildFailedError
 
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 
 def _both(torch_mp: Any) -> list[tuple[str, Any]]:

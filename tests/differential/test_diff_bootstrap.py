@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import BIN, PYTHON
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, pytest.mark.torch]
 
 
 def _seen(tool: list[str], cwd: Path, log_dir: Path) -> list[dict]:

@@ -20,7 +20,7 @@ from rankvisor import engine
 
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 NS = 1_000_000_000
 

@@ -23,7 +23,7 @@ from rankvisor.engine.errors import ChildFailedError
 from tests.conftest import pid_alive, wait_until
 from tests.engine import mp_funcs
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 
 def _run(

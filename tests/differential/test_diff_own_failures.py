@@ -21,7 +21,8 @@ import pytest
 
 from tests.conftest import BIN, GLOO_JOBS, PYTHON
 
-pytestmark = [pytest.mark.torch, GLOO_JOBS]  # its ranks race the teardown: never beside another job
+# its ranks race the teardown: never beside another job
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, pytest.mark.torch, GLOO_JOBS]
 
 _LISTED = re.compile(r"^  rank\s+: (\d+) \(local_rank", re.M)
 _STOPPED = re.compile(r"^rankvisor: stopped by rankvisor, not failures: (.*)$", re.M)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import BIN, PYTHON
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 KEPT_DIFFERENT = {
     "TORCHELASTIC_RUN_ID": "one node: a fresh uuid per run, the run dir's name (torch: none)",

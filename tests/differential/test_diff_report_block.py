@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import BIN, PYTHON
 
+pytestmark = pytest.mark.processes
+
 _MASKS = (
     (re.compile(r"^  time      : .*$", re.M), "  time      : T"),
     (re.compile(r"\(pid: \d+\)"), "(pid: P)"),

@@ -20,7 +20,7 @@ from rankvisor.engine.tail_log import TailLog
 
 from tests.conftest import wait_until
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 ROOT = str(Path(__file__).parents[2])
 

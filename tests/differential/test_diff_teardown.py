@@ -40,7 +40,7 @@ from rankvisor.engine.errors import ChildFailedError
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 from tests.engine import mp_funcs
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 OUR_RACING_RUNS_FUNCTION = 4
 """Runs per function scenario with our wait() racing the ranks (about 1 s each here)."""

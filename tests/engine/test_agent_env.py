@@ -21,6 +21,8 @@ from rankvisor.engine.supervisor.agent_env import (
     virtual_local_rank_env,
 )
 
+pytestmark = pytest.mark.processes
+
 AGENT_KEYS = {
     "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
     "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",

@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.forensics.activity import RankActivity
 from rankvisor.engine.forensics.collectives import (
     RankCollectives,
@@ -26,6 +27,8 @@ from rankvisor.engine.forensics.collectives_run import TORCH_SOCKET_ENV, ask_wor
 from rankvisor.engine.forensics.suspect import RankFacts, find_suspect
 from rankvisor.engine.forensics.worker_server import Answer, ask, socket_path
 from rankvisor.engine.names.refusals import NO_WORKER_SERVER
+
+pytestmark = pytest.mark.processes
 
 DATA = Path(__file__).parent / "data" / "fr_gloo"
 S = 1_000_000_000

@@ -21,6 +21,8 @@ from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.dap_client import DapClient
 from tests.engine.supervisor_helpers import Recorder
 
+pytestmark = pytest.mark.processes
+
 pytest.importorskip("debugpy")
 
 JOB = BIN / "debugpy_job.py"

@@ -18,6 +18,8 @@ from rankvisor.engine.supervisor.dstate_watch import (
     timeout_from_env,
 )
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.mark.parametrize(("raw", "expected"), [
     (None, 0.0), ("", 0.0), ("abc", 0.0), ("0", 0.0), ("-3", 0.0), ("2.5", 2.5), ("30", 30.0),

@@ -15,6 +15,8 @@ from rankvisor.engine.errors.error_file import MAX_ERROR_FILE_BYTES, read_error_
 
 from tests.conftest import BIN, PYTHON
 
+pytestmark = pytest.mark.processes
+
 NS = 1_000_000_000
 
 

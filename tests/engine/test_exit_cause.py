@@ -34,6 +34,8 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import BIN, PYTHON, limit_memory, pid_alive, wait_until
 
+pytestmark = [pytest.mark.processes, pytest.mark.gloo]
+
 DIE_OF = str(BIN / "die_of.py")
 
 

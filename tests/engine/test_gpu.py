@@ -27,6 +27,8 @@ from rankvisor.tui.widgets.rank_pane import gpu_text
 
 from tests.conftest import wait_until
 
+pytestmark = pytest.mark.processes
+
 GIB = 1 << 30
 
 

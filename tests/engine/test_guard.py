@@ -9,9 +9,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.process.guard import Guard, _pin, starttime
 
 from tests.conftest import BIN, pid_alive, wait_until
+
+pytestmark = pytest.mark.processes
 
 
 def _rank(tmp_path: Path, guard: Guard, child: str, rank: int = 0) -> list[int]:

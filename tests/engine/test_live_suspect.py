@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import PYTHON, wait_until
+
+pytestmark = pytest.mark.processes
 
 # One line, a quiet start (as a rank importing torch and waiting in the rendezvous), then a
 # step a tenth of a second five times (a cadence), then a hang.

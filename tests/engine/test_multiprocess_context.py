@@ -19,6 +19,8 @@ from rankvisor.engine.multiprocess_context import MultiprocessContext
 from tests.conftest import pid_alive, wait_until
 from tests.engine import mp_funcs
 
+pytestmark = pytest.mark.processes
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -16,6 +16,8 @@ from rankvisor.engine.process.numa import (
     plan,
 )
 
+pytestmark = pytest.mark.processes
+
 ALL = set(range(16))
 
 

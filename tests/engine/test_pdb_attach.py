@@ -17,6 +17,8 @@ from rankvisor.engine.forensics.pdb_attach import (
 
 from tests.conftest import PYTHON
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def sleeper():

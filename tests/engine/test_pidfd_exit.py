@@ -16,7 +16,7 @@ from rankvisor.engine.process.pidfd_exit import reaped_exit_status
 
 from tests.conftest import NEEDS_PIDFD_EXIT, wait_until
 
-pytestmark = NEEDS_PIDFD_EXIT
+pytestmark = [pytest.mark.processes, NEEDS_PIDFD_EXIT]
 
 _PARENT = """
 import subprocess, sys

@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.events import RunFinished, SupervisorNotice
 from rankvisor.engine.handle import SendInput, TerminateRanks
 from rankvisor.engine.states import RankState
@@ -20,6 +21,8 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
+
+pytestmark = pytest.mark.processes
 
 JOB = str(BIN / "post_mortem_job.py")
 

@@ -21,6 +21,8 @@ from rankvisor.engine.process.rank_process import (
 
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
+pytestmark = pytest.mark.processes
+
 
 def _sleep(seconds: float = 600) -> RankProcess:
     return RankProcess.spawn(["sleep", str(seconds)], None, None, None)

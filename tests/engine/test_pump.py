@@ -21,6 +21,8 @@ from rankvisor.engine.output.text_batch import LineBlock
 
 from tests.conftest import BIN, PYTHON, wait_until
 
+pytestmark = pytest.mark.processes
+
 WRITER = str(BIN / "numbered_writer.py")
 
 

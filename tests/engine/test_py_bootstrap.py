@@ -21,6 +21,8 @@ from rankvisor.engine.process.py_bootstrap import (
 
 from tests.conftest import BIN, PYTHON
 
+pytestmark = pytest.mark.processes
+
 PROBE = BIN / "bootstrap_probe.py"
 
 

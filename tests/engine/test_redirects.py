@@ -14,6 +14,8 @@ import pytest
 from rankvisor.engine import redirects
 from rankvisor.engine.redirects import redirect, redirect_stderr, redirect_stdout
 
+pytestmark = pytest.mark.processes
+
 _SCRIPT = textwrap.dedent(
     """
     import ctypes, ctypes.util, os, sys

@@ -16,6 +16,8 @@ from rankvisor.engine.names.signals import (
     signal_name,
 )
 
+pytestmark = pytest.mark.processes
+
 RTMIN, RTMAX = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
 
 

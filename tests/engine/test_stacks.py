@@ -38,7 +38,10 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import BIN, PYTHON, wait_until
 
-pytestmark = pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy is not installed")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy is not installed"),
+]
 
 WAITER = str(BIN / "stack_waiter.py")
 

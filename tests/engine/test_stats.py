@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.events import RankStats
 from rankvisor.engine.supervisor.stats import StatsSampler, cpu_to_numa_node, descendants
 
 from tests.conftest import BIN, wait_until
+
+pytestmark = pytest.mark.processes
 
 BUSY = "import time\nt = time.time()\nwhile time.time() - t < 60: pass"
 

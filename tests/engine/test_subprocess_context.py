@@ -22,6 +22,8 @@ from rankvisor.engine.errors import ChildFailedError
 
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 
+pytestmark = pytest.mark.processes
+
 
 def _start(tmp_path: Path, scripts: list[list[str]], **specs: Any) -> SubprocessContext:
     specs.setdefault("redirects", Std.ALL)

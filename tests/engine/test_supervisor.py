@@ -7,6 +7,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.events import (
     AttemptStarted,
     EscalationFinished,
@@ -22,6 +23,8 @@ from rankvisor.engine.supervisor import Supervisor, SupervisorConfig
 
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 from tests.engine.supervisor_helpers import Factory, supervise_fixture  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.processes
 
 
 def test_sigterm_to_one_rank_while_the_others_keep_running(supervise: Factory) -> None:

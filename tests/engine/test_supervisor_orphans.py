@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import BIN, pid_alive, wait_until
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).parents[2]
 
 

@@ -22,6 +22,8 @@ from tests.engine.supervisor_helpers import (  # noqa: F401 - the fixture
     supervise_fixture,
 )
 
+pytestmark = pytest.mark.processes
+
 
 def test_restart_one_rank_keeps_its_earlier_logs_and_error_json(supervise: Factory) -> None:
     run = supervise(

@@ -32,6 +32,8 @@ from rankvisor.engine.supervisor.rank_slot import RankSlot
 from tests.conftest import BIN, PYTHON, pid_alive, wait_until
 from tests.engine.supervisor_helpers import Factory, Run, supervise_fixture  # noqa: F401
 
+pytestmark = pytest.mark.processes
+
 RT6 = signal.SIGRTMIN + 6  # 40 with glibc: valid, but unnamed by Python's signal.Signals
 
 

@@ -15,7 +15,7 @@ from rankvisor.engine.supervisor.timer_watchdog import HealthCheck, Watchdog
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.engine.supervisor_helpers import Recorder
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.torch]
 
 
 def test_overrunning_rank_is_killed_and_reported(

@@ -10,11 +10,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.events import RankOutput
 from rankvisor.engine.output.console import ConsoleSink
 from rankvisor.engine.tail_log import TailLog
 
 from tests.conftest import BIN, PYTHON, wait_until
+
+pytestmark = pytest.mark.processes
 
 WRITER = str(BIN / "numbered_writer.py")
 

@@ -25,6 +25,8 @@ import pytest
 
 from tests.reliability.test_serve_door import BOUND, Served, serve  # noqa: F401
 
+pytestmark = pytest.mark.processes
+
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking",

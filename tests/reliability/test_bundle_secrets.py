@@ -19,6 +19,7 @@ import os
 import tarfile
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.control import wire
 from rankvisor.engine.entry.bundle import make_bundle
 from rankvisor.engine.forensics.environ import is_secret, write_rank_env
@@ -28,6 +29,8 @@ from rankvisor.engine.states import RankState
 
 from tests.control.runs import Supervisors, make_run, run_info, state_dir, supervisors
 from tests.reliability.cli_runs import private_state_dir
+
+pytestmark = pytest.mark.processes
 
 __all__ = ["private_state_dir", "state_dir", "supervisors"]  # fixtures, used by name
 

@@ -19,10 +19,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rankvisor.engine.output.console import ConsoleSink
 from rankvisor.engine.output.text_batch import TextBatch
 
 from tests.conftest import BIN, pid_alive, wait_until
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 SV_RANK = str(BIN / "sv_rank.py")

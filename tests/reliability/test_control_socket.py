@@ -33,6 +33,8 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import wait_until
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(name="served")
 def served_fixture(tmp_path: Path) -> Iterator[ControlServer]:

@@ -22,7 +22,10 @@ import pytest
 from tests.conftest import BIN, pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
 
 
 def _tmux(*args: str) -> str:

@@ -24,6 +24,8 @@ from rankvisor.engine.errors.error_file import MAX_TIMESTAMP, read_error_file
 
 from tests.conftest import BIN
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01: the exit time the fallback must use
 

@@ -29,6 +29,8 @@ from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import BIN, PYTHON, limit_memory, pid_alive, wait_until
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).parents[2]
 ESCAPER = str(BIN / "escaper.py")
 

@@ -15,10 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.process.fd_limit import FDS_BASE, FDS_PER_RANK, fds_needed
 
 from tests.control.runs import state_dir
 from tests.reliability.cli_runs import ROOT, private_state_dir
+
+pytestmark = pytest.mark.processes
 
 __all__ = ["private_state_dir", "state_dir"]  # fixtures, used by name
 

@@ -29,6 +29,8 @@ from tests.control.runs import Supervisors, make_run, state_dir, supervisors
 from tests.reliability.cli_runs import ROOT, cli, private_state_dir
 from tests.reliability.fake_worker import answer_once
 
+pytestmark = pytest.mark.processes
+
 __all__ = ["private_state_dir", "state_dir", "supervisors"]  # fixtures, used by name
 
 MEMO_INDEX = 10_000_000

@@ -19,6 +19,8 @@ from rankvisor.engine.errors.full_disk import full_disk_note
 
 from tests.conftest import BIN
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -13,7 +13,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import BIN, pid_alive, wait_until
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

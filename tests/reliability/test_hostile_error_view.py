@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from rankvisor.engine.errors import ProcessFailure
 from rankvisor.engine.events import RankOutput, RankStateChanged, RunFinished
 from rankvisor.engine.result import RunProcsResult
@@ -25,6 +26,8 @@ from rankvisor.tui.screens.errors import ErrorsScreen
 
 from tests.conftest import BIN
 from tests.scenarios import running_script, scripted_info
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: "rm -rf ~" into the clipboard

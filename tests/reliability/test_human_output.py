@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.control import registry
 from rankvisor.engine.control.status import read_status, write_status
 from rankvisor.engine.forensics.stacks import RankStack, StackDump, _threads, merge
@@ -24,6 +25,8 @@ from rankvisor.tui.app import make_app
 from tests.control.runs import Supervisors, make_run, state_dir, supervisors
 from tests.reliability.cli_runs import cli, private_state_dir
 from tests.scenarios import running_script, scripted_info
+
+pytestmark = pytest.mark.processes
 
 __all__ = ["private_state_dir", "state_dir", "supervisors"]  # fixtures, used by name
 

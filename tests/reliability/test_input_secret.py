@@ -14,8 +14,12 @@ import select
 import subprocess
 import time
 
+import pytest
+
 from tests.conftest import PYTHON
 from tests.debug.test_input_cli import START_S, Runs, cli, runs, stdout_of, waiting
+
+pytestmark = pytest.mark.processes
 
 __all__ = ["runs"]  # the fixture, used by name
 

@@ -23,6 +23,8 @@ import pytest
 from tests.conftest import BIN, pid_alive, wait_until
 from tests.reliability.load import run_load
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 def test_load_every_line_once_whole_in_order(tmp_path: Path) -> None:
     figures = run_load(tmp_path, ranks=8, rate=5_000, seconds=3.0)

@@ -23,6 +23,8 @@ from rankvisor.engine.tail_log import TailLog
 
 from tests.conftest import BIN, wait_until
 
+pytestmark = pytest.mark.processes
+
 NUL_GLYPH = "\u2400"  # what the sanitiser shows a NUL byte as
 
 

@@ -16,12 +16,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.events import RunFinished, SupervisorNotice
 from rankvisor.engine.handle import MAX_TIMEOUT_S, TerminateRanks, command_problem
 from rankvisor.engine.states import RankState
 
 from tests.conftest import wait_until
 from tests.engine.supervisor_helpers import Factory, supervise_fixture  # noqa: F401
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,6 +25,8 @@ from rankvisor.engine.states import RankState
 from tests.control.runs import Supervisors, make_run, run_info, state_dir, supervisors
 from tests.reliability.cli_runs import cli, private_state_dir
 
+pytestmark = pytest.mark.processes
+
 __all__ = ["private_state_dir", "state_dir", "supervisors"]  # fixtures, used by name
 
 

@@ -30,6 +30,8 @@ from rankvisor.tui.cli.serve import python_module_argv
 from tests.conftest import wait_until
 from tests.tui.hosted_run import HostedRun, hosted_run
 
+pytestmark = pytest.mark.processes
+
 aiohttp = pytest.importorskip("aiohttp")
 pytest.importorskip("textual_serve")
 psutil = pytest.importorskip("psutil")

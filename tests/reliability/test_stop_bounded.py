@@ -17,6 +17,7 @@ import signal
 import threading
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.control.server import ControlServer
 from rankvisor.engine.handle import TerminateRanks
 from rankvisor.engine.supervisor import Supervisor
@@ -27,6 +28,8 @@ from rankvisor.tui.cli.supervisor_call import connect_and_run
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.control.runs import make_run, state_dir
 from tests.reliability.cli_runs import private_state_dir
+
+pytestmark = pytest.mark.processes
 
 __all__ = ["private_state_dir", "state_dir"]  # fixtures, used by name
 

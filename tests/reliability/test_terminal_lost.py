@@ -21,7 +21,10 @@ import pytest
 from tests.conftest import BIN, pid_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
 
 
 def _children(pid: int) -> list[int]:

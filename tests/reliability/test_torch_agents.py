@@ -29,7 +29,7 @@ from rankvisor.engine import DefaultLogsSpecs, start_processes
 
 from tests.conftest import pid_alive, wait_until
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.processes, pytest.mark.gloo, pytest.mark.torch]
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = int(os.environ.get("RANKVISOR_AGENT_ROUNDS", "3"))

@@ -26,6 +26,8 @@ from rankvisor.engine.rundir.private_tmp import NoPrivateDir, private_tmp_dir
 
 from tests.reliability.fake_worker import answer_once
 
+pytestmark = pytest.mark.processes
+
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 FAKE_SERVER = r"""
 import os, socket, sys

@@ -20,6 +20,8 @@ from rankvisor.tui.screens.errors import ErrorsScreen
 from tests.conftest import BIN, PYTHON, wait_until
 from tests.tui.conftest import wait_for
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.mark.asyncio
 async def test_a_finished_run_opens_from_its_record(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,8 @@ from rankvisor.tui.cli.run_args import parse_job
 
 from tests.conftest import BIN
 
+pytestmark = pytest.mark.processes
+
 SCRIPT = str(BIN / "say.py")
 
 

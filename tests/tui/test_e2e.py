@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+import pytest
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
@@ -21,6 +22,8 @@ from rankvisor.tui.widgets.file_log import FileLog
 from tests.conftest import BIN, pid_alive
 
 from .conftest import wait_for
+
+pytestmark = pytest.mark.processes
 
 
 def _supervisor(tmp_path: Path, nprocs: int, *args: str) -> Supervisor:

@@ -32,6 +32,8 @@ from tests.scenarios import scripted_info
 
 from .conftest import wait_for
 
+pytestmark = pytest.mark.processes
+
 WRITER = Path(__file__).parents[1] / "bench" / "tui_writer.py"
 _NUMBER = re.compile(r"^r(\d+) n=(\d+) ")
 

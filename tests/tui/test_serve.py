@@ -24,6 +24,8 @@ from tests.conftest import wait_until
 from tests.control.runs import Supervisors, failed_finish, make_run
 from tests.tui.hosted_run import HostedRun, hosted_run
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

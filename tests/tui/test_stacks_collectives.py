@@ -30,6 +30,8 @@ from tests.scenarios import recorded_collectives, recorded_stacks, running_scrip
 
 from .conftest import open_stacks, wait_for
 
+pytestmark = [pytest.mark.processes, pytest.mark.gloo]
+
 VERDICT = ("all_reduce #5 on pg 0 (default_pg): ranks 0 and 2 entered it; rank 1 did not "
            "(its last was #4)")
 

@@ -22,7 +22,10 @@ from tests.conftest import BIN
 
 from .conftest import wait_for
 
-pytestmark = pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not installed")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(find_py_spy() is None, reason="py-spy is not installed"),
+]
 
 
 async def test_s_shows_the_merged_stacks_of_real_ranks(tmp_path: Path) -> None:
