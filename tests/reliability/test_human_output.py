@@ -89,7 +89,7 @@ async def test_the_notice_bar_shows_no_escape() -> None:
         app.notify("node 1 (" + EVIL + "): rank 3 failed\nsecond line")
         await pilot.pause()
         # A notice of several lines is one notice a line, each made safe.
-        messages = [n.message for n in app.notices[before:]]
+        messages = [n.message for n in list(app.notices)[before:]]
     assert len(messages) == 2 and "rank 3 failed" in messages[0]
     assert messages[1] == "second line"
     assert all(no_escape(m) and "\n" not in m for m in messages)
