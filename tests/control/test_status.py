@@ -27,7 +27,7 @@ from tests.control.runs import Supervisors, failed_finish, run_info
 
 FIELDS = {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "supervisor_start", "state",
           "attempt", "finished", "exitcode", "ranks", "root_cause", "suspect", "started",
-          "updated", "tracking"}
+          "updated", "written_at", "tracking"}
 RANK_FIELDS = {
     "rank", "local_rank", "pid", "state", "exitcode", "signal", "restart_count", "exit_cause",
     "input_wait",
