@@ -30,6 +30,7 @@ from ..forensics.live_rule import (
 )
 from ..forensics.pauses import paused_words
 from ..forensics.stack_evidence import outside_collective
+from ..process.py_bootstrap import waits_for_debugger
 from ..states import RankState
 from .collective_watch import CollectiveWatch
 from .monitor import held_ranks
@@ -83,9 +84,7 @@ class LiveSuspect:
             if state.real_failure:
                 return None, {}
             pids = {state.shown(s.rank): s.proc.pid for s in live if s.proc is not None}
-            paused = {r: paused_words(p) for r, p in state.pauses.paused().items()}
-            for r in held_ranks(state):
-                paused.setdefault(r, "at its post-mortem prompt")
+            paused = _held_now(state)
             released = state.pauses.released()
             readings = [state.activity.reading(s.rank, until_ns=now_ns) for s in live]
             attempt = state.attempt
@@ -164,7 +163,7 @@ class LiveSuspect:
             verdicts = self._collectives.verdicts()
         state = self._state
         with state.lock:
-            held = {state.shown(r) for r in (*state.pauses.paused(), *held_ranks(state))}
+            held = {state.shown(r) for r in _held_now(state)}
         suspect = None
         missing = [(r, v) for v in verdicts for r in v.missing if r not in held]
         if missing:
@@ -185,6 +184,19 @@ class LiveSuspect:
         else:
             quiet_words = quiet.words() if quiet is not None else "every rank is quiet"
             self._say(f"{quiet_words}; no rank stands out{taken}")
+
+
+def _held_now(state: RunState) -> dict[int, str]:
+    """The local ranks a person holds now, each with how: at a prompt or stopped (the
+    pause log), at its post-mortem prompt (its debug hold), waiting for a debugger to
+    attach (``--debugpy-wait``); caller holds the lock."""
+    held = {r: paused_words(p) for r, p in state.pauses.paused().items()}
+    for r in held_ranks(state):
+        held.setdefault(r, "at its post-mortem prompt")
+    for s in state.live():
+        if s.rank not in held and waits_for_debugger(s.error_file, s.pid):
+            held[s.rank] = "waiting for a debugger"
+    return held
 
 
 @dataclass(frozen=True, slots=True)
