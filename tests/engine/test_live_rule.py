@@ -6,6 +6,7 @@ its evidence is gone (the real jobs: tests/test_live_pause_gloo.py)."""
 from __future__ import annotations
 
 import pytest
+from rankvisor.engine.events import Suspect
 from rankvisor.engine.forensics.live_rule import (
     STARTUP_QUIET_S,
     Quiet,
@@ -16,6 +17,8 @@ from rankvisor.engine.forensics.live_rule import (
     waited_verdict,
     why_dropped,
 )
+from rankvisor.engine.supervisor.live_suspect import LiveReading, LiveSuspect
+from rankvisor.engine.supervisor.state import RunState
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S
@@ -103,3 +106,21 @@ def test_a_verdict_is_dropped_the_moment_its_evidence_is_gone(
     attempt: int, held: dict[int, str], evidence: bool, why: str
 ) -> None:
     assert why_dropped((0,), 0, attempt, held, evidence=evidence) == why
+
+
+def test_the_watch_drops_a_reading_of_an_attempt_that_is_over() -> None:
+    # Restart-all: attempt 0's live suspect must not be shown in attempt 1 (while the new
+    # ranks start, none runs yet). No processes: the watch over an empty run's state.
+    state = RunState({}, max_restarts=1)
+    said: list[str] = []
+    watch = LiveSuspect(state, None, None, said.append,  # type: ignore[arg-type]
+                        silence_factor=3.0, silence_min_s=4.0)
+    suspect = Suspect(rank=1, reason="rank 1: never entered all_reduce #314 (live, still "
+                      "hanging)", ranks=(1,), kind="collective")
+    watch.reading = LiveReading(suspect, T0, attempt=0)
+    watch._check()
+    assert watch.reading is not None and said == []  # its attempt: the last reading stays
+    state.attempt = 1
+    watch._check()
+    assert watch.reading is None
+    assert said == ["live suspect dropped: rank 1: attempt 1 began"]
