@@ -207,20 +207,19 @@ def waits_for_debugger(error_file: str, pid: int | None) -> bool:
     """Whether the rank with ``error_file`` and ``pid`` waits for a debugger now."""
     if not error_file or pid is None:
         return False
-    try:
-        with open(wait_path(error_file), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("pid") == pid
+    data = _read_json(wait_path(error_file))
+    return data is not None and data.get("pid") == pid
 
 
 def read_hold(error_file: str) -> dict[str, object] | None:
     """The debug hold of a rank (``{"since", "where", "error", "pid"}``), None if none."""
-    if not error_file:
-        return None
+    return _read_json(hold_path(error_file)) if error_file else None
+
+
+def _read_json(path: str) -> dict[str, object] | None:
+    """A small JSON object file a rank writes beside its error.json; None if none."""
     try:
-        with open(hold_path(error_file), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
