@@ -305,6 +305,11 @@ LIVE_SUSPECT_PREFIX: Final = "live suspect: "
 reason): viewers show it in their header and error view until the run ends or a new attempt
 starts (``engine.supervisor.live_suspect``)."""
 
+LIVE_SUSPECT_DROPPED_PREFIX: Final = "live suspect dropped: "
+"""A notice that starts so says the live suspect named before no longer stands (its
+evidence is gone: the ranks went on, a person holds the rank, a new attempt began):
+viewers stop showing it. The rest: "rank N: why"."""
+
 
 Event = Union[
     RankOutput,

@@ -17,6 +17,7 @@ from itertools import islice, repeat
 from typing import Any, Final, Literal, Sequence
 
 from ..engine.events import (
+    LIVE_SUSPECT_DROPPED_PREFIX,
     LIVE_SUSPECT_PREFIX,
     AttemptStarted,
     EscalationFinished,
@@ -36,6 +37,7 @@ from ..engine.events import (
     TimerExpired,
 )
 from ..engine.forensics.knockon import knock_on_reason
+from ..engine.forensics.live_rule import STARTUP_QUIET_S, RankNow, has_cadence
 from ..engine.forensics.pauses import PauseLog, paused_words
 from ..engine.forensics.progress import (
     KINDS,
@@ -306,6 +308,9 @@ class RankView:
     kind of line): ranks are compared on one source."""
     gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAP_HISTORY))
     """Seconds between its recent output batches (this incarnation's, on the app's clock)."""
+    steps_seen: int = 0
+    """How many times this incarnation's reported progress moved: with ``gaps``, whether
+    its cadence is known yet (``engine.forensics.live_rule.has_cadence``)."""
     line_at: float | None = None
     """When this incarnation's output last arrived (None before its first): gaps run from it."""
     shown_progress: Progress | None = None
@@ -392,6 +397,7 @@ class RankView:
         self.last_output_at = now
         self.line_at = None
         self.gaps.clear()
+        self.steps_seen = 0
         self.progress_by_kind.clear()
 
     def median_gap(self) -> float | None:
@@ -482,6 +488,10 @@ class RunView:
         ]
         self.pauses = PauseLog()
         """The ranks a person paused (at a prompt, by SIGSTOP): never stragglers."""
+        self._held: set[int] = set()
+        self._released_at: float | None = None
+        """When a person last let a paused rank go (the app's clock): its peers waited for
+        it until then, so their silence counts from there."""
         for rank_info in info.ranks:
             self._merge_info(rank_info)
             wait = getattr(rank_info, "input_wait", None)
@@ -781,8 +791,12 @@ class RunView:
         own_gaps = {v.rank: v.median_gap() for v in running}
         ordered = sorted(g for g in own_gaps.values() if g is not None)
         paused = self.pauses.paused()
+        if self._held - set(paused):
+            self._released_at = now  # the rank went on: its peers had waited for the person
+        self._held = set(paused)
+        released = self._released_at if self._released_at is not None else float("-inf")
         silent = {
-            v.rank: now - v.last_output_at
+            v.rank: now - max(v.last_output_at, released)
             if v.last_output_at is not None and v.rank not in paused else None
             for v in running
         }
@@ -792,8 +806,15 @@ class RunView:
             f"rank {self.rank_base + r if self.node else r} ({paused_words(p)})"
             for r, p in sorted(paused.items())
         )
+        # A quiet start (imports, DDP's set-up, a dataset's load) is no straggling: until
+        # every running rank has a cadence only a silence past the start-up threshold is.
+        starting = any(
+            not has_cadence(RankNow(v.rank, None, gaps=len(v.gaps), steps=v.steps_seen))
+            for v in running
+        )
         flagged = stragglers(
-            steps, silent, own_gaps, k_silence=k_silence, min_silence_s=STRAGGLER_SILENCE_MIN_S
+            steps, silent, own_gaps, k_silence=k_silence, min_silence_s=STRAGGLER_SILENCE_MIN_S,
+            startup_s=STARTUP_QUIET_S if starting else None,
         )
         for view in self.ranks:
             found = view.progress_by_kind.get(kind) if kind else None
@@ -848,6 +869,7 @@ class RunView:
             return self._apply_restart(event)
         if isinstance(event, AttemptStarted):
             self.pauses.observe(event)
+            self._held, self._released_at = set(), None
             self._close_attempt(event.attempt)
             self.attempt = event.attempt
             self.finished = False
@@ -872,6 +894,8 @@ class RunView:
             self.notices.append(event)
             if event.message.startswith(LIVE_SUSPECT_PREFIX):
                 self.live_suspect = event.message[len(LIVE_SUSPECT_PREFIX):]
+            elif event.message.startswith(LIVE_SUSPECT_DROPPED_PREFIX):
+                self.live_suspect = ""
             return {-1}
         if isinstance(event, RankInput):
             return self._apply_input(event)
@@ -995,6 +1019,8 @@ def _note_progress(view: RankView, found: Progress) -> bool:
         view.progress_by_kind[key] = before
         return False
     view.progress_by_kind[key] = found  # last in the dict: the newest source
+    if before is None or found.step != before.step:
+        view.steps_seen += 1
     return True
 
 

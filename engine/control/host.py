@@ -4,8 +4,11 @@ Every way of running (the supervisor process, ``--headless``, ``--foreground``) 
 Supervisor in a RunHost, so that every run is in the registry, has a control socket, and
 keeps in its directory:
 
-- ``status.json``: rewritten atomically on every lifecycle event (a supervisor that was
-  SIGKILLed leaves its last status, which readers show as stale);
+- ``status.json``: rewritten atomically on every lifecycle event, and once a tick
+  (``STATUS_TICK_S``) while the run lasts, so that each rank's ``step`` and
+  ``last_output_age_s`` stay fresh for a script without a viewer (one write a tick however
+  much the ranks print; a supervisor that was SIGKILLed leaves its last status, which
+  readers show as stale);
 - ``events.ndjson``: the run as it started, then every lifecycle event in wire form, appended
   as it happens, so that a finished or stale run can be viewed as it was watched live.
 
@@ -33,6 +36,10 @@ if TYPE_CHECKING:
 __all__ = ["EVENTS_FILE", "RunHost"]
 
 log = logging.getLogger(__name__)
+
+STATUS_TICK_S = 1.0
+"""While the run lasts, status.json is rewritten at least this often (its ``written_at``
+is never more than two ticks old while the supervisor lives)."""
 
 EVENTS_FILE = "events.ndjson"
 """The run's lifecycle record in its directory (the first line is the run as it started)."""
@@ -166,7 +173,8 @@ class RunHost:
 
     def _write_loop(self) -> None:
         while True:
-            self._dirty.wait()
+            running = self._sup.finished is None
+            self._dirty.wait(STATUS_TICK_S if running else None)
             self._dirty.clear()
             try:
                 self._flush()

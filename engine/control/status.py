@@ -166,6 +166,7 @@ def build_status(
         started: when the run started (epoch seconds).
     """
     done = finished is not None or info.finished
+    now = clock.wall()
     ranks = []
     for r in info.ranks:
         signal = r.signal_name if r.signal_name else exit_signal_name(r.exitcode)
@@ -196,7 +197,8 @@ def build_status(
         "root_cause": _root_cause(finished),
         "suspect": _suspect(finished),
         "started": started,
-        "updated": clock.wall(),
+        "updated": now,
+        "written_at": now,
         "tracking": info.tracking,
     }
 

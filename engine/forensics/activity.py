@@ -48,15 +48,18 @@ class RankActivity:
     last_line_stream: str = ""
     last_line_no: int = -1
     """0-based number of ``last_line`` in its stream's file; -1 for an unfinished line."""
+    steps: int = 0
+    """How many times the step its output reports changed (``OutputActivity.step_of``)."""
 
 
 class _Rank:
-    __slots__ = ("lines", "step", "times")
+    __slots__ = ("lines", "step", "steps", "times")
 
     def __init__(self) -> None:
         self.times: deque[int] = deque(maxlen=HISTORY)
         self.lines: deque[tuple[int, str, int, str]] = deque(maxlen=_LAST_LINES)
         self.step: int | None = None
+        self.steps = 0
 
 
 class OutputActivity:
@@ -99,6 +102,7 @@ class OutputActivity:
                     for line in reversed(event.lines[-_STEP_LINES:]):
                         step = self.step_of(line)
                         if step is not None:
+                            rank.steps += step != rank.step
                             rank.step = step
                             break
             if event.partial:
@@ -137,4 +141,5 @@ class OutputActivity:
             last_line=last[3] if last else "",
             last_line_stream=last[1] if last else "",
             last_line_no=last[2] if last else -1,
+            steps=data.steps,
         )

@@ -27,6 +27,7 @@ __all__ = [
     "GroupState",
     "RankCollectives",
     "Verdict",
+    "desyncs",
     "parse_answer",
     "parse_fr",
     "ranks_words",
@@ -43,9 +44,15 @@ class Collective:
     seq: int
     sizes: tuple[Any, ...] = ()
     created_ns: int = 0
+    dtypes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "seq": self.seq, "sizes": list(self.sizes)}
+
+    def signature(self) -> tuple[str, str, str]:
+        """What ranks entering the same collective number must agree on: the op, the
+        sizes, the dtypes (as text: sizes are lists)."""
+        return (self.op, repr(_plain(self.sizes)), repr(tuple(self.dtypes)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,11 @@ class Verdict:
     """Ranks whose only answer is from before the others entered it: not blamed."""
     entered_ns: int = 0
     """When the first of ``entered`` entered it (0: not known)."""
+    kind: str = "missing"
+    """"missing": ``missing`` never entered it; "desync": they entered another collective
+    under the same number (another op, sizes or dtypes: ``odd_of`` says which)."""
+    odd_of: Mapping[int, str] = field(default_factory=dict)
+    """For a desync: what each odd rank entered instead ("barrier", "all_reduce of [[8]]")."""
 
     def where(self) -> str:
         desc = f" ({self.desc})" if self.desc else ""
@@ -108,7 +120,12 @@ class Verdict:
 
     def words(self) -> str:
         """"all_reduce #5 on pg 0 (default_pg): ranks 0 and 2 entered it; rank 1 did not
-        (its last was #4)"."""
+        (its last was #4)"; a desync: "...; rank 1 entered barrier #5 instead"."""
+        if self.kind == "desync":
+            instead = "; ".join(f"rank {r} entered {self.odd_of.get(r, '?')} #{self.seq} "
+                                "instead" for r in self.missing)
+            return (f"{self.where()}: {ranks_words(self.entered)} entered it; {instead} "
+                    "(a desync: the same collective number, another collective)")
         lasts = ", ".join(f"#{self.last_of.get(r, 0)}" if self.last_of.get(r) else "none"
                           for r in self.missing)
         its = "its" if len(self.missing) == 1 else "their"
@@ -120,14 +137,19 @@ class Verdict:
 
     def suspect_words(self, rank: int) -> str:
         """"rank 1: never entered all_reduce #5 on pg 0, where ranks 0 and 2 waited"."""
+        if self.kind == "desync":
+            return (f"rank {rank}: entered {self.odd_of.get(rank, '?')} #{self.seq} on pg "
+                    f"{self.pg} where {ranks_words(self.entered)} entered {self.op} "
+                    f"#{self.seq} (a desync, torch's Flight Recorder)")
         return (f"rank {rank}: never entered {self.op} #{self.seq} on pg {self.pg}, where "
                 f"{ranks_words(self.entered)} waited (torch's Flight Recorder; its last was "
                 f"#{self.last_of.get(rank, 0)})")
 
     def to_json(self) -> dict[str, Any]:
         return {"pg": self.pg, "desc": self.desc, "op": self.op, "seq": self.seq,
-                "entered": list(self.entered), "missing": list(self.missing),
-                "unknown": list(self.unknown), "words": self.words()}
+                "kind": self.kind, "entered": list(self.entered),
+                "missing": list(self.missing), "unknown": list(self.unknown),
+                "words": self.words()}
 
 
 def ranks_words(ranks: Sequence[int]) -> str:
@@ -168,8 +190,9 @@ def parse_fr(rank: int, data: Mapping[str, Any], at_ns: int = 0) -> RankCollecti
         if seq is None:
             continue
         sizes = tuple(e.get("input_sizes") or ())
+        dtypes = tuple(str(d) for d in e.get("input_dtypes") or ())
         by_pg.setdefault(pg, {})[seq] = Collective(
-            _op(e), seq, sizes, int(e.get("time_created_ns") or 0))
+            _op(e), seq, sizes, int(e.get("time_created_ns") or 0), dtypes)
     groups = []
     status = data.get("pg_status") or {}
     for pg in sorted(set(by_pg) | {str(k) for k in status}, key=lambda p: (len(p), p)):
@@ -232,6 +255,7 @@ def verdicts(ranks: Iterable[RankCollectives]) -> list[Verdict]:
                             g.last_enqueued if g else None)
         if not last:
             continue
+        out.extend(desyncs(pg, desc, last))
         top = max(seq for seq, _ in last.values())
         entered = sorted(rank for rank, (seq, _) in last.items() if seq >= top)
         behind = sorted(rank for rank, (seq, _) in last.items() if seq < top)
@@ -255,6 +279,50 @@ def verdicts(ranks: Iterable[RankCollectives]) -> list[Verdict]:
         out.append(Verdict(pg, desc, op, top, tuple(entered), missing,
                            {r: last[r][0] for r in missing}, unknown, since))
     return out
+
+
+def desyncs(
+    pg: str, desc: str, last: Mapping[int, tuple[int, Collective | None]]
+) -> list[Verdict]:
+    """Ranks of group ``pg`` whose last collective has the number of their peers' but is
+    another one (another op, sizes or dtypes): for each number, the ranks off the most
+    common collective (on a tie, the one of the lowest rank, as torch's analyser expects
+    the first rank's) are the odd ones."""
+    by_seq: dict[int, dict[int, Collective]] = {}
+    for rank, (seq, c) in last.items():
+        if seq and c is not None and c.op != "?":
+            by_seq.setdefault(seq, {})[rank] = c
+    out = []
+    for seq, colls in sorted(by_seq.items()):
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        for rank in sorted(colls):
+            groups.setdefault(colls[rank].signature(), []).append(rank)
+        if len(groups) < 2:
+            continue
+        main = max(groups.values(), key=lambda ranks: (len(ranks), -ranks[0]))
+        expected = colls[main[0]]
+        odd = tuple(r for r in sorted(colls) if r not in main)
+        since = min((c.created_ns for c in colls.values() if c.created_ns), default=0)
+        out.append(Verdict(pg, desc, expected.op, seq, tuple(main), odd,
+                           {r: seq for r in odd}, (), since, "desync",
+                           {r: _differs(colls[r], expected) for r in odd}))
+    return out
+
+
+def _differs(c: Collective, expected: Collective) -> str:
+    """What ``c`` is, in the words that set it apart from ``expected``."""
+    if c.op != expected.op:
+        return c.op
+    if _plain(c.sizes) != _plain(expected.sizes):
+        return f"{c.op} of sizes {json.dumps(c.sizes)}"
+    return f"{c.op} of {', '.join(c.dtypes) or 'another dtype'}"  # the dtypes differ
+
+
+def _plain(v: Any) -> Any:
+    """Sizes as plain nested tuples (JSON gives lists)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_plain(x) for x in v)
+    return v
 
 
 def snapshot_json(ranks: Sequence[RankCollectives]) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from .worker_server import DEFAULT_TIMEOUT_S, ask_all, socket_path
 __all__ = ["CAPTURES_DIR", "NO_VERDICT", "ask_workers", "rank_sockets", "read_run",
            "saved_captures", "text_of"]
 
-NO_VERDICT = "no collective that some ranks entered and others did not"
+NO_VERDICT = ("no collective that some ranks entered and others did not, nor one number "
+              "entered as different collectives")
 TORCH_SOCKET_ENV = "TORCH_WORKER_SERVER_SOCKET"
 """Where torch's ``worker_main()`` serves its worker server."""
 

@@ -152,6 +152,10 @@ def classify(facts: ExitFacts) -> ExitCause | None:
         return _oom(facts, via_shell)
     if facts.caused_by_us:
         return _stopped(facts)
+    if code < 0 and sig in ours:
+        # Our signal ended it, yet it is its own failure: it had raised before the signal
+        # cut its exit short. The signal is still ours, never "from outside".
+        return _raised_then_stopped(facts, sig)
     if facts.timer_scope is not None and sig is not None:
         return ExitCause("timer_expired", _cap(
             f"killed by torch's file-timer watchdog: it overran timer scope "
@@ -210,6 +214,27 @@ def _stopped(facts: ExitFacts) -> ExitCause:
     if code == -signal.SIGKILL and signal.SIGTERM in facts.our_signals:
         how = "SIGKILL after it outlived SIGTERM"
     return ExitCause("stopped", f"{words}: {how}")
+
+
+_ENDED_WORDS: Final = {
+    "teardown": "the teardown after another rank failed",
+    "shutdown": "the shutdown of the run",
+    "escalation": "the escalation",
+}
+
+
+def _raised_then_stopped(facts: ExitFacts, sig: int) -> ExitCause:
+    """A rank that failed on its own, then was ended in its exit by our ``sig``."""
+    found = _from_messages(facts)
+    exception = _exception_line(facts.message) or _exception_line(facts.stderr_tail)
+    own = found.text if found is not None else (f"raised {exception}" if exception else
+                                                "printed a traceback of its own")
+    why = _ENDED_WORDS.get(facts.stop_reason or "", facts.stop_reason or "a stop")
+    # Ours first: a long message is cut at the cap, the blame never is.
+    text = f"failed on its own, then rankvisor's {signal_name(sig)} ({why}) ended it as it " \
+           f"exited: {own}"
+    return ExitCause(found.code if found is not None else "exception", _cap(text),
+                     found.detail if found is not None else "")
 
 
 def _crash(

@@ -101,6 +101,16 @@ class PauseLog:
                 found.setdefault(pause.rank, pause)
             return found
 
+    def released(self) -> dict[int, int]:
+        """When each rank's latest pause of this attempt ended (ranks never paused, or
+        paused still and never before, are left out): its peers waited for it till then."""
+        with self._lock:
+            out: dict[int, int] = {}
+            for pause in self._ended:
+                if pause.until_ns is not None:
+                    out[pause.rank] = max(out.get(pause.rank, 0), pause.until_ns)
+            return out
+
     def at(self, t_ns: int, grace_ns: int = 0) -> list[Pause]:
         """The pauses that began before ``t_ns`` and had not ended ``grace_ns`` before it,
         earliest first (what a person was doing when the first failure came)."""

@@ -179,6 +179,7 @@ def stragglers(
     k_steps: float | None = None,
     k_silence: float = 3.0,
     min_silence_s: float = 0.0,
+    startup_s: float | None = None,
 ) -> dict[int, str]:
     """Ranks that fall behind their peers, each with why in words.
 
@@ -190,8 +191,14 @@ def stragglers(
         k_silence: times its peers' median gap that a silence must last to flag a rank.
         min_silence_s: ... and at least this long (a rank whose peers write every tenth
             of a second is not a straggler for pausing half a second).
+        startup_s: Given while the ranks start up (not every one has a cadence yet): only
+            a rank silent this long is a silent straggler, its reason naming the threshold
+            (steps the ranks report still set one behind the others).
     """
     out: dict[int, str] = {}
+    silence_s = min_silence_s
+    if startup_s is not None:
+        silence_s = max(silence_s, startup_s)
     # Silence first: a rank that stopped writing is also behind, and "silent" says more.
     # Each rank against the median of the others' gaps: one sorted list, and the median
     # without a rank's own gap read off it by index, so that 512 ranks cost n log n.
@@ -200,7 +207,9 @@ def stragglers(
         if silence is None:
             continue
         usual = _median_without(ordered, gaps_s.get(rank))
-        if usual is not None and usual > 0 and silence >= max(k_silence * usual, min_silence_s):
+        if startup_s is not None and silence >= silence_s:
+            out[rank] = f"silent {silence:.1f} s, past the {startup_s:g} s start-up threshold"
+        elif usual is not None and usual > 0 and silence >= max(k_silence * usual, silence_s):
             out[rank] = f"silent {silence:.1f} s, {silence / usual:.0f}x its peers' usual gap"
     known = [s for s in steps.values() if s is not None]
     if len(known) >= 2:

@@ -93,6 +93,10 @@ class RankFacts:
     """Stopped by the teardown, but its error file (``message``) was written before the
     teardown's signal reached it: it was failing on its own already (two ranks that raise
     together; the second's exit is seen after the first's teardown began)."""
+    ended_by: str = ""
+    """The signal rankvisor sent that ended it in its exit, after it had failed on its own
+    (torch counts the failure; the signal is still ours, never evidence): "SIGTERM". Its
+    ``message`` is then its own error only, "" when the signal cut its traceback short."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,10 +250,14 @@ def find_suspect(
     for f in sorted(own, key=lambda f: (f.exit_time_ns or 0, f.rank)):
         if knock_on_reason(f.message) is not None:
             continue
+        if f.ended_by and not f.message:
+            continue  # what it raised is lost; the signal that ended it is ours
         said = f.said
         later = (f.exit_time_ns or first_ns) - first_ns
         when = "first" if later < 1e7 else f"{later / 1e9:.1f} s after the first failure"
         how = _how(f) if f.failed else "its error recorded before the teardown reached it"
+        if f.ended_by:
+            how = f"it raised before rankvisor's {f.ended_by} ended it"
         t = f.exit_time_ns or first_ns
         if f.rank in own_failure:
             # It raised, then a person held it at its prompt: it failed when it raised.

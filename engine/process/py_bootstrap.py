@@ -44,6 +44,8 @@ __all__ = [
     "post_mortem",
     "read_hold",
     "split_python_args",
+    "wait_path",
+    "waits_for_debugger",
     "wrap_python_args",
 ]
 
@@ -56,6 +58,8 @@ ENV_DEBUGPY_WAIT: Final = "RANKVISOR_DEBUGPY_WAIT"
 ENV_WORKER_SOCKET: Final = "RANKVISOR_WORKER_SOCKET"
 """A unix socket path: once the script imports ``torch.distributed``, serve torch's worker
 server there (the Flight Recorder's entries, stacks: ``engine.forensics.worker_server``)."""
+DEBUGGER_WAIT_FILE: Final = "debugger_wait"
+"""Beside the rank's error.json while it waits for a debugger (``wait_path``)."""
 HOLD_FILE: Final = "debug_hold"
 """Beside the rank's error.json while a person is at its post-mortem prompt: the debug hold
 (the supervisor's teardown of the other ranks waits while it exists and the rank lives)."""
@@ -198,12 +202,29 @@ def hold_path(error_file: str) -> str:
     return os.path.join(os.path.dirname(error_file), HOLD_FILE)
 
 
+def wait_path(error_file: str) -> str:
+    """The file that says a rank waits for a debugger (``--debugpy-wait``), beside its
+    error.json: ``{"pid", "since"}`` while it waits, gone once a client attached."""
+    return os.path.join(os.path.dirname(error_file), DEBUGGER_WAIT_FILE)
+
+
+def waits_for_debugger(error_file: str, pid: int | None) -> bool:
+    """Whether the rank with ``error_file`` and ``pid`` waits for a debugger now."""
+    if not error_file or pid is None:
+        return False
+    data = _read_json(wait_path(error_file))
+    return data is not None and data.get("pid") == pid
+
+
 def read_hold(error_file: str) -> dict[str, object] | None:
     """The debug hold of a rank (``{"since", "where", "error", "pid"}``), None if none."""
-    if not error_file:
-        return None
+    return _read_json(hold_path(error_file)) if error_file else None
+
+
+def _read_json(path: str) -> dict[str, object] | None:
+    """A small JSON object file a rank writes beside its error.json; None if none."""
     try:
-        with open(hold_path(error_file), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
@@ -402,7 +423,24 @@ def _listen(where: str, wait: bool) -> None:
     debugpy.configure(subProcess=False)
     debugpy.listen((host or "127.0.0.1", int(port)))
     if wait:
-        debugpy.wait_for_client()
+        # While it waits, a person is attaching a debugger: never a hang (the supervisor
+        # reads this file).
+        error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+        marker = wait_path(error_file) if error_file else ""
+        if marker:
+            try:
+                with open(marker, "w", encoding="utf-8") as f:
+                    json.dump({"pid": os.getpid(), "since": time.time()}, f)
+            except OSError:
+                marker = ""
+        try:
+            debugpy.wait_for_client()
+        finally:
+            if marker:
+                try:
+                    os.unlink(marker)
+                except OSError:
+                    pass
 
 
 def _strip_our_frames(e: BaseException) -> None:

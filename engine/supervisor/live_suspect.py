@@ -3,8 +3,8 @@
 A hang before gloo's or NCCL's timeout shows nothing but silence on every rank, so no rank
 stands out and no rank has failed. When every live rank has been quiet well past its usual
 cadence (``silence_factor`` times its own median gap between batches, at least
-``silence_min_s``; ``STARTUP_QUIET_S`` for a rank without a cadence yet, one still starting
-up), or when the Flight Recorder shows a collective some ranks have waited in
+``silence_min_s``; ``STARTUP_QUIET_S`` before every rank has a cadence: they are still
+starting up), or when the Flight Recorder shows a collective some ranks have waited in
 that long while another never entered it (a heartbeat keeps the output moving), the watch
 takes, once per quiet spell, a nonblocking py-spy dump (the ranks are never paused) and a
 capture of the collectives, and names a live suspect with that evidence: the FR's verdict
@@ -17,23 +17,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
 
 from .. import clock
-from ..events import LIVE_SUSPECT_PREFIX, Suspect
+from ..events import LIVE_SUSPECT_DROPPED_PREFIX, LIVE_SUSPECT_PREFIX, Suspect
+from ..forensics.live_rule import (
+    Quiet,
+    RankNow,
+    Waited,
+    every_rank_quiet,
+    waited_verdict,
+    why_dropped,
+)
+from ..forensics.pauses import paused_words
 from ..forensics.stack_evidence import outside_collective
+from ..process.py_bootstrap import waits_for_debugger
 from ..states import RankState
 from .collective_watch import CollectiveWatch
+from .monitor import held_ranks
 from .stack_capture import StackCapture
 from .state import RunState
 from .ticker import Ticker
 
 __all__ = ["LiveReading", "LiveSuspect"]
-
-STARTUP_QUIET_S: Final = 30.0
-"""How long a rank that has not yet written with a cadence must be quiet to count as hung."""
-_CADENCE_GAPS: Final = 2
-"""Gaps between batches from which a rank's own cadence is known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,8 @@ class LiveReading:
     """When the quiet spell (or the collective's wait) began."""
     dumps: tuple[str, ...] = field(default=())
     """The files taken for it (stacks, collectives)."""
+    attempt: int = 0
+    """The attempt it was read in: no reading outlives its attempt."""
 
 
 class LiveSuspect:
@@ -66,59 +73,83 @@ class LiveSuspect:
         self._spell: object = None
         self.reading: LiveReading | None = None
 
-    def _quiet_since(self, now_ns: int) -> tuple[int | None, dict[int, int]]:
-        """When every live rank's quiet spell began (None: one is not quiet), and pids."""
+    def _now(self, now_ns: int) -> tuple[_Run | None, dict[int, int]]:
+        """The running ranks as the rules read them (None: the run is not one to watch:
+        ended, failed, stopping, fewer than two running), and their pids."""
         state = self._state
         with state.lock:
             live = [s for s in state.live() if s.state is RankState.RUNNING and s.proc]
             if len(live) < 2 or state.finished is not None or state.shutting_down:
                 return None, {}
-            if state.pauses.paused() or state.real_failure:
+            if state.real_failure:
                 return None, {}
             pids = {state.shown(s.rank): s.proc.pid for s in live if s.proc is not None}
+            paused = _held_now(state)
+            released = state.pauses.released()
             readings = [state.activity.reading(s.rank, until_ns=now_ns) for s in live]
-        starts = []
-        for a in readings:
-            if a.last_ns is None:
-                return None, pids
-            need = max(self._min_s, self._factor * (a.median_gap_s or 0.0))
-            if a.gaps < _CADENCE_GAPS:
-                # No cadence yet: a rank still starting up (importing torch, waiting for its
-                # peers in the rendezvous) is quiet for seconds at a time, and is no hang.
-                need = max(need, STARTUP_QUIET_S)
-            if (now_ns - a.last_ns) / 1e9 < need:
-                return None, pids
-            starts.append(a.last_ns)
-        return max(starts), pids
+            attempt = state.attempt
+        ranks = {
+            state.shown(a.rank): RankNow(
+                state.shown(a.rank), a.last_ns, a.median_gap_s, a.gaps, a.steps,
+                paused.get(a.rank, ""), released.get(a.rank),
+            )
+            for a in readings
+        }
+        return _Run(attempt, ranks), pids
 
-    def _waited_verdict(self, now_ns: int) -> tuple[object, int] | None:
-        """A FR verdict whose entered ranks have waited ``silence_min_s``: (key, since)."""
+    def _waited(self, run: _Run, now_ns: int) -> Waited | None:
+        """A FR verdict whose entered ranks have waited long enough (``waited_verdict``)."""
         if self._collectives is None:
             return None
-        for v in self._collectives.verdicts():
-            since = v.entered_ns
-            if since and (now_ns - since) / 1e9 >= max(self._min_s, 2.0):
-                return (v.pg, v.seq, v.missing), since
-        return None
+        return waited_verdict(
+            (((v.pg, v.seq, v.missing), v.entered_ns, v.missing)
+             for v in self._collectives.verdicts()),
+            run.ranks, now_ns, min_s=self._min_s,
+        )
 
     def _check(self) -> None:
         now = clock.wall_ns()
-        quiet, pids = self._quiet_since(now)
-        waited = self._waited_verdict(now) if pids else None
-        if quiet is None and waited is None:
-            if self.reading is not None and not pids:
-                return  # the run ended or failed: the last live reading stays
-            if quiet is None and waited is None and self._spell is not None:
-                self._spell = None
-                self.reading = None
+        run, pids = self._now(now)
+        if run is None:
+            # The run ended or failed: the last live reading stays, for its attempt only.
+            attempt = self._state.attempt
+            if self.reading is not None and self.reading.attempt != attempt:
+                self._drop(f"attempt {attempt} began")
             return
-        key = waited[0] if waited is not None else ("quiet", quiet)
+        quiet = every_rank_quiet(run.ranks.values(), now, factor=self._factor, min_s=self._min_s)
+        waited = self._waited(run, now)
+        if self.reading is not None:
+            named = self.reading.suspect.ranks if self.reading.suspect is not None else ()
+            why = why_dropped(
+                named, self.reading.attempt, run.attempt,
+                {r: n.held for r, n in run.ranks.items() if n.held},
+                evidence=quiet is not None or waited is not None,
+            )
+            if why:
+                self._drop(why)
+        if quiet is None and waited is None:
+            self._spell = None
+            return
+        if waited is not None:
+            key: object = waited.key
+        else:
+            assert quiet is not None
+            key = ("quiet", quiet.since_ns)
         if key == self._spell:
             return
         self._spell = key
-        self._take(pids, min(t for t in (quiet, waited[1] if waited else None) if t))
+        since = min(t for t in (quiet.since_ns if quiet else None,
+                                waited.since_ns if waited else None) if t)
+        self._take(pids, since, run.attempt, quiet)
 
-    def _take(self, pids: dict[int, int], since: int) -> None:
+    def _drop(self, why: str) -> None:
+        """The reading's evidence is gone: forget it, and say so if it named a rank."""
+        reading, self.reading, self._spell = self.reading, None, None
+        if reading is not None and reading.suspect is not None:
+            self._say(f"{LIVE_SUSPECT_DROPPED_PREFIX}rank "
+                      f"{reading.suspect.rank}: {why}")
+
+    def _take(self, pids: dict[int, int], since: int, attempt: int, quiet: Quiet | None) -> None:
         dumps = []
         dump = self._stacks.dump(pids, nonblocking=True, timeout_s=5.0,
                                  reason="live: every rank quiet")
@@ -130,8 +161,11 @@ class LiveSuspect:
             if path:
                 dumps.append(path)
             verdicts = self._collectives.verdicts()
+        state = self._state
+        with state.lock:
+            held = {state.shown(r) for r in _held_now(state)}
         suspect = None
-        missing = [(r, v) for v in verdicts for r in v.missing]
+        missing = [(r, v) for v in verdicts for r in v.missing if r not in held]
         if missing:
             rank, v = missing[0]
             words = tuple(v.suspect_words(r) for r, v in missing)
@@ -140,12 +174,32 @@ class LiveSuspect:
                               kind="collective")
         else:
             odd = outside_collective(dump)
-            if odd is not None:
+            if odd is not None and odd.rank not in held:
                 suspect = Suspect(rank=odd.rank, reason=odd.words() + " (live, still hanging)",
                                   ranks=(odd.rank,), evidence=(odd.words(),), kind="stack")
-        self.reading = LiveReading(suspect, since, tuple(dumps))
+        self.reading = LiveReading(suspect, since, tuple(dumps), attempt)
         taken = f" (dumps: {', '.join(dumps)})" if dumps else ""
         if suspect is not None:
             self._say(f"{LIVE_SUSPECT_PREFIX}{suspect.reason}{taken}")
         else:
-            self._say(f"every rank is quiet; no rank stands out{taken}")
+            quiet_words = quiet.words() if quiet is not None else "every rank is quiet"
+            self._say(f"{quiet_words}; no rank stands out{taken}")
+
+
+def _held_now(state: RunState) -> dict[int, str]:
+    """The local ranks a person holds now, each with how: at a prompt or stopped (the
+    pause log), at its post-mortem prompt (its debug hold), waiting for a debugger to
+    attach (``--debugpy-wait``); caller holds the lock."""
+    held = {r: paused_words(p) for r, p in state.pauses.paused().items()}
+    for r in held_ranks(state):
+        held.setdefault(r, "at its post-mortem prompt")
+    for s in state.live():
+        if s.rank not in held and waits_for_debugger(s.error_file, s.pid):
+            held[s.rank] = "waiting for a debugger"
+    return held
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    attempt: int
+    ranks: dict[int, RankNow]

@@ -24,6 +24,7 @@ Reaping is done by engine.process's watcher thread; ``proc.poll()`` here only re
 from __future__ import annotations
 
 import logging
+import os
 import select
 import signal
 import threading
@@ -33,7 +34,7 @@ from .. import clock
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
-from ..forensics.own_traceback import own_traceback_before
+from ..forensics.own_traceback import own_traceback_before, raised_line
 from ..forensics.stdin_hint import note_null_stdin
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..kernel import policy
@@ -381,7 +382,10 @@ class Monitor:
         for s in slots:
             failed = s.failure is not None and not s.failure.caused_by_us
             raised = not failed and _raised_before_stop(s)
+            ended_by = _ended_by_us(s) if failed else ""
             message, said = _error_text(s) if failed or raised else ("", "")
+            if ended_by:
+                message, said = _own_error(s)
             facts.append(RankFacts(
                 rank=s.rank,
                 failed=failed,
@@ -392,6 +396,7 @@ class Monitor:
                 activity=activity.reading(s.rank, until_ns=first_ns),
                 said=said,
                 raised_before_stop=raised,
+                ended_by=ended_by,
             ))
         try:
             return find_suspect(
@@ -452,6 +457,26 @@ def _raised_before_stop(slot: RankSlot) -> bool:
     except ValueError:
         return False
     return 0 < seconds <= -(-slot.stop_signal_ns // 1_000_000_000)
+
+
+def _ended_by_us(slot: RankSlot) -> str:
+    """The name of our signal that ended a rank which had failed on its own first (see
+    ``Monitor._on_exit``: it raised before the signal cut its exit short); "" otherwise."""
+    code = slot.exitcode
+    if code is None or code >= 0 or slot.caused_by_us or -code not in slot.signals_ns:
+        return ""
+    return signal_name(-code)
+
+
+def _own_error(slot: RankSlot) -> tuple[str, str]:
+    """What a rank our signal ended had raised on its own: its error file's message when
+    it wrote one in time, else the exception line its traceback ends with ("" when the
+    signal cut the traceback short: torch's "Signal 15 received" is not its error)."""
+    failure = slot.failure
+    if failure is not None and os.path.isfile(failure.error_file):
+        return _error_text(slot)
+    line = raised_line(slot.stderr_path)
+    return line, line
 
 
 def _error_text(slot: RankSlot) -> tuple[str, str]:

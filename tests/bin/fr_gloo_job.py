@@ -2,6 +2,10 @@
 
   --skip R        rank R never enters all_reduce #AT: it sleeps instead (the others wait in it
                   until gloo's ``--timeout``)
+  --desync R --how op|size|dtype
+                  at all_reduce #AT rank R calls a barrier instead (op), or all-reduces a
+                  tensor of another size (size) or dtype (dtype): the same sequence number
+                  in a different collective, which torch's analyser calls a mismatch
   --heartbeat     every rank prints ``heartbeat`` from a thread every 0.4 s, the hung one too
                   (as logging and progress threads do)
   --worker-main   the loop runs inside torch's ``worker_main()``
@@ -67,6 +71,12 @@ def loop(a: argparse.Namespace) -> None:
             dist.monitored_barrier(timeout=datetime.timedelta(seconds=a.timeout))
         if i == a.at and rank == a.mismatch:
             dist.broadcast(t, src=0)
+        elif i == a.at and rank == a.desync:
+            if a.how == "op":
+                dist.barrier()
+            else:
+                odd = torch.ones(8) if a.how == "size" else torch.ones(4, dtype=torch.float64)
+                dist.all_reduce(odd)
         else:
             dist.all_reduce(t)
         print(f"step {i}", flush=True)
@@ -84,6 +94,8 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--mismatch", type=int, default=-1)
     p.add_argument("--barrier", type=int, default=-1)
+    p.add_argument("--desync", type=int, default=-1)
+    p.add_argument("--how", choices=("op", "size", "dtype"), default="op")
     p.add_argument("--behind", type=int, default=-1)
     p.add_argument("--heartbeat", action="store_true")
     p.add_argument("--worker-main", action="store_true")

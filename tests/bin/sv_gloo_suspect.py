@@ -10,6 +10,9 @@ rank that waits is seen to be alive. At step ``--at``:
   --segv R     rank R dies of SIGSEGV (faulthandler prints its stack)
   --wait R     rank R prints ``rank R: waiting to be killed`` and sleeps (the test kills it)
   --no-heartbeat  no ``waiting`` redraws (a job that says nothing while it waits)
+  --dying R    rank R prints a knock-on's traceback (a peer closed its connection), creates
+               ``--marker`` and sleeps: a rank caught in its exit by the teardown's SIGTERM
+  --after R    rank R waits for ``--marker``, then raises (the first failure, after ``--dying``)
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import datetime
 import os
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -30,6 +34,18 @@ def _ranks(text: str) -> set[int]:
     return {int(x) for x in text.split(",") if x}
 
 
+def _dying(marker: str) -> None:
+    """A knock-on's traceback on stderr, as a rank prints it on its way out, then a slow
+    exit (a process group's destructor waiting): the teardown's SIGTERM ends it there."""
+    try:
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    except RuntimeError:
+        traceback.print_exc()
+    sys.stderr.flush()
+    open(marker, "w").close()
+    time.sleep(3600)
+
+
 @record
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -37,6 +53,9 @@ def main() -> None:
     p.add_argument("--raise", dest="raise_", type=_ranks, default=set())
     p.add_argument("--segv", type=_ranks, default=set())
     p.add_argument("--wait", type=_ranks, default=set())
+    p.add_argument("--dying", type=_ranks, default=set())
+    p.add_argument("--after", type=_ranks, default=set())
+    p.add_argument("--marker", default="")
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--step-s", type=float, default=0.05)
@@ -48,6 +67,12 @@ def main() -> None:
     out = sys.stdout
     for step in range(1, a.steps + 1):
         if step == a.at:
+            if rank in a.dying:
+                _dying(a.marker)
+            if rank in a.after:
+                while not os.path.exists(a.marker):
+                    time.sleep(0.01)
+                raise RuntimeError(f"rank {rank} raised on purpose at step {step}")
             if rank in a.raise_:
                 raise RuntimeError(f"rank {rank} raised on purpose at step {step}")
             if rank in a.segv:

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.processes
 
 FIELDS = {"schema", "run_id", "run_dir", "socket", "supervisor_pid", "supervisor_start", "state",
           "attempt", "finished", "exitcode", "ranks", "root_cause", "suspect", "started",
-          "updated", "tracking"}
+          "updated", "written_at", "tracking"}
 RANK_FIELDS = {
     "rank", "local_rank", "pid", "state", "exitcode", "signal", "restart_count", "exit_cause",
     "input_wait",

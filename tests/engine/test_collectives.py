@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 from rankvisor.engine.forensics.activity import RankActivity
 from rankvisor.engine.forensics.collectives import (
+    Collective,
+    GroupState,
     RankCollectives,
+    desyncs,
     parse_answer,
     parse_fr,
     ranks_words,
@@ -235,3 +238,45 @@ def test_gloo_dumps_are_normalised_for_torchfrtrace(tmp_path: Path) -> None:
     assert all(e["frames"] == [] for e in fixed["entries"])
     assert [e["collective_seq_id"] for e in fixed["entries"]] == [
         e["collective_seq_id"] for e in dumps[0]["entries"]]
+
+
+def _last(
+    op: str, seq: int, sizes: tuple = ((4,),), dtypes: tuple = ("Float",)
+) -> tuple[int, Collective]:
+    return seq, Collective(op, seq, sizes, 1_000, dtypes)
+
+
+def test_the_same_number_entered_as_another_collective_is_a_desync() -> None:
+    ar = _last("all_reduce", 30)
+    table = [
+        # (each rank's last collective, the odd ranks, what rank 2 entered instead)
+        ({0: ar, 1: ar, 2: _last("barrier", 30, ()), 3: ar}, (2,), "barrier"),
+        ({0: ar, 1: ar, 2: _last("all_reduce", 30, ((8,),))}, (2,),
+         "all_reduce of sizes [[8]]"),
+        ({0: ar, 1: ar, 2: _last("all_reduce", 30, dtypes=("Double",))}, (2,),
+         "all_reduce of Double"),
+        # A tie: the lowest rank's collective is the expected one (as torch's analyser).
+        ({0: ar, 2: _last("barrier", 30, ())}, (2,), "barrier"),
+        # One rank a collective behind is no desync (the missing verdict's case).
+        ({0: ar, 1: ar, 2: _last("all_reduce", 29)}, (), ""),
+        ({0: ar, 1: ar}, (), ""),
+    ]
+    for last, odd, instead in table:
+        found = desyncs("0", "default_pg", last)
+        assert tuple(r for v in found for r in v.missing) == odd, last
+        for v in found:
+            assert (v.kind, v.seq, v.op, v.odd_of[2]) == ("desync", 30, "all_reduce", instead)
+            assert v.suspect_words(2) == (
+                f"rank 2: entered {instead} #30 on pg 0 where {ranks_words(v.entered)} "
+                "entered all_reduce #30 (a desync, torch's Flight Recorder)")
+
+
+def test_a_desync_is_a_verdict_of_the_group() -> None:
+    ranks = [RankCollectives(r, (GroupState("0", "default_pg", c, None, None),))
+             for r, c in ((0, _last("all_reduce", 5)[1]), (1, _last("barrier", 5, ())[1]),
+                          (2, _last("all_reduce", 5)[1]))]
+    (v,) = verdicts(ranks)
+    assert (v.kind, v.missing, v.entered) == ("desync", (1,), (0, 2))
+    assert v.words() == ("all_reduce #5 on pg 0 (default_pg): ranks 0 and 2 entered it; "
+                         "rank 1 entered barrier #5 instead (a desync: the same collective "
+                         "number, another collective)")

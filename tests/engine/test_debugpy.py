@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from rankvisor.engine.events import RunFinished, SupervisorNotice
+from rankvisor.engine.process.py_bootstrap import waits_for_debugger
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.debug_options import DebugOptions
@@ -59,6 +60,10 @@ def test_a_client_attaches_breaks_and_continues(tmp_path: Path) -> None:
         # Rank 1 is not under debugpy: it ends while rank 0 waits for a client.
         wait_until(lambda: sup.snapshot().ranks[1].state is RankState.SUCCEEDED, timeout=60)
         assert sup.snapshot().ranks[0].state is RankState.RUNNING
+        # While it waits for a client, the supervisor can tell (a person is attaching a
+        # debugger: never a hang, engine.supervisor.live_suspect).
+        first = sup.snapshot().ranks[0]
+        wait_until(lambda: waits_for_debugger(first.error_file, first.pid), timeout=30)
         client = DapClient(port)
         try:
             seq = client.request("initialize", clientID="rankvisor-test", adapterID="debugpy",
@@ -75,6 +80,7 @@ def test_a_client_attaches_breaks_and_continues(tmp_path: Path) -> None:
             assert client.wait_for(response_to=attach)["success"]
             stopped = client.wait_for(event="stopped")
             assert stopped["body"]["reason"] == "breakpoint"
+            assert not waits_for_debugger(first.error_file, first.pid)  # attached
             thread = stopped["body"]["threadId"]
             seq = client.request("stackTrace", threadId=thread, levels=1)
             frame = client.wait_for(response_to=seq)["body"]["stackFrames"][0]

@@ -343,3 +343,36 @@ def test_the_headless_report_names_the_newest_stack_dumps() -> None:
     said = [ln for ln in lines if ln.startswith("rankvisor: stacks saved: ")]
     assert said == [f"rankvisor: stacks saved: {p}" for p in paths[2:]]
     assert "rankvisor: ... and 2 older dump(s) beside them" in lines
+
+
+_KNOCK_ON_TB = ('Traceback (most recent call last):\n  File "x.py", line 3, in <module>\n'
+                "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer\n")
+
+
+@pytest.mark.parametrize(("facts", "code", "own"), [
+    # It raised (a knock-on), then the teardown's SIGTERM ended it in its exit.
+    (ExitFacts(-15, stop_reason="teardown", our_signals=(15,), stderr_tail=_KNOCK_ON_TB),
+     "gloo_error", "gloo error"),
+    # Its own error, from the error file.
+    (ExitFacts(-15, stop_reason="teardown", our_signals=(15,), message="ValueError: bad batch"),
+     "exception", "raised ValueError: bad batch"),
+    # The signal cut its traceback short: what it raised is lost.
+    (ExitFacts(-15, stop_reason="shutdown", our_signals=(15,),
+               stderr_tail='Traceback (most recent call last):\n  File "x.py", line 3\n'),
+     "exception", "printed a traceback of its own"),
+    # Escalation's SIGKILL after SIGTERM.
+    (ExitFacts(-9, stop_reason="teardown", our_signals=(15, 9), message="ValueError: x"),
+     "exception", "raised ValueError: x"),
+])
+def test_a_signal_rankvisor_sent_is_never_from_outside(
+    facts: ExitFacts, code: str, own: str
+) -> None:
+    cause = classify(facts)
+    assert cause is not None and cause.code == code, cause
+    assert "outside" not in cause.text
+    name = signal.Signals(-facts.exitcode).name
+    assert cause.text.startswith(f"failed on its own, then rankvisor's {name} ("), cause.text
+    assert own in cause.text
+    # Not ours: the same death by a signal we never sent.
+    alone = classify(ExitFacts(facts.exitcode, stderr_tail=facts.stderr_tail))
+    assert alone is not None and alone.code == "outside_signal"

@@ -13,11 +13,13 @@ from tests.conftest import PYTHON, wait_until
 
 pytestmark = pytest.mark.processes
 
-# One line, a quiet start (as a rank importing torch and waiting in the rendezvous), then a
-# step a tenth of a second five times (a cadence), then a hang.
+# Four start-up lines, a quiet start (as a rank importing torch, in DDP's set-up, waiting in
+# the rendezvous), then a step a tenth of a second five times (a cadence), then a hang.
 JOB = (
     "import sys, time\n"
-    "print('starting', flush=True)\n"
+    "for line in ('starting', 'importing', 'loading', 'ready'):\n"
+    "    print(line, flush=True)\n"
+    "    time.sleep(0.1)\n"
     "time.sleep(6)\n"
     "for i in range(5):\n"
     "    print(f'step {i}', flush=True)\n"
@@ -35,9 +37,10 @@ def test_a_quiet_start_is_no_hang_and_a_quiet_spell_after_a_cadence_is(tmp_path:
     with Supervisor(config) as sup:
         run_dir = Path(sup.snapshot().log_dir)
         files = lambda: list(run_dir.glob("attempt_0/*/stdout.log"))  # noqa: E731
-        wait_until(lambda: len(files()) == 2 and all(b"starting" in f.read_bytes()
+        wait_until(lambda: len(files()) == 2 and all(b"ready" in f.read_bytes()
                                                      for f in files()))
-        # Quiet for 6 s after one line: three times the 2 s a hang after a cadence needs.
+        # Quiet for 6 s after four lines (no cadence yet): three times the 2 s a hang after
+        # a cadence needs.
         readings = []
         while not all(b"step 0" in f.read_bytes() for f in files()):
             readings.append(sup.live_suspect)

@@ -5,12 +5,15 @@ real job: tests/test_paused_rank_gloo.py)."""
 from __future__ import annotations
 
 from rankvisor.engine.events import (
+    LIVE_SUSPECT_DROPPED_PREFIX,
+    LIVE_SUSPECT_PREFIX,
     AttemptStarted,
     InputWait,
     RankInputWait,
     RankOutput,
     RankRestarted,
     RanksSignalled,
+    SupervisorNotice,
 )
 from rankvisor.engine.forensics.activity import RankActivity
 from rankvisor.engine.forensics.pauses import Pause, PauseLog
@@ -161,10 +164,16 @@ def test_the_view_never_flags_a_paused_rank_and_says_what_its_peers_wait_for() -
         assert peer.straggler == ""
         assert peer.waiting_for == "waiting for rank 0 (at a prompt)"
         assert straggler_mark(peer, 30.0) == "⏸ waiting for rank 0 (at a prompt)"
-    # The person answers: the silence is the ranks' own again.
+    # The person answers: the ranks went on, so nobody is silent yet; from then on the
+    # silence is the ranks' own again.
     run.apply(RankInputWait(0, None))
     run.update_progress(31.0)
-    assert views[0].paused == "" and {v.straggler for v in views} == {"silent"}
+    assert views[0].paused == "" and {v.straggler for v in views} == {""}
+    assert {v.waiting_for for v in views} == {""}
+    run.update_progress(33.0)
+    assert {v.straggler for v in views} == {""}
+    run.update_progress(34.5)
+    assert {v.straggler for v in views} == {"silent"}
 
 
 def test_a_rank_stopped_by_a_person_s_sigstop_is_paused_until_sigcont() -> None:
@@ -181,7 +190,14 @@ def test_a_rank_stopped_by_a_person_s_sigstop_is_paused_until_sigcont() -> None:
     assert views[1].waiting_for == "waiting for rank 0 (stopped by SIGSTOP)"
     run.apply(RanksSignalled((0,), "SIGCONT", "person", "signal", 30.0))
     run.update_progress(30.5)
+    # Continued: nobody is silent the moment it goes on; a rank that stays so, is.
+    assert {v.straggler for v in views} == {""}
+    for t in range(30, 35):
+        for r in (2, 3):
+            run.ranks[r].saw_output(float(t))
+    run.update_progress(34.0)
     assert views[0].straggler == "silent" and views[1].straggler == "silent"
+    assert views[2].straggler == views[3].straggler == ""
 
 
 def test_a_late_viewer_reads_the_wait_from_the_snapshot() -> None:
@@ -192,3 +208,12 @@ def test_a_late_viewer_reads_the_wait_from_the_snapshot() -> None:
     run = RunView(type(info)(**{**{f: getattr(info, f) for f in info.__dataclass_fields__},
                                 "ranks": (waiting, *info.ranks[1:])}))
     assert run.pauses.paused()[0].where == "job.py:7 in <module>"
+
+
+def test_a_dropped_live_suspect_leaves_the_view() -> None:
+    run = _running_view(2)
+    run.apply(SupervisorNotice(f"{LIVE_SUSPECT_PREFIX}rank 0: never entered all_reduce #7 "
+                               "(live, still hanging)", "warning"))
+    assert run.live_suspect.startswith("rank 0: never entered")
+    run.apply(SupervisorNotice(f"{LIVE_SUSPECT_DROPPED_PREFIX}rank 0: the ranks went on"))
+    assert run.live_suspect == ""

@@ -153,3 +153,32 @@ def test_a_rank_s_last_step_outlives_its_heartbeat_lines() -> None:
     for i in range(40):  # more than the lines it keeps
         act.note(RankOutput(0, "stdout", ("heartbeat",), first_line=3 + i), T0 + i * S)
     assert act.last_step(0) == 4 and act.last_step(1) is None
+
+
+def test_a_rank_rankvisor_s_sigterm_ended_after_it_raised_is_no_first_domino() -> None:
+    # Rank 0 raised first; rank 1 had printed a traceback of its own when the teardown's
+    # SIGTERM ended its exit (torch counts its failure; the signal is ours). It is named
+    # only for an error of its own that is not a knock-on, and never for the SIGTERM.
+    closed = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer"
+
+    def run(message: str) -> object:
+        facts = [
+            _facts(rank=0, failed=True, exitcode=1, exit_time_ns=T0 + 10 * S, stopped_by=None,
+                   message="RuntimeError: bad batch", said="RuntimeError: bad batch",
+                   activity=_act(0, 9.9)),
+            _facts(rank=1, failed=True, exitcode=-15, exit_time_ns=T0 + 10 * S + 3_000_000,
+                   stopped_by=None, message=message, said=message, ended_by="SIGTERM",
+                   activity=_act(1, 9.9)),
+            _facts(rank=2, exitcode=-15, exit_time_ns=T0 + 10 * S + 4_000_000,
+                   activity=_act(2, 9.9)),
+        ]
+        return find_suspect(facts)
+
+    for message in (closed, ""):  # a knock-on; a traceback the signal cut short
+        s = run(message)
+        assert s is not None and (s.rank, s.ranks) == (0, (0,)), s  # type: ignore[attr-defined]
+        assert "SIGTERM" not in s.reason  # type: ignore[attr-defined]
+    s = run("ValueError: its own")
+    assert s is not None and s.ranks == (0, 1), s  # type: ignore[attr-defined]
+    assert "also rank 1: failed on its own first (it raised before rankvisor's SIGTERM " \
+           "ended it): ValueError: its own" in s.reason  # type: ignore[attr-defined]

@@ -148,3 +148,20 @@ def test_the_demo_s_bars_are_compared_not_a_warning_s_step() -> None:
     run.update_progress(0.0)
     assert run.median_step == 20
     assert [v.straggler for v in run.ranks] == [""] * 4
+
+
+def test_a_quiet_start_makes_no_straggler_until_the_start_up_threshold() -> None:
+    """DDP's set-up or a dataset's load after a few start-up lines: no rank has a cadence
+    yet, so silence flags nobody before the start-up threshold, which the reason names."""
+    run = RunView(scripted_info(4))
+    for view in run.ranks:
+        view.state = RankState.RUNNING
+        for t, line in enumerate(("starting", "loading", "ready")):
+            run.add_output(RankOutput(view.rank, "stdout", (line,)))
+            view.saw_output(t / 10)
+    for now in (6.0, 26.0):
+        run.update_progress(now)
+        assert [v.straggler for v in run.ranks] == ["", "", "", ""], now
+    run.update_progress(31.0)
+    assert {v.straggler for v in run.ranks} == {"silent"}
+    assert run.ranks[0].straggler_reason == "silent 30.8 s, past the 30 s start-up threshold"
