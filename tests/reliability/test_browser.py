@@ -100,7 +100,7 @@ def test_the_served_app_renders_in_chromium_takes_keys_and_refuses_without_the_t
             rendered = time.monotonic() - asked
             page.locator(".xterm-screen").click()
             page.keyboard.press("?")
-            shows("Help", "SIGTERM")  # the help screen lists the keys
+            shows("keys", "SIGTERM", "escape close")  # the help screen lists the keys
             page.keyboard.press("Escape")
             deadline = time.monotonic() + BOUND
             while "SIGTERM" in screen():
