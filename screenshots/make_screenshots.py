@@ -1,4 +1,4 @@
-"""Regenerate the SVG screenshots in this folder (the README shows them).
+"""Regenerate the SVG screenshots in this folder (README.md and the pages of docs/ show them).
 
     python screenshots/make_screenshots.py [--size 120x36] [--out screenshots]
 

@@ -40,7 +40,7 @@ def test_the_contracts_are_kept(capsys: pytest.CaptureFixture[str],
 def test_the_engine_rooms_contract_places_every_room_in_order() -> None:
     """Exhaustive (a new module or sub-package of engine/ must be given a layer), the front
     ends at the top, the leaves and then the clock at the bottom, the rooms between in the
-    README's order."""
+    order docs/development.md gives."""
     (rooms,) = [c for c in _contracts() if c.get("containers") == ["rankvisor.engine"]]
     assert rooms["type"] == "layers" and rooms["exhaustive"] is True
     layers = rooms["layers"]

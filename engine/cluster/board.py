@@ -3,7 +3,7 @@
 Every node's supervisor publishes one record (its ranks' states, exit codes, restart counts,
 last-output ages, its round, host and node rank, its own root-cause candidate and suspect)
 under ``rankvisor/node/<node_rank>`` in the round's store, and reads the others' back. The
-costs are bounded by design (README, "Multi-node"):
+costs are bounded by design (docs/clusters.md, "On paper: 1,000 nodes"):
 
 * a record is written only when something a reader shows changed (a state, an exit), at
   most once per ``publish_interval``, plus a heartbeat every ``HEARTBEAT_S`` (last-output

@@ -8,7 +8,7 @@ reach): on connect the door sends a fresh nonce; the client answers with its own
 an HMAC-SHA256 of both under the secret; the door answers with its own HMAC, so that the
 client knows the door holds the secret too; only then does the control protocol begin (the
 client's hello). A wrong or missing proof closes the connection: the secret itself never
-travels. The bytes after it are not encrypted (see the README's trust boundary).
+travels. The bytes after it are not encrypted (docs/reliability.md, the trust boundary).
 
 Anyone who reaches the port may connect, so what an unproven client costs is bounded: at
 most ``MAX_UNPROVEN`` are vetted at once, ``MAX_UNPROVEN_PER_HOST`` of them from one address

@@ -274,11 +274,11 @@ def test_the_serve_session_views_without_a_terminal_and_read_only_refuses(
     assert run.all_running() and run.rank_pids() == pids
 
 
-def test_without_textual_serve_serve_names_the_extra_and_the_readme_does_too(
+def test_without_textual_serve_serve_names_the_extra_and_the_docs_do_too(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The ``[web]`` extra was said only in the error: the README's serve paragraph did
-    not name it."""
+    """The ``[web]`` extra was said only in the error: the serve paragraph (now in
+    docs/app.md) did not name it."""
     for name in [m for m in sys.modules if m.split(".")[0] == "textual_serve"] + [
             "textual_serve"]:
         monkeypatch.setitem(sys.modules, name, None)  # not importable, even if imported
@@ -289,6 +289,6 @@ def test_without_textual_serve_serve_names_the_extra_and_the_readme_does_too(
     assert serve.main(["demo"]) == 2
     assert capsys.readouterr().err == (
         "rankvisor serve: error: textual-serve is not installed (pip install 'rankvisor[web]')\n")
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    paragraph = readme[readme.index("`rankvisor serve [--max-viewers"):]
+    page = (Path(__file__).parents[2] / "docs" / "app.md").read_text()
+    paragraph = page[page.index("`rankvisor serve [--max-viewers"):]
     assert "pip install 'rankvisor[web]'" in paragraph[:paragraph.index("\n\n")]

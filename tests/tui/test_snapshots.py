@@ -1,6 +1,6 @@
 """How the screens look, as SVG snapshots at 80x24 and 160x48 (scripted engine, fixed clock:
 no real pid, path or time can appear). Regenerate with ``pytest --snapshot-update`` only after
-looking at the report; ``screenshots/make_screenshots.py`` draws the same scenes for the README.
+looking at the report; ``screenshots/make_screenshots.py`` draws the same scenes for the docs.
 """
 
 from __future__ import annotations
