@@ -8,8 +8,8 @@ node therefore also sets ``rankvisor/beat/<node>`` (a counter, a few bytes) ever
 node whose beat has not moved for ``STALE_BEATS`` intervals plus one read interval is
 unreachable: its ranks are shown with their last known state, and nothing waits on it.
 When its beat moves again it is back. The costs grow with the node count on purpose
-(docs/clusters.md, "On paper: 1,000 nodes"): at 1,000 nodes a beat every 5 s is 200 small writes a second for
-the store, and each read of the beats about 10 kB.
+(docs/clusters.md, "On paper: 1,000 nodes"): at 1,000 nodes a beat every 5 s is 200 small
+writes a second for the store, and each read of the beats about 10 kB.
 """
 
 from __future__ import annotations
