@@ -77,3 +77,11 @@ def test_a_marker_without_its_sh_block_is_an_error(tmp_path: Path) -> None:
     page.write_text("<!-- runnable -->\n\n```sh\necho hi\n```\n")
     (block,) = runnable_blocks(page)
     assert (block.line, block.source) == (3, "echo hi\n")
+
+
+def test_every_screenshot_is_shown_somewhere() -> None:
+    """make_screenshots.py draws each scene for a reader: one nobody shows is stale."""
+    shown = {(page.parent / target).resolve() for page in pages()
+             for _, target in links(page.read_text()) if target.endswith(".svg")}
+    unshown = [p.name for p in sorted((ROOT / "screenshots").glob("*.svg")) if p not in shown]
+    assert unshown == []
