@@ -377,11 +377,7 @@ class StatusBoard:
         keys = [f"{_PREFIX}node/{n}" for n in nodes]
         if not keys:
             return False
-        if self._call(lambda s: s.check(keys), default=False):
-            values = self._call(lambda s: s.multi_get(keys), default=None)
-        else:
-            # Some node has not written yet (a round's first second): the ones there are.
-            values = [self._get_if_there(k) for k in keys]
+        values = self._read_keys(keys)
         if values is None:
             return False
         remote: dict[int, dict[str, Any]] = {}
@@ -452,10 +448,7 @@ class StatusBoard:
 
     def _read_fr(self) -> None:
         keys = [f"{_PREFIX}fr/{n}" for n in range(self.nnodes) if n != self.node_rank]
-        if self._call(lambda s: s.check(keys), default=False):
-            values = self._call(lambda s: s.multi_get(keys), default=None)
-        else:
-            values = [self._get_if_there(k) for k in keys]
+        values = self._read_keys(keys)
         if values is None:
             return
         readings: list[RankCollectives] = []
@@ -495,10 +488,7 @@ class StatusBoard:
         keys = self.liveness.keys(self.nnodes, self.node_rank)
         if not keys or self._store is None:
             return
-        if self._call(lambda s: s.check(keys), default=False):
-            values = self._call(lambda s: s.multi_get(keys), default=None)
-        else:
-            values = [self._get_if_there(k) for k in keys]
+        values = self._read_keys(keys)
         if values is None:
             return
         nodes = [n for n in range(self.nnodes) if n != self.node_rank]
@@ -544,6 +534,15 @@ class StatusBoard:
         remote = self.remote_records()
         return frozenset(n for n in self.liveness.unreachable
                          if not _over(remote.get(n, {})))
+
+    def _read_keys(self, keys: list[str]) -> list[bytes | None] | None:
+        """``keys`` in one ``multi_get`` when all are there, else each one that is (a
+        round's first second); None when the store did not answer."""
+        if self._call(lambda s: s.check(keys), default=False):
+            values: list[bytes | None] | None = self._call(lambda s: s.multi_get(keys),
+                                                           default=None)
+            return values
+        return [self._get_if_there(k) for k in keys]
 
     def _get_if_there(self, key: str) -> bytes | None:
         def get(store: Store) -> bytes | None:
