@@ -15,6 +15,12 @@ costs are bounded by design (docs/clusters.md, "On paper: 1,000 nodes"):
 * a record is one node's summary: about 60 bytes per rank plus the root cause's message,
   capped at ``MESSAGE_CAP`` characters.
 
+Each node also publishes its ranks' Flight Recorder summary (``rankvisor/fr/<node_rank>``,
+``engine.forensics.fr_merge``: a few hundred bytes a rank) at most once per
+``read_interval`` while it changes, and reads the others' (one ``multi_get``, at most once
+per ``read_interval``) only while one of its ranks waits in a collective, or when a person
+asks for the collectives: its verdicts then name a rank of any node.
+
 A store that stops answering (the node hosting it died) is given up for good: a notice says
 so, and the view keeps the local ranks and the last records read.
 
@@ -38,6 +44,8 @@ from .. import clock
 from ..control.status import failure_message
 from ..errors import root_cause_rank
 from ..events import Event, RankOutput, RankStateChanged
+from ..forensics.collectives import RankCollectives
+from ..forensics.fr_merge import readings_of
 from ..logfile.tail import last_lines
 from ..names.signals import exit_signal_name
 from .liveness import Liveness
@@ -109,6 +117,8 @@ class StatusBoard:
         notice: Says a line to a person (``Supervisor.notice``).
         publish_interval: Least seconds between two writes of this node's record.
         stderr_paths: Each local rank's current stderr.log (a failure's last line).
+        fr_summary: This node's Flight Recorder summary (``fr_merge.summary_of``), None
+            when its ranks serve none.
     """
 
     def __init__(
@@ -119,6 +129,7 @@ class StatusBoard:
         notice: Callable[[str, str], None] | None = None,
         publish_interval: float = 0.3,
         stderr_paths: Callable[[], dict[int, str]] | None = None,
+        fr_summary: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
         self.host = host or socket.gethostname()
         self._stderr_paths = stderr_paths or dict
@@ -150,6 +161,15 @@ class StatusBoard:
         self.liveness = Liveness()
         self.door: str | None = None
         """Where this node's supervisor serves viewers of other nodes (``HOST:PORT``)."""
+        self._fr_summary = fr_summary
+        self._fr_sent: str | None = None
+        self._fr_sent_at = 0.0
+        self._fr_read_at = 0.0
+        self._fr_waiting = False
+        self._fr_remote: tuple[list[RankCollectives], dict[int, str]] = ([], {})
+        self._fr_lock = threading.Lock()
+        self._fr_busy = threading.Lock()
+        """One exchange at a time (the board's thread, a person's question)."""
         self.over = False
         """This node's round is over (the agent's loop returned): its record is final, and
         says so before the node waits for the others (``wait_for_others``)."""
@@ -173,6 +193,9 @@ class StatusBoard:
             self._published_key = None
             self._gen_seen = None
             self._read_at = 0.0
+            self._fr_sent = None
+            self._fr_sent_at = self._fr_read_at = 0.0
+            self._fr_remote = ([], {})
             self.liveness.reset()
         self.publish_now()
         if self._thread is None:
@@ -239,6 +262,7 @@ class StatusBoard:
                 self._beat()
                 if clock.monotonic() - self._read_at >= self.read_interval:
                     self.read_now()
+                self.exchange_fr()
             except Exception:  # noqa: BLE001 - the board must never take the run down
                 log.exception("cluster status board step failed")
             # At most one write per interval, whatever wakes us.
@@ -353,11 +377,7 @@ class StatusBoard:
         keys = [f"{_PREFIX}node/{n}" for n in nodes]
         if not keys:
             return False
-        if self._call(lambda s: s.check(keys), default=False):
-            values = self._call(lambda s: s.multi_get(keys), default=None)
-        else:
-            # Some node has not written yet (a round's first second): the ones there are.
-            values = [self._get_if_there(k) for k in keys]
+        values = self._read_keys(keys)
         if values is None:
             return False
         remote: dict[int, dict[str, Any]] = {}
@@ -397,6 +417,66 @@ class StatusBoard:
             self._notice(f"node {node} ({rec['host']}): rank{'s' if len(failed) > 1 else ''} "
                          f"{shown}{more} failed", "warning")
 
+    # -- the Flight Recorder of every node ------------------------------------------------------
+
+    def exchange_fr(self, *, read: bool = False) -> None:
+        """This node's FR summary written when it changed (at most once per
+        ``read_interval``); the others' read when one of this node's ranks waits in a
+        collective, or ``read`` (at most once per ``read_interval`` either way)."""
+        if self._store is None or self._fr_summary is None or self.nnodes <= 1:
+            return
+        with self._fr_busy:
+            self._exchange_fr(read)
+
+    def _exchange_fr(self, read: bool) -> None:
+        now = clock.monotonic()
+        if now - self._fr_sent_at >= self.read_interval:
+            summary = self._fr_summary()
+            if summary is not None:
+                self._fr_waiting = bool(summary.get("waiting"))
+                data = json.dumps(summary, separators=(",", ":"))
+                if data != self._fr_sent:
+                    node = self.node_rank
+                    if self._call(lambda s: s.set(f"{_PREFIX}fr/{node}", data),
+                                  default=False) is not False:
+                        self._fr_sent, self._fr_sent_at = data, now
+                        self.writes += 1
+                        self.bytes_written += len(data)
+        if (read or self._fr_waiting) and now - self._fr_read_at >= self.read_interval:
+            self._fr_read_at = now
+            self._read_fr()
+
+    def _read_fr(self) -> None:
+        keys = [f"{_PREFIX}fr/{n}" for n in range(self.nnodes) if n != self.node_rank]
+        values = self._read_keys(keys)
+        if values is None:
+            return
+        readings: list[RankCollectives] = []
+        held: dict[int, str] = {}
+        for value in values:
+            if not value:
+                continue
+            try:
+                summary = json.loads(bytes(value))
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                continue
+            mine, how = readings_of(summary, world_size=self.world_size)
+            readings += mine
+            held.update(how)
+        with self._fr_lock:
+            self._fr_remote = (readings, held)
+
+    def remote_fr(self, fresh: bool = False) -> tuple[list[RankCollectives], dict[int, str]]:
+        """The other nodes' FR readings (global ranks) and their held ranks, as last read
+        (``fresh``: read now, within the rate: a person asked)."""
+        if fresh:
+            try:
+                self.exchange_fr(read=True)
+            except Exception:  # noqa: BLE001 - a person's question is answered anyway
+                log.exception("reading the other nodes' collectives failed")
+        with self._fr_lock:
+            return self._fr_remote
+
     def _beat(self) -> None:
         """This node's beat, when due (``liveness``)."""
         if self._store is not None and self.liveness.due(self.nnodes):
@@ -408,10 +488,7 @@ class StatusBoard:
         keys = self.liveness.keys(self.nnodes, self.node_rank)
         if not keys or self._store is None:
             return
-        if self._call(lambda s: s.check(keys), default=False):
-            values = self._call(lambda s: s.multi_get(keys), default=None)
-        else:
-            values = [self._get_if_there(k) for k in keys]
+        values = self._read_keys(keys)
         if values is None:
             return
         nodes = [n for n in range(self.nnodes) if n != self.node_rank]
@@ -442,7 +519,7 @@ class StatusBoard:
         every = {**self.remote_records(), self.node_rank: self.local_record()}
         gone = self.unreachable()
         return {str(n): {"host": r.get("host"), "door": r.get("door"),
-                         "unreachable": n in gone,
+                         "unreachable": n in gone, "over": _over(r),
                          "ranks": [list(x[:3]) for x in r.get("ranks", [])]}
                 for n, r in sorted(every.items())}
 
@@ -457,6 +534,15 @@ class StatusBoard:
         remote = self.remote_records()
         return frozenset(n for n in self.liveness.unreachable
                          if not _over(remote.get(n, {})))
+
+    def _read_keys(self, keys: list[str]) -> list[bytes | None] | None:
+        """``keys`` in one ``multi_get`` when all are there, else each one that is (a
+        round's first second); None when the store did not answer."""
+        if self._call(lambda s: s.check(keys), default=False):
+            values: list[bytes | None] | None = self._call(lambda s: s.multi_get(keys),
+                                                           default=None)
+            return values
+        return [self._get_if_there(k) for k in keys]
 
     def _get_if_there(self, key: str) -> bytes | None:
         def get(store: Store) -> bytes | None:

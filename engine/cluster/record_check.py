@@ -119,6 +119,8 @@ def _suspect(value: Any, world: int) -> dict[str, Any] | None:
         "rank": _int(value.get("rank"), "suspect.rank", high=world - 1),
         "reason": _str(value.get("reason", ""), "suspect.reason", MESSAGE_CAP),
         "ranks": [_int(r, "a suspect's rank", high=world - 1) for r in ranks],
+        # Named while the ranks still hang (not at the end of the run): said as on its node.
+        "live": value.get("live") is True,
     }
 
 

@@ -58,7 +58,7 @@ from ..handle import (
 from ..rundir.arrival import arrival_path
 from ..states import RankState
 from .door import DoorRefused, connect_door
-from .renumber import finished_globally
+from .renumber import finished_globally, joined_dumps
 
 __all__ = ["ClusterHandle", "NotACluster", "whole_job"]
 
@@ -99,6 +99,12 @@ class _Node:
         self.door = str(record.get("door") or "")
         self.ranks = [int(r[1]) for r in record.get("ranks", [])]
         self.states = {int(r[1]): _state(r[2]) for r in record.get("ranks", [])}
+        self.pids: dict[int, int | None] = {}
+        """Each rank's pid as the viewer was told it (global rank)."""
+        self.finished = bool(record.get("over"))
+        """The node's run is over (its record, or its RunFinished): a closed link is its
+        end, not a fault."""
+        self.said_finished = False
         self.handle: RemoteHandle | None = None
         self.info: RunInfo | None = None
         self.reachable: bool | None = None
@@ -141,6 +147,7 @@ class _Node:
                                f"{v.dead_s:g} s" if self.handle.connected else "link closed")
                 else:
                     self.info = run_info_from_wire(answer["run"])
+                    self._reconcile()
                     self._sync()
             v._stop.wait(v.ping_s)
         self._let_go()
@@ -180,7 +187,10 @@ class _Node:
         self.reachable = True
 
     def _down(self, why: str) -> None:
-        if self.reachable is not False:
+        if self.finished:
+            # Its supervisor ended with its run: that is the end it had, said once.
+            self._say_finished()
+        elif self.reachable is not False:
             self.viewer._notice(
                 f"node {self.number} ({self.host}) is unreachable ({why}): its ranks show "
                 "their last known state", "warning")
@@ -188,6 +198,12 @@ class _Node:
         handle, self.handle = self.handle, None
         if handle is not None:
             threading.Thread(target=handle.detach, daemon=True).start()
+
+    def _say_finished(self) -> None:
+        if not self.said_finished:
+            self.said_finished = True
+            self.viewer._notice(f"node {self.number} ({self.host}) finished its part of the "
+                                "run", "information")
 
     def _let_go(self) -> None:
         handle, self.handle = self.handle, None
@@ -229,8 +245,8 @@ class _Node:
                 return
             event = trimmed
         if isinstance(event, RunFinished):
-            self.viewer._notice(f"node {self.number} ({self.host}) finished its part of the "
-                                "run", "information")
+            self.finished = True
+            self._say_finished()
             return
         if isinstance(event, RankRestarted):
             event = dataclasses.replace(event, stdout_path=self.mirrored(event.stdout_path),
@@ -243,14 +259,9 @@ class _Node:
         info = self.info
         assert info is not None
         v = self.viewer
+        self._reconcile()
         for r in info.ranks:
             glob = info.rank_base + r.rank
-            old = self.states.get(glob, RankState.STARTING)
-            if old != r.state:
-                v._deliver(RankStateChanged(glob, old, r.state, r.pid,
-                                            exitcode=r.exitcode, signal_name=r.signal_name,
-                                            restart_count=r.restart_count, attempt=r.attempt))
-                self.states[glob] = r.state
             out, err = self.mirrored(r.stdout_path), self.mirrored(r.stderr_path)
             if not (out and err):
                 continue
@@ -259,6 +270,24 @@ class _Node:
                 trimmed = self._trimmed(batch)
                 if trimmed is not None:
                     v._deliver(dataclasses.replace(trimmed, rank=glob))
+
+    def _reconcile(self) -> None:
+        """Each rank's state and pid as its node reports them now (its snapshot), told to
+        the viewer where it was told otherwise: the store's record, read while the node was
+        not connected, carries no pid, and a state it gave makes no change at the connect."""
+        info = self.info
+        if info is None:
+            return
+        for r in info.ranks:
+            glob = info.rank_base + r.rank
+            old = self.states.get(glob, RankState.STARTING)
+            if old != r.state or (r.pid is not None and self.pids.get(glob) != r.pid):
+                self.states[glob] = r.state
+                self.pids[glob] = r.pid
+                self.viewer._deliver(RankStateChanged(
+                    glob, old, r.state, r.pid, exitcode=r.exitcode,
+                    signal_name=r.signal_name, restart_count=r.restart_count,
+                    attempt=r.attempt))
 
     # -- the mirror -----------------------------------------------------------------------
 
@@ -386,6 +415,7 @@ class ClusterHandle:
                     self._want(node.ranks)
                 continue
             node.door = str(rec.get("door") or node.door)
+            node.finished = node.finished or bool(rec.get("over"))
             ranks = [int(r[1]) for r in rec.get("ranks", [])]
             if ranks:
                 node.ranks = ranks
@@ -501,12 +531,41 @@ class ClusterHandle:
         if isinstance(command, RestartAll):
             return self.local.execute(command)  # a new round on every node, through the store
         if isinstance(command, ReadCollectives):
-            # Each node's supervisor asks its own ranks and numbers them as its own: this
-            # node's answer, said so (``rankvisor collectives`` on a node reads that node's).
+            # This node's supervisor answers for every node (the others' readings come
+            # through the rendezvous store, by global rank); when no other node's ranks are
+            # in its answer (their summaries not read yet), that is said.
             result = self.local.execute(command)
-            note = f"node {self.me}'s ranks only, numbered on that node"
+            shown = {r.get("rank") for r in (result.data or {}).get("ranks", ())
+                     if isinstance(r, dict)}
+            if not result.ok or shown - set(self._local_ranks()) or not self.nodes:
+                return result
+            note = f"node {self.me}'s ranks only: no other node's collectives were read"
             return dataclasses.replace(result, message="; ".join(
                 m for m in (note, result.message) if m))
+        if isinstance(command, DumpStacks):
+            return self._dump_every_node(command)
+        results = self._on_each_node(command)
+        if len(results) == 1:
+            return results[0][1]
+        ok = all(r.ok for _, r in results)
+        message = "; ".join(f"node {n}: {r.message}" for n, r in results if r.message)
+        data = next((r.data for _, r in results if r.data is not None), None)
+        return CommandResult(ok, message, data)
+
+    def _dump_every_node(self, command: DumpStacks) -> CommandResult:
+        """``command`` on each node of its ranks; the dumps joined into one of the job (its
+        ranks by global rank), fine when some node dumped."""
+        results = self._on_each_node(command)
+        if len(results) == 1:
+            return results[0][1]
+        dumps = [r.data for _, r in results if r.data is not None]
+        message = "; ".join(f"node {n}: {r.message}" for n, r in results if r.message)
+        ok = any(r.ok for _, r in results)
+        return CommandResult(ok, message, joined_dumps(dumps) if dumps else None)
+
+    def _on_each_node(self, command: Command) -> list[tuple[int, CommandResult]]:
+        """``command`` carried out by the node of each rank it names (every node for "all
+        ranks"), in that node's local ranks: each node's answer."""
         ranks = self._ranks_of(command)
         parts: dict[int, tuple[int, ...] | None] = {}
         if ranks is None:
@@ -534,12 +593,7 @@ class ClusterHandle:
                 results.append((node, handle.execute(self._with_ranks(command, local))))
             finally:
                 remote.busy -= 1
-        if len(results) == 1:
-            return results[0][1]
-        ok = all(r.ok for _, r in results)
-        message = "; ".join(f"node {n}: {r.message}" for n, r in results if r.message)
-        data = next((r.data for _, r in results if r.data is not None), None)
-        return CommandResult(ok, message, data)
+        return results
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         self.execute(TerminateRanks(None, timeout_s=timeout_s))
@@ -562,6 +616,11 @@ class ClusterHandle:
         return self.local.wait(timeout_s)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _local_ranks(self) -> list[int]:
+        """This node's ranks, by global rank."""
+        info = self.local.snapshot()
+        return [info.rank_base + r.rank for r in info.ranks]
 
     def _handle(self, node: int) -> RemoteHandle | None:
         n = self.nodes[node]
@@ -596,6 +655,8 @@ class ClusterHandle:
         """``event`` with its ranks as the job numbers them."""
         if node is not None and isinstance(event, RankStateChanged):
             node.states[base + event.rank] = event.new
+            if event.pid is not None:
+                node.pids[base + event.rank] = event.pid
         if isinstance(event, SupervisorNotice) and node is not None:
             return dataclasses.replace(event, message=f"node {node.number} ({node.host}): "
                                                       f"{event.message}")

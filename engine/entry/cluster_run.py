@@ -20,12 +20,14 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .. import clock
 from ..cluster.agent import RankvisorAgent, make_spec
 from ..cluster.board import StatusBoard
 from ..cluster.door import ClusterDoor, new_secret, reach_address
 from ..cluster.renumber import finished_globally as _global
 from ..cluster.requests import cluster_request, read_request
 from ..events import RunFinished
+from ..forensics.fr_merge import summary_of
 from ..result import RunProcsResult
 from ..supervisor.core import Supervisor
 from ..supervisor.run_config import SupervisorConfig
@@ -97,8 +99,11 @@ def run_cluster(
         notice=lambda m, s: sup.notice(m, s),
         publish_interval=opts.publish_interval,
         stderr_paths=lambda: {r.rank: r.stderr_path for r in sup.snapshot().ranks},
+        fr_summary=_fr_summary(sup),
     )
     sup.subscribe(board.sink)
+    if sup.collectives is not None:
+        sup.collectives.remote = board.remote_fr
     try:
         host = RunHost(
             sup, mode=mode,
@@ -244,6 +249,21 @@ def _open_door(host: RunHost, sup: Supervisor, board: StatusBoard, config: Super
     host.server.add_request("cluster?", cluster_request(board, lambda: door.secret))
     host.server.add_request("read?", read_request(sup))
     return door
+
+
+def _fr_summary(sup: Supervisor) -> Callable[[], dict[str, Any] | None] | None:
+    """This node's Flight Recorder summary for the other nodes (None: no rank serves one)."""
+    watch = sup.collectives
+    if watch is None:
+        return None
+
+    def summary() -> dict[str, Any] | None:
+        readings = watch.readings()
+        if not readings:
+            return None
+        return summary_of(readings, sup.rank_base, sup.held_now(), clock.wall_ns())
+
+    return summary
 
 
 def _timed_out(config: SupervisorConfig) -> str:

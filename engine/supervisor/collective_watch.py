@@ -9,6 +9,10 @@ escalation's SIGKILL. Each capture is saved under ``<run_dir>/collectives/`` (``
 and one file per capture, the JSON of ``rankvisor collectives --json``) with each rank's FR
 dump as torch wrote it (``collectives/fr/<rank>.json``, for the bundle and torchfrtrace).
 The suspect reads ``verdicts``: a rank that never entered a collective its peers waited in.
+
+On many nodes the watch also holds the other nodes' readings (``remote``, set by the
+cluster layer: ``engine.forensics.fr_merge``), and ``job_readings`` / ``job_verdicts`` /
+``answer`` cover every node's ranks, numbered as the job numbers them.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Final
 
 from .. import clock
 from ..forensics.collectives import RankCollectives, Verdict, parse_answer, snapshot_json, verdicts
 from ..forensics.collectives_run import CAPTURES_DIR
 from ..forensics.fr_dump import write_for_torchfrtrace
+from ..forensics.fr_merge import job_readings
 from ..forensics.nccl_dumps import read_dumps
 from ..forensics.worker_server import DEFAULT_TIMEOUT_S as ASK_TIMEOUT_S
 from ..forensics.worker_server import Answer, ask_all
@@ -72,6 +77,11 @@ class CollectiveWatch:
         self._dump_listings: dict[str, tuple[int, int, list[str]]] = {}
         """A rank's directory -> its dumps as last listed (``read_dumps``; same lock)."""
         self._dumps_lock = threading.Lock()
+        self.remote: Callable[[bool], tuple[Sequence[RankCollectives], Mapping[int, str]]] \
+            | None = None
+        """The other nodes' readings, global ranks, and how a person holds each held one
+        (``fresh``: read them now, for a person who asked); None on one node."""
+        self._job: tuple[list[RankCollectives], list[Verdict]] | None = None
         # Its asks wait on the ranks' servers (bounded): a thread of its own, off the beat.
         self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll, own_thread=True)
         self.start, self.stop = self._ticker.start, self._ticker.stop
@@ -140,6 +150,25 @@ class CollectiveWatch:
             cached = self._verdicts = (readings, verdicts(readings))
         return cached[1]
 
+    def job_readings(self, *, fresh: bool = False) -> list[RankCollectives]:
+        """Every node's ranks' readings, by global rank (this node's alone on one node)."""
+        local = self.readings()
+        remote = self.remote(fresh)[0] if self.remote is not None else ()
+        return job_readings(local, self._state.rank_base, remote)
+
+    def remote_now(self) -> tuple[Sequence[RankCollectives], Mapping[int, str]]:
+        """The other nodes' readings and holds as last read (nothing on one node)."""
+        return self.remote(False) if self.remote is not None else ((), {})
+
+    def job_verdicts(self) -> list[Verdict]:
+        """``verdicts`` of ``job_readings``: ranks named as the job numbers them."""
+        readings = self.job_readings()
+        cached = self._job
+        if (cached is None or len(cached[0]) != len(readings)
+                or any(a is not b and a != b for a, b in zip(cached[0], readings, strict=True))):
+            cached = self._job = (readings, verdicts(readings))
+        return cached[1]
+
     def capture(self, reason: str, timeout_s: float = 0.5,
                 paths: Mapping[int, str] | None = None) -> str:
         """Ask the live ranks now (bounded) and save the readings; the saved file's path
@@ -169,9 +198,9 @@ class CollectiveWatch:
         and hand back its JSON with ``source`` "live" and ``path`` (saved, or "")."""
         if paths:
             self.ask(paths, timeout_s)
-        readings = self.readings()
-        return {**snapshot_json(readings), "source": "live",
-                "path": self._save(reason, readings)}
+        path = self._save(reason, self.readings())
+        return {**snapshot_json(self.job_readings(fresh=True)), "source": "live",
+                "path": path}
 
     def save(self, reason: str) -> str:
         return self._save(reason, self.readings())

@@ -45,7 +45,7 @@ from .dstate_watch import TIMEOUT_ENV as DSTATE_TIMEOUT_ENV
 from .dstate_watch import UninterruptibleWatch
 from .input_watch import InputWatch
 from .launcher import Launcher
-from .live_suspect import LiveReading, LiveSuspect
+from .live_suspect import LiveReading, LiveSuspect, held_now
 from .monitor import Monitor, held_ranks
 from .publisher import Publisher
 from .pump_link import PumpLink
@@ -99,7 +99,7 @@ class Supervisor:
         self._events.subscribe(self._state.pauses.observe)
         self._stacks = StackCapture(
             lambda: self._logs.run_log_dir, self._say_capture,
-            readings=lambda: self.collectives.readings() if self.collectives else (),
+            readings=lambda: self.collectives.job_readings() if self.collectives else (),
         )
         self.collectives: CollectiveWatch | None = (
             CollectiveWatch(self._state, lambda: self._logs.run_log_dir)
@@ -529,6 +529,12 @@ class Supervisor:
     def live_suspect(self) -> LiveReading | None:
         """The suspect named while every rank hangs, with its dumps (None: none now)."""
         return self._live.reading if self._live is not None else None
+
+    def held_now(self) -> dict[int, str]:
+        """The local ranks a person holds now (at a prompt, stopped, waiting for a debugger),
+        each with how: another node's verdicts never name them either."""
+        with self._state.lock:
+            return held_now(self._state)
 
     @property
     def guard_pid(self) -> int | None:

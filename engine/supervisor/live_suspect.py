@@ -38,7 +38,7 @@ from .stack_capture import StackCapture
 from .state import RunState
 from .ticker import Ticker
 
-__all__ = ["LiveReading", "LiveSuspect"]
+__all__ = ["LiveReading", "LiveSuspect", "held_now"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ class LiveSuspect:
             if state.real_failure:
                 return None, {}
             pids = {state.shown(s.rank): s.proc.pid for s in live if s.proc is not None}
-            paused = _held_now(state)
+            paused = held_now(state)
             released = state.pauses.released()
             readings = [state.activity.reading(s.rank, until_ns=now_ns) for s in live]
             attempt = state.attempt
@@ -101,10 +101,17 @@ class LiveSuspect:
         """A FR verdict whose entered ranks have waited long enough (``waited_verdict``)."""
         if self._collectives is None:
             return None
+        # Every node's ranks (``job_verdicts``): a rank of another node is named too, and one
+        # a person holds there holds this node's verdicts as a local one does.
+        ranks = dict(run.ranks)
+        remote, held = self._collectives.remote_now()
+        for reading in remote:
+            ranks.setdefault(reading.rank, RankNow(reading.rank, None,
+                                                   held=held.get(reading.rank, "")))
         return waited_verdict(
             (((v.pg, v.seq, v.missing), v.entered_ns, v.missing)
-             for v in self._collectives.verdicts()),
-            run.ranks, now_ns, min_s=self._min_s,
+             for v in self._collectives.job_verdicts()),
+            ranks, now_ns, min_s=self._min_s,
         )
 
     def _check(self) -> None:
@@ -160,10 +167,12 @@ class LiveSuspect:
             path = self._collectives.capture("live: every rank quiet", timeout_s=1.0)
             if path:
                 dumps.append(path)
-            verdicts = self._collectives.verdicts()
+            verdicts = self._collectives.job_verdicts()
         state = self._state
         with state.lock:
-            held = {state.shown(r) for r in _held_now(state)}
+            held = {state.shown(r) for r in held_now(state)}
+        if self._collectives is not None:
+            held |= set(self._collectives.remote_now()[1])
         suspect = None
         missing = [(r, v) for v in verdicts for r in v.missing if r not in held]
         if missing:
@@ -186,7 +195,7 @@ class LiveSuspect:
             self._say(f"{quiet_words}; no rank stands out{taken}")
 
 
-def _held_now(state: RunState) -> dict[int, str]:
+def held_now(state: RunState) -> dict[int, str]:
     """The local ranks a person holds now, each with how: at a prompt or stopped (the
     pause log), at its post-mortem prompt (its debug hold), waiting for a debugger to
     attach (``--debugpy-wait``); caller holds the lock."""

@@ -1,7 +1,7 @@
 """A gloo loop of all_reduces for the Flight Recorder's tests (3 ranks).
 
-  --skip R        rank R never enters all_reduce #AT: it sleeps instead (the others wait in it
-                  until gloo's ``--timeout``)
+  --skip R[,R..]  rank R (each one named) never enters all_reduce #AT: it sleeps instead (the
+                  others wait in it until gloo's ``--timeout``)
   --desync R --how op|size|dtype
                   at all_reduce #AT rank R calls a barrier instead (op), or all-reduces a
                   tensor of another size (size) or dtype (dtype): the same sequence number
@@ -57,7 +57,7 @@ def loop(a: argparse.Namespace) -> None:
         threading.Thread(target=_beat, daemon=True).start()
     t = torch.ones(4)
     for i in range(1, a.steps + 1):
-        if rank == a.skip and i == a.at:
+        if rank in a.skip and i == a.at:
             time.sleep(3600)
         if i == a.at - 1 and a.behind >= 0:
             if rank == a.behind:
@@ -87,7 +87,7 @@ def loop(a: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--skip", type=int, default=-1)
+    p.add_argument("--skip", type=lambda v: {int(x) for x in v.split(",")}, default=set())
     p.add_argument("--at", type=int, default=5)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--step-s", type=float, default=0.05)

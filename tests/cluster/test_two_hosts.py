@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ class Job:
     def __init__(self, hosts: TwoHosts, tmp: Path, *, flags: list[str] | None = None,
                  env: dict[str, str] | None = None,
                  per_host_env: tuple[dict[str, str], dict[str, str]] = ({}, {}),
-                 script: str = JOB) -> None:
+                 script: str = JOB, args: tuple[str, ...] = ()) -> None:
         self.logs = [tmp / "h0", tmp / "h1"]
         self.outs = [(tmp / f"out{i}", tmp / f"err{i}") for i in range(2)]
         if flags is None:
@@ -59,7 +60,7 @@ class Job:
                          **per_host_env[i]}
             cmd = [sys.executable, "-m", "rankvisor.tui", "run", "--headless", *flags,
                    "--nproc-per-node", "2", "--rdzv-conf", RDZV_CONF, "--term-timeout", "5",
-                   "--log-dir", str(self.logs[i]), script]
+                   "--log-dir", str(self.logs[i]), script, *args]
             out, err = self.outs[i]
             self.procs.append(hosts.popen(i, cmd, cwd=ROOT, env=child_env,
                                           stdout=out.open("w"), stderr=err.open("w")))
@@ -105,6 +106,56 @@ def test_a_failure_on_the_second_host_is_named_with_its_host_on_the_first(
         root = status["root_cause"]
         assert (root["rank"], root["node_rank"], root["host"]) == (3, 1, second), root
     assert "fails on purpose" in root["message"]
+
+
+def _status_or_none(job: Job, i: int) -> dict[str, Any] | None:
+    try:
+        return job.status(i)
+    except (AssertionError, ValueError, OSError):  # not written yet, or mid-replace
+        return None
+
+
+def _entered_5_at(job: Job, i: int) -> float:
+    """When the first of host ``i``'s ranks entered all_reduce #5, as torch's Flight
+    Recorder says in the dumps saved with the live suspect (collectives/fr/)."""
+    times = [e["time_created_ns"] / 1e9
+             for p in job.logs[i].glob("*/collectives/fr/*.json")
+             for e in json.loads(p.read_text())["entries"] if e.get("collective_seq_id") == 5]
+    assert times, "no Flight Recorder dump saved on node 0"
+    return min(times)
+
+
+def test_a_whole_second_host_that_skips_all_reduce_5_is_named_from_the_first(
+        hosts: TwoHosts, tmp_path: Path) -> None:
+    # Both ranks of node 1 (global 2 and 3) sleep where the job's all_reduce #5 is; node 0's
+    # ranks wait in it. Every rank prints a heartbeat: no silence, only the Flight Recorder
+    # of both nodes together says who is missing.
+    job = Job(hosts, tmp_path, script=str(BIN / "fr_gloo_job.py"),
+              args=("--skip", "2,3", "--at", "5", "--timeout", "60", "--heartbeat"))
+    deadline = time.monotonic() + 90
+    named: dict[int, dict[str, Any]] = {}
+    while time.monotonic() < deadline and len(named) < 2:
+        for i in range(2):
+            status = _status_or_none(job, i)
+            if status is None:
+                continue
+            suspect = status.get("suspect")
+            if isinstance(suspect, dict) and i not in named:
+                named[i] = {**suspect, "seen_at": time.time(), "node": status["node_rank"],
+                            "host": i}
+        assert all(p.poll() is None for p in job.procs), job.wait()
+        time.sleep(0.2)
+    assert len(named) == 2, named
+    for suspect in named.values():
+        assert suspect["rank"] == 2 and suspect["ranks"] == [2, 3], suspect
+        assert "never entered all_reduce #5 on pg 0, where ranks 0 and 1 waited" in (
+            suspect["reason"])
+    first = next(s for s in named.values() if s["node"] == 0)
+    assert first.get("live") is True, first
+    entered = _entered_5_at(job, first["host"])
+    print(f"named from node 0 {first['seen_at'] - entered:.1f} s after its ranks entered "
+          "all_reduce #5")
+    assert first["seen_at"] - entered < 30  # bounded: the figure is the print's
 
 
 # A Kubeflow pod's way of starting torchrun: no flag at all, only the five variables the
