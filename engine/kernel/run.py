@@ -347,12 +347,7 @@ class RunKernel(Generic[L]):
     def deadlines(self, now: float) -> list[Effect]:
         """Every escalation due at ``now``: SIGKILL its survivors, and give up on those a
         SIGKILL did not end once the wait after it ran out."""
-        out: list[Effect] = []
-        for esc, survivors in self.escalations.due(now):
-            out.append(KillSurvivors(esc, tuple(survivors)))
-            if survivors:
-                out.append(Say(words.outlived_deadline(
-                    map(self.shown, survivors), esc.timeout_s, signame(esc.sig)), "warning"))
+        out = self._kill_due(now)
         for esc in self.escalations.overdue(now):
             out.append(EscalationDone(esc))
             if esc.stuck:
@@ -360,6 +355,20 @@ class RunKernel(Generic[L]):
                 # the kernel will reap them when their I/O returns.
                 out.append(Say(f"rank(s) {self.ranks_text(esc.stuck)} did not exit after "
                                "SIGKILL", "error"))
+        return out
+
+    def expire(self) -> list[Effect]:
+        """Every SIGKILL deadline passes now (a scripted run's fast-forward); the wait for
+        the reaps after it is not cut short."""
+        return self._kill_due(float("inf"))
+
+    def _kill_due(self, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        for esc, survivors in self.escalations.due(now):
+            out.append(KillSurvivors(esc, tuple(survivors)))
+            if survivors:
+                out.append(Say(words.outlived_deadline(
+                    map(self.shown, survivors), esc.timeout_s, signame(esc.sig)), "warning"))
         return out
 
     def next_deadline(self) -> float | None:
@@ -383,6 +392,24 @@ class RunKernel(Generic[L]):
         out: list[Effect] = [self._moved(life, final_state_for(code))]
         out += [EscalationDone(esc) for esc in self.escalations.rank_gone(rank)]
         return out
+
+    def reported(
+        self, rank: int, new: RankState, *, attempt: int, restart_count: int,
+        exitcode: int | None, caused: bool,
+    ) -> None:
+        """A rank's state as a replayed script reports it, taken as it comes (the script
+        is the truth: no check, no consequence): a start begins a fresh life, an exit takes
+        its place in the run's order of exits."""
+        life = self.lives[rank]
+        if new is RankState.STARTING:
+            life.reset(attempt, life.incarnation)
+        life.state = new
+        life.attempt = attempt
+        life.restart_count = restart_count
+        if new.is_final:
+            life.exitcode = exitcode
+            life.caused_by_us = caused
+            life.exit_seq = next(self._exits)
 
     def tears_down(self, rank: int) -> bool:
         """Whether ``rank``'s exit brings torch's teardown of the others (then call
