@@ -1,6 +1,9 @@
 """The scripted engine held to the real one: ``engine.testing.ScriptedSupervisor`` must answer
 every command as ``engine.supervisor.Supervisor`` does, or the UI tests built on it test a
-supervisor that does not exist.
+supervisor that does not exist. Both carry out the same run kernel (``engine.kernel.run``,
+whose rules tests/kernel proves as tables: the restart policy, a run without teardown, a
+failure restarted by hand), so what is held here is the two edges: the same words, paths,
+pids' places, event orders and deadlines from real ranks and scripted ones.
 
 Each test plays one sequence of steps on both: the real Supervisor runs tiny real ranks
 (``tests/bin/sv_rank.py``), the double a run of the same shape whose log directory is the real
@@ -356,38 +359,6 @@ def test_ranks_that_ignore_sigterm_are_killed_at_the_deadline(contract: Any) -> 
         RestartAll(),
         Deadline(),  # SIGKILL, then attempt 1
         Shutdown(),  # waits out the deadline too
-    )
-
-
-def test_max_restarts_restarts_the_group_until_restarts_run_out(contract: Any) -> None:
-    run = contract(2, max_restarts=2)
-    run.play(
-        Exit(1, 3),  # attempt 1
-        Exit(0, 4),  # attempt 2, the last
-        Exit(1, -signal.SIGUSR2),  # killed by a signal that is not ours: a failure too
-        TerminateRanks(),
-        Shutdown(),
-    )
-
-
-def test_without_teardown_a_failure_waits_for_the_others(contract: Any) -> None:
-    run = contract(2, max_restarts=1, teardown_on_failure=False)
-    run.play(
-        Exit(1, 3),  # rank 0 runs on
-        TerminateRanks((0,)),  # every rank has ended, one on its own: attempt 1
-        Exit(0, 0),
-        TerminateRanks(),  # both stopped by us
-        Shutdown(),
-    )
-
-
-def test_a_failed_rank_restarted_by_hand_is_no_failure_any_more(contract: Any) -> None:
-    run = contract(2, max_restarts=1, teardown_on_failure=False)
-    run.play(
-        Exit(1, 3),
-        RestartRank(1),  # the failure is dealt with
-        TerminateRanks(),  # the person stops the run: RunFinished, no policy restart
-        Shutdown(),
     )
 
 

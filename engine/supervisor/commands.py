@@ -13,8 +13,6 @@ back as ``CommandResult(ok=False, message)``.
 
 from __future__ import annotations
 
-import signal
-
 from ..handle import (
     CloseInput,
     Command,
@@ -34,7 +32,6 @@ from ..kernel import policy
 from ..kernel.policy import Refused
 from ..names import refusals as words
 from ..process.stdin_pipe import StdinRefused
-from ..states import RankState
 from .collective_watch import CollectiveWatch
 from .input_watch import InputWatch
 from .publisher import Publisher
@@ -211,46 +208,15 @@ class CommandHandler:
 
     def _restart_rank(self, cmd: RestartRank) -> CommandResult:
         (slot,) = self._resolve((cmd.rank,))
-        refusal = policy.restart_rank_refusal(
-            self._state.shown(slot.rank),
-            driven=self._state.driven,
-            attempt_pending=self._state.attempt_pending,
-            restarting=slot.after_exit == "restart" or slot.state is RankState.RESTARTING,
-        )
-        if refusal is not None:
-            raise Refused(refusal)
-        slot.after_exit = "restart"
-        if slot.alive and slot.proc is not None:
-            # The monitor starts it again once this incarnation has exited.
-            self._stopper.stop_ranks(
-                [slot], "restart", signal.SIGTERM, self._config.term_timeout
-            )
-            return CommandResult(True)
-        # Already exited: nothing to stop, the monitor starts it again at once.
-        return CommandResult(
-            True, f"rank {self._state.shown(slot.rank)} had exited ({slot.state.value}): "
-                  "starting it again"
-        )
+        effects, note = self._state.restart_rank(slot.rank)
+        self._stopper.apply(effects)  # the monitor starts it again once it has exited
+        return CommandResult(True, note)
 
     def _restart_all(self) -> CommandResult:
-        refusal = policy.restart_all_refusal(
-            pending=self._state.attempt_pending or self._state.restart_requested
-        )
-        if refusal is not None:
-            raise Refused(refusal)
-        if self._state.driven:
-            # The agent stops the ranks and joins a new round, on every node: a rank of ours
-            # stopped before the others are told would look like a failure to them.
-            self._state.restart_requested = True
-            return CommandResult(True, "a new round on every node was asked for")
-        self._state.attempt_pending = True
-        for slot in self._state.slots.values():
-            slot.after_exit = None  # a single-rank restart is folded into the new attempt
         # The monitor starts attempt n+1 once every rank of attempt n has exited.
-        self._stopper.stop_ranks(
-            self._state.live(), "attempt", signal.SIGTERM, self._config.term_timeout
-        )
-        return CommandResult(True)
+        effects, note = self._state.restart_all()
+        self._stopper.apply(effects)
+        return CommandResult(True, note)
 
     def _input_command(self, cmd: SendInput | CloseInput) -> CommandResult:
         """A line to each rank's stdin pipe (or EOF): whole or refused, rank by rank."""

@@ -90,7 +90,8 @@ class Supervisor:
         self._state = RunState(
             {r: RankSlot(rank=r, argv=config.launch_argv(r), env={})
              for r in range(config.nprocs)},
-            max_restarts=config.max_restarts,
+            max_restarts=config.max_restarts, term_timeout_s=config.term_timeout,
+            kill_wait_s=config.kill_wait_s, teardown_on_failure=config.teardown_on_failure,
         )
         self._state.driven = driven
         self._wakeup = Wakeup()
@@ -114,7 +115,7 @@ class Supervisor:
             silence_min_s=max(config.suspect_silence_min_s, config.live_quiet_s),
         ) if config.live_quiet_s > 0 else None
         self._stopper = Stopper(
-            self._state, self._events, kill_wait_s=config.kill_wait_s,
+            self._state, self._events,
             before_kill=(self._before_kill
                          if config.stack_on_kill or self.collectives is not None else None),
             captures=CaptureSchedule(),
@@ -281,14 +282,8 @@ class Supervisor:
         with state.lock:
             if state.closed:
                 return
-            state.shutting_down = True
-            if state.started:
-                # Nothing may start again: no pending restarts, no policy.
-                state.attempt_pending = False
-                state.restarts_left = 0
-                for slot in state.slots.values():
-                    slot.after_exit = None
-                self._stopper.stop_ranks(state.live(), "shutdown", signal.SIGTERM, timeout)
+            # Nothing may start again: no pending restarts, no policy.
+            self._stopper.apply(state.shut_down(timeout))
         self._events.flush()
         self._wakeup.wake()
         with state.lock:

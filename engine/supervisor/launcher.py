@@ -114,16 +114,11 @@ class Launcher:
     def start_attempt(self, *, first: bool) -> None:
         """Spawn every rank into a fresh ``attempt_<n>`` (the first, or n+1)."""
         state = self._state
-        if not first:
-            state.attempt += 1
-        state.attempt_pending = False
+        state.begin_attempt(first=first)
         state.not_finished()
         state.activity.new_attempt(state.attempt)
         state.signal_log.clear()
         for slot in state.slots.values():
-            if not first:
-                slot.restart_count += 1
-            slot.incarnation = 0
             slot.env = self._rank_env(slot)
         envs = {r: s.env for r, s in state.slots.items()}
         state.dest = dest = self._logs.reify(envs)  # sets TORCHELASTIC_ERROR_FILE per rank
@@ -168,8 +163,7 @@ class Launcher:
         """
         dest = self._state.dest
         assert dest is not None, "a rank is restarted only after its attempt started"
-        slot.restart_count += 1
-        slot.incarnation += 1
+        self._state.begin_respawn(slot.rank)
         rank_dir = os.path.dirname(dest.error_files[slot.rank])
         d = incarnation_dir(rank_dir, slot.incarnation)
         os.makedirs(d, exist_ok=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import select
-import signal
 import threading
 import time
 
@@ -37,14 +36,13 @@ from ..forensics.exit_cause import ExitCause, diagnose
 from ..forensics.own_traceback import own_traceback_before, raised_line
 from ..forensics.stdin_hint import note_null_stdin
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
-from ..kernel import policy
+from ..kernel.run import Effect, NewAttempt, Over, Respawn
 from ..logfile.tail import last_lines
 from ..names.signals import signal_name
 from ..process.guard import Guard
 from ..process.py_bootstrap import read_hold
 from ..process.rank_process import RankProcess
 from ..result import RunProcsResult
-from ..states import RankState, final_state_for
 from .collective_watch import CollectiveWatch
 from .launcher import Launcher
 from .publisher import Publisher
@@ -195,17 +193,28 @@ class Monitor:
                     self._on_exit(slot, proc, code)
         self._stopper.run_deadlines(clock.monotonic())
         if state.teardown_held and not held_ranks(state):
-            self._teardown("the debug hold ended")
-        settlement = policy.settle(
-            *_states_and_restarts(state), shutting_down=state.shutting_down,
-            attempt_pending=state.attempt_pending,
-        )
-        for rank in settlement.respawn:
-            self._launcher.respawn(state.slots[rank])
-        if settlement.new_attempt:
-            self._launcher.start_attempt(first=False)
-        self._maybe_finish()
+            self._stopper.apply(state.hold_ended())
+        self._carry_out(state.settle())
+        self._carry_out(state.end(finished=state.finished is not None))
         state.changed.notify_all()
+
+    def _carry_out(self, effects: list[Effect]) -> None:
+        """The kernel's effects after exits: its stops and words go to the Stopper, the
+        starts and the end are ours."""
+        state = self._state
+        for effect in self._stopper.apply(effects):
+            if isinstance(effect, Respawn):
+                self._launcher.respawn(state.slots[effect.rank])
+            elif isinstance(effect, NewAttempt):
+                self._launcher.start_attempt(first=False)
+            elif isinstance(effect, Over) and effect.kind == "round":
+                # The agent decides (a new round, or the end): the round's result, unpublished.
+                if state.round_result is None:
+                    state.round_result = self._run_finished()
+            elif isinstance(effect, Over):
+                state.finished = self._run_finished()
+                # ``wait()`` returns once this event has been delivered (see Publisher.flush).
+                self._events.emit(state.finished)
 
     def _check_guard(self) -> None:
         guard = self._guard
@@ -257,40 +266,26 @@ class Monitor:
             slot.stderr_path, took_effect
         ):
             caused = False  # it had raised before our signal cut its shutdown short
-        slot.caused_by_us = caused
-        if caused and slot.stop_reason is None:
-            slot.stop_reason = "signal"
         if code != 0:
             slot.failure = ProcessFailure(
                 slot.rank, proc.pid, code, slot.error_file,
                 exit_time_ns=slot.exit_time_ns, caused_by_us=caused,
             )
+        # STARTING/RUNNING/TERMINATING/RESTARTING -> SUCCEEDED/FAILED/SIGNALLED: it exited
+        effects = self._state.exited(slot.rank, code, slot.exit_time_ns, caused)
+        if code != 0:
             slot.exit_cause = _exit_cause(slot, proc, code)
             if self._config.stdin == "null" and not caused:
                 slot.exit_cause = note_null_stdin(slot.exit_cause, slot.stderr_path)
-        # STARTING/RUNNING/TERMINATING/RESTARTING -> SUCCEEDED/FAILED/SIGNALLED: it exited
-        self._events.emit(slot.move(final_state_for(code)))
-        self._stopper.rank_gone(slot.rank)
+        self._stopper.apply(effects)
         self._launcher.retire(slot, proc)
         if code != 0 and not caused:
             self._capture_collectives(slot)
             # Output after the first failure (tracebacks, the teardown) is not what the
             # ranks were doing before it: the suspect's silence is measured up to here.
             self._state.activity.cutoff(slot.exit_time_ns or clock.wall_ns())
-            if self._config.teardown_on_failure and not self._state.shutting_down:
-                why = policy.failure_notice(self._state.shown(slot.rank), code)
-                held = held_ranks(self._state)
-                if held and not self._state.teardown_held:
-                    self._state.teardown_held = True
-                    ranks = self._state.ranks_text(held)
-                    self._events.notice(
-                        f"{why}; debug hold: rank(s) {ranks} at a post-mortem prompt, so the "
-                        "other ranks are not stopped until that prompt ends (c or q there), "
-                        f"or until rank(s) {ranks} are terminated",
-                        "warning",
-                    )
-                elif not held:
-                    self._teardown(why)
+        if self._state.tears_down(slot.rank):
+            self._stopper.apply(self._state.failed(slot.rank, held_ranks(self._state)))
 
     def _capture_collectives(self, slot: RankSlot) -> None:
         """At an attempt's first failure, before the teardown signals the others: what every
@@ -308,51 +303,7 @@ class Monitor:
         except Exception:  # noqa: BLE001 - a reading must never touch the run
             log.exception("collectives capture at the first failure failed")
 
-    def _teardown(self, why: str) -> None:
-        """torch's rule: one rank failed, so the others would hang in their next
-        collective; stop them (with escalation) and let the policy decide."""
-        self._state.teardown_held = False
-        live = self._state.live()
-        targets = policy.teardown_targets(
-            (s.rank for s in live), {s.rank: s.stop_reason for s in live}
-        )
-        if targets:
-            self._events.notice(f"{why}: stopping the other ranks", "warning")
-        self._stopper.stop_ranks(
-            [self._state.slots[r] for r in targets], "teardown", signal.SIGTERM,
-            self._config.term_timeout,
-        )
-
     # -- the end --------------------------------------------------------------------------
-
-    def _maybe_finish(self) -> None:
-        state = self._state
-        states, _ = _states_and_restarts(state)
-        # A rank waiting for the new attempt ("attempt") holds the end too.
-        waiting = [r for r, s in state.slots.items() if s.after_exit]
-        end = policy.end_of_run(
-            states, waiting, started=state.started, finished=state.finished is not None,
-            attempt_pending=state.attempt_pending, driven=state.driven,
-            real_failure=state.real_failure, restarts_left=state.restarts_left,
-            shutting_down=state.shutting_down,
-        )
-        if end == "wait":
-            return
-        if end == "round":
-            # The agent decides (a new round, or the end): the round's result, unpublished.
-            if state.round_result is None:
-                state.round_result = self._run_finished()
-            return
-        if end == "restart":
-            # torch's agent policy: any failure restarts the whole group while restarts last.
-            state.restarts_left -= 1
-            self._events.notice(policy.restart_notice(state.attempt + 1, state.restarts_left),
-                                "warning")
-            self._launcher.start_attempt(first=False)
-            return
-        state.finished = self._run_finished()
-        # ``wait()`` returns once this event has been delivered (see Publisher.flush).
-        self._events.emit(state.finished)
 
     def _run_finished(self) -> RunFinished:
         slots = list(self._state.slots.values())
@@ -414,12 +365,6 @@ class Monitor:
         except Exception:  # noqa: BLE001 - a reading must never keep a run from finishing
             log.exception("could not work out the suspect")
             return None
-
-
-def _states_and_restarts(state: RunState) -> tuple[dict[int, RankState], list[int]]:
-    """Each rank's state, and the ranks whose restart alone was asked (the kernel's view)."""
-    return ({r: s.state for r, s in state.slots.items()},
-            [r for r, s in state.slots.items() if s.after_exit == "restart"])
 
 
 def held_ranks(state: RunState) -> list[int]:

@@ -1,9 +1,10 @@
 """One rank as the Supervisor sees it: its current process, its state, its files.
 
 A slot outlives the processes that fill it: a restarted rank keeps its slot and its
-``restart_count`` while ``proc`` changes. Every state change goes through ``move``, which
-checks ``engine.states.TRANSITIONS`` and returns the ``RankStateChanged`` event to publish,
-so there is exactly one place where a state can change and it cannot skip a step.
+``restart_count`` while ``proc`` changes. Its life (state, stop reason, signals, exit) is
+the kernel's record (``engine.kernel.run.RankLife``), which it extends: every state change
+goes through ``RankLife.to``, checked against ``engine.states.TRANSITIONS``, and ``changed``
+makes the ``RankStateChanged`` event to publish.
 
 Not thread-safe on its own: the run's state lock (``RunState.lock``) guards every slot.
 """
@@ -13,15 +14,15 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from .. import clock
 from ..events import RankStateChanged
 from ..handle import RankInfo
-from ..kernel import policy
+from ..kernel.run import AfterExit, InvalidTransition, RankLife, StopReason
 from ..names.signals import exit_signal_name
 from ..process.sig_disposition import catches
-from ..states import RankState, can_move
+from ..states import RankState
 
 if TYPE_CHECKING:
     from ..errors import ProcessFailure
@@ -32,74 +33,32 @@ if TYPE_CHECKING:
 
 __all__ = ["AfterExit", "InvalidTransition", "RankSlot", "StopReason", "incarnation_dir"]
 
-AfterExit = Literal["restart", "attempt", None]
-"""What to do once the current process exits: start it again alone, wait for the new
-attempt, or nothing (record the exit)."""
-
-StopReason = Literal["terminate", "kill", "restart", "attempt", "teardown", "shutdown", "signal"]
-"""Why the current process was asked to stop ("signal": a person's signal that ended it)."""
-
-
-class InvalidTransition(RuntimeError):
-    """A move not in ``TRANSITIONS``: a bug in the Supervisor, never a user error."""
-
 
 @dataclass(slots=True)
-class RankSlot:
-    """The mutable record of one rank.
+class RankSlot(RankLife):
+    """One rank's life as the kernel keeps it (``engine.kernel.run.RankLife``: state,
+    stop reason, signals, exit), plus what only the edge holds: its process and files.
 
     Attributes:
-        rank: Local rank (== global rank: one node).
         argv: The command line, entrypoint first; the same for every incarnation.
         env: The per-rank environment additions (over ``os.environ``) of the current
             incarnation, ``TORCHELASTIC_ERROR_FILE`` included.
-        state: Where the rank is (see ``engine.states``).
         proc: The current process, None before the first spawn.
-        attempt: The attempt (``attempt_<n>``) this incarnation belongs to.
-        incarnation: Restarts of this rank alone within the attempt.
-        restart_count: Every restart of this rank, alone or with its attempt.
-        stop_reason: Why we asked the current process to stop ("terminate", "kill",
-            "restart", "attempt", "teardown", "shutdown"; "signal" when a person's signal
-            ended it); None when we did not. Asking is not enough to make its exit ours:
-            see ``exit_caused_by_us``.
-        after_exit: What the monitor does when the current process exits.
-        signals_ns: Each signal we actually delivered to the current process (stop
-            requests and SignalRanks; never the watchdog's, whose kill is the rank's own
-            failure), with the ``clock.wall_ns()`` of its first delivery, as
-            ``RankProcess.signals_sent`` stamped it.
-        stop_signal_ns: When the first stop signal (SIGTERM, the forwarded signal, SIGKILL)
-            was delivered; None while none was.
-        caused_by_us: Whether the exit was our doing (set when it is recorded).
         exit_cause: Why the current process ended, in words (set with the exit).
         started_monotonic: ``clock.monotonic()`` just before the current spawn (the kernel
             log's records of an OOM kill are compared with it).
         timer_scope: The torch file-timer scope whose watchdog killed this process.
     """
 
-    rank: int
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    state: RankState = RankState.STARTING
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
     proc: RankProcess | None = None
-    attempt: int = 0
-    incarnation: int = 0
-    restart_count: int = 0
     stdout_path: str = ""
     stderr_path: str = ""
     error_file: str = ""
-    exitcode: int | None = None
-    exit_time_ns: int | None = None
     failure: ProcessFailure | None = None
-    stop_reason: StopReason | None = None
-    after_exit: AfterExit = None
     user_signals: set[int] = field(default_factory=set)
     """Signals a person sent with SignalRanks: dying of one of them is our doing too."""
-    signals_ns: dict[int, int] = field(default_factory=dict)
-    stop_signal_ns: int | None = None
-    stop_caught: bool | None = None
-    """Whether the process had a handler for its first stop signal when it was sent (None:
-    not known, or the first was SIGKILL)."""
-    caused_by_us: bool = False
     exit_cause: ExitCause | None = None
     started_monotonic: float | None = None
     timer_scope: str | None = None
@@ -120,30 +79,23 @@ class RankSlot:
         sent_ns = next((t for s, t in reversed(sent) if s == int(sig)), None)
         if sent_ns is None:
             sent_ns = clock.wall_ns()
-        self.signals_ns.setdefault(int(sig), sent_ns)
-        if stop and self.stop_signal_ns is None:
-            self.stop_signal_ns = sent_ns
-            if self.proc is not None and sig != signal.SIGKILL:
-                self.stop_caught = catches(self.proc.pid, int(sig))
+        caught = None
+        if stop and self.stop_signal_ns is None and self.proc is not None and (
+                sig != signal.SIGKILL):
+            caught = catches(self.proc.pid, int(sig))
+        self.noted(sig, sent_ns, stop=stop, caught=caught)
 
     def exit_caused_by_us(self, code: int, exit_time_ns: int | None) -> bool:
-        """Whether an exit with ``code``, seen at ``exit_time_ns``, was plausibly our doing
-        (``engine.kernel.policy.exit_is_ours``, from what this slot recorded). The
+        """Whether an exit was plausibly our doing (``RankLife.exit_is_ours``). The
         watchdog's kills are never ours: they are not in ``signals_ns``."""
-        return policy.exit_is_ours(
-            code, exit_time_ns, self.signals_ns, self.stop_signal_ns, self.stop_caught
-        )
-
-    @property
-    def alive(self) -> bool:
-        return self.state.is_alive
+        return self.exit_is_ours(code, exit_time_ns)
 
     def move(self, new: RankState) -> RankStateChanged:
         """Change state, checked against ``TRANSITIONS``; return the event to publish."""
-        old = self.state
-        if not can_move(old, new):
-            raise InvalidTransition(f"rank {self.rank}: {old.value} -> {new.value}")
-        self.state = new
+        return self.changed(self.to(new), new)
+
+    def changed(self, old: RankState, new: RankState) -> RankStateChanged:
+        """The event of a move already made (by ``move`` or by the kernel)."""
         now = clock.wall()
         self.history.append((old, new, now))
         final = new.is_final
@@ -166,23 +118,14 @@ class RankSlot:
         self, attempt: int, incarnation: int, paths: tuple[str, str, str]
     ) -> None:
         """Reset the per-process fields before a (re)spawn into ``paths`` (out, err, error)."""
-        self.attempt = attempt
-        self.incarnation = incarnation
+        self.reset(attempt, incarnation)
         self.stdout_path, self.stderr_path, self.error_file = paths
         self.env["TORCHELASTIC_ERROR_FILE"] = self.error_file
         self.proc = None
         self.stdin = None
         self.input_wait = None
-        self.exitcode = None
-        self.exit_time_ns = None
         self.failure = None
-        self.stop_reason = None
-        self.after_exit = None
         self.user_signals = set()
-        self.signals_ns = {}
-        self.stop_signal_ns = None
-        self.stop_caught = None
-        self.caused_by_us = False
         self.exit_cause = None
         self.started_monotonic = clock.monotonic()
         self.timer_scope = None

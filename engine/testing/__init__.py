@@ -8,7 +8,11 @@ never shows a real pid, path or clock time. Commands are recorded in ``calls`` a
 rank (a terminated rank goes to TERMINATING with an escalation deadline from the injected clock,
 a killed rank ends SIGNALLED, a restarted rank comes back with a new pid and fresh log files,
 a rank that fails on its own (``rank_exits``) brings the teardown and the restart policy).
-tests/test_double_contract.py holds it to the real Supervisor, step by step.
+It is not a second implementation: what happens to a run is decided by the run kernel
+(``engine.kernel.run.RunKernel``), the very object the Supervisor's state is, over a fake
+edge (scripted pids, a fixed clock, ranks that die of a signal at once), as an httpx client
+runs over a ``MockTransport``. What is the double's own is the edge: the script, the fixed
+values, the files it writes, the prompts.
 
 Script events are replayed as given: the script is the truth, so a scripted failure brings no
 teardown and no policy (a scenario shows exactly what it lists). Only commands,
@@ -27,8 +31,6 @@ with the tests, in ``tests/scenarios.py``.
 from __future__ import annotations
 
 import collections
-import itertools
-import math
 import os
 import signal
 import threading
@@ -80,9 +82,24 @@ from ..handle import (
     term_timeout,
 )
 from ..kernel import policy
-from ..kernel.escalation import EscalationTable
 from ..kernel.policy import Refused
+from ..kernel.run import (
+    Deliver,
+    Effect,
+    EscalationDone,
+    KillSurvivors,
+    Moved,
+    NewAttempt,
+    Over,
+    RankLife,
+    Respawn,
+    RunKernel,
+    Say,
+    Scheduled,
+    signame,
+)
 from ..names import refusals as words
+from ..names.signals import exit_signal_name
 from ..rundir.arrival import ArrivalWriter, arrival_path
 from ..states import RankState
 from .prompts import RELEASE, Answer, Prompt, PromptReleased, ScriptedStdin
@@ -195,24 +212,12 @@ def rank_paths(
 
 
 @dataclass(slots=True)
-class _Life:
-    """The Supervisor's bookkeeping of one incarnation (its ``RankSlot`` fields)."""
+class _Scripted(RankLife):
+    """A scripted rank's life: the kernel's record, and what only the double keeps."""
 
-    stop_reason: str | None = None
-    signals_ns: dict[int, int] = field(default_factory=dict)
-    """Each signal delivered, at its (scripted) moment: ``exit_is_ours`` reads them."""
-    stop_signal_ns: int | None = None
-    after_exit: str | None = None
     failure: ScriptedFailure | None = None
-    exit_seq: int = 0
     stdin_closed: bool = False
     """EOF was sent (``CloseInput``): its stdin takes no more lines."""
-
-    def sent(self, sig: int, *, stop: bool, at_ns: int = 0) -> None:
-        """``sig`` was delivered (a stop signal, or a person's)."""
-        self.signals_ns.setdefault(int(sig), at_ns)
-        if stop and self.stop_signal_ns is None:
-            self.stop_signal_ns = at_ns
 
 
 class ScriptedSupervisor:
@@ -282,25 +287,23 @@ class ScriptedSupervisor:
         self._write_files = write_files
         self._written: dict[str, int] = {}
         """Lines written to each log file (``write_files``)."""
-        self._teardown = teardown_on_failure
-        self._restarts_left = max_restarts
         self._lock = threading.RLock()
         self._dispatch_lock = threading.RLock()
         self._queue: collections.deque[Event] = collections.deque()
         self._sinks: list[EventSink] = []
         self._ranks: dict[int, RankInfo] = {r.rank: r for r in info.ranks}
-        self._life: dict[int, _Life] = {r: _Life() for r in self._ranks}
-        self._escalations = EscalationTable(kill_wait_s=0.0)
-        """Every stop in flight (its deadline passes at ``expire_escalations``)."""
-        self._exits = itertools.count(1)
-        self._attempt = info.attempt
+        self._life: dict[int, _Scripted] = {
+            r.rank: _Scripted(r.rank, r.state, r.attempt, restart_count=r.restart_count)
+            for r in info.ranks
+        }
+        self._kernel = RunKernel(
+            self._life, max_restarts=max_restarts, term_timeout_s=info.term_timeout_s,
+            kill_wait_s=0.0, teardown_on_failure=teardown_on_failure,
+        )
+        """The run's lifecycle (its deadlines pass at ``expire_escalations``)."""
+        self._kernel.attempt = info.attempt
         self._finished = info.finished
-        self._attempt_pending = False
-        self._shutting_down = False
         self._incarnations = 0
-        self._alone: dict[int, int] = {}
-        """Restarts of each rank alone within the current attempt (its ``restart_<k>``)."""
-        self.started = False
         self.calls: list[Command | tuple[str, float | None]] = []
         """Every command given to ``execute``, and ``("shutdown", timeout)``, in order."""
         self.emitted: list[Event] = []
@@ -334,12 +337,17 @@ class ScriptedSupervisor:
 
         return unsubscribe
 
+    @property
+    def started(self) -> bool:
+        """Whether ``start`` ran."""
+        return self._kernel.started
+
     def start(self) -> None:
         """Deliver the script up to its first checkpoint (idempotent)."""
         with self._lock:
             if self.started:
                 return
-            self.started = True
+            self._kernel.started = True
         self.advance()
 
     def advance(self) -> bool:
@@ -380,7 +388,7 @@ class ScriptedSupervisor:
                     raise Refused(problem or f"unknown command {command!r}")
                 if not self.started:
                     raise Refused(words.NOT_STARTED)
-                if self._shutting_down:
+                if self._kernel.shutting_down:
                     # The real one dumps while shutting down; this one's shutdown is over
                     # as soon as it is asked for.
                     raise Refused(words.OVER if isinstance(command, (DumpStacks,
@@ -396,7 +404,8 @@ class ScriptedSupervisor:
     def snapshot(self) -> RunInfo:
         with self._lock:
             ranks = tuple(self._ranks[r] for r in sorted(self._ranks))
-            return replace(self._info, ranks=ranks, attempt=self._attempt, finished=self._finished)
+            return replace(self._info, ranks=ranks, attempt=self._kernel.attempt,
+                           finished=self._finished)
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Stop every live rank as the Supervisor's ``shutdown`` does; the SIGKILL deadline
@@ -404,16 +413,11 @@ class ScriptedSupervisor:
         timeout = term_timeout(timeout_s, self._info.term_timeout_s)
         with self._lock:
             self.calls.append(("shutdown", timeout_s))
-            if self._shutting_down:
+            if self._kernel.shutting_down:
                 return
-            self._shutting_down = True
+            self._apply(self._kernel.shut_down(timeout))
             if self.started:
-                self._attempt_pending = False
-                self._restarts_left = 0
-                for life in self._life.values():
-                    life.after_exit = None
-                self._stop(self._live(), "shutdown", signal.SIGTERM, timeout)
-                self._expire()
+                self._apply(self._kernel.expire())
                 self._settle()
         self._flush()
 
@@ -449,7 +453,7 @@ class ScriptedSupervisor:
     def expire_escalations(self) -> None:
         """Every escalation deadline passed: SIGKILL the ranks still stopping."""
         with self._lock:
-            self._expire()
+            self._apply(self._kernel.expire())
             self._settle()
         self._flush()
 
@@ -493,10 +497,14 @@ class ScriptedSupervisor:
                 # Its wait ends with the process (a script lists no release for that).
                 self._stdin.release(event.rank)
                 self._ranks[event.rank] = replace(self._ranks[event.rank], input_wait=None)
+            self._kernel.reported(
+                event.rank, event.new, attempt=event.attempt,
+                restart_count=event.restart_count, exitcode=event.exitcode,
+                caused=event.caused_by_us,
+            )
             if event.new is RankState.STARTING:
-                self._life[event.rank] = _Life()
+                life.failure, life.stdin_closed = None, False
             elif event.new.is_final:
-                life.exit_seq = next(self._exits)
                 life.failure = None
                 if event.new is not RankState.SUCCEEDED:
                     life.failure = cast(ScriptedFailure, event.failure) or ScriptedFailure(
@@ -508,6 +516,8 @@ class ScriptedSupervisor:
                         caused_by_us=event.caused_by_us,
                     )
         elif isinstance(event, RankRestarted) and event.rank in self._ranks:
+            life = self._life[event.rank]
+            life.restart_count, life.attempt = event.restart_count, event.attempt
             self._ranks[event.rank] = replace(
                 self._ranks[event.rank],
                 pid=event.pid,
@@ -518,7 +528,7 @@ class ScriptedSupervisor:
                 error_file=event.error_file,
             )
         elif isinstance(event, AttemptStarted):
-            self._attempt = event.attempt
+            self._kernel.attempt = event.attempt
             self._finished = False
         elif isinstance(event, RunFinished):
             self._finished = True
@@ -563,12 +573,12 @@ class ScriptedSupervisor:
         return policy.running(ranks, self._live(), self._states(), verb)
 
     def _states(self) -> dict[int, RankState]:
-        return {r: info.state for r, info in self._ranks.items()}
+        return self._kernel.states()
 
     def _cmd_signal(self, cmd: SignalRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "signal")
         for r in live:
-            self._life[r].sent(int(cmd.sig), stop=False)
+            self._life[r].noted(int(cmd.sig), 0, stop=False)
         for r in live:
             if cmd.sig in self._fatal:
                 self._exit(r, -int(cmd.sig))
@@ -577,7 +587,7 @@ class ScriptedSupervisor:
     def _cmd_terminate(self, cmd: TerminateRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "terminate")
         timeout = term_timeout(cmd.timeout_s, self._info.term_timeout_s)
-        self._stop(live, "terminate", int(cmd.sig), timeout)
+        self._apply(self._kernel.stop(live, "terminate", int(cmd.sig), timeout))
         return CommandResult(True, note)
 
     def _cmd_dump_stacks(self, cmd: DumpStacks) -> CommandResult:
@@ -625,7 +635,8 @@ class ScriptedSupervisor:
         if cmd.ranks is not None:  # a rank named but not running was not reached either
             refused = {str(r): "not running" for r in sorted(set(cmd.ranks)) if r not in live}
         for rank in live:
-            life, attempt = self._life[rank], self._ranks[rank].attempt
+            life = self._life[rank]
+            attempt = life.attempt
             if life.stdin_closed:
                 refused[str(rank)] = (
                     "its stdin was closed (EOF was sent)" if send else "its stdin is closed already"
@@ -652,98 +663,75 @@ class ScriptedSupervisor:
 
     def _cmd_kill(self, cmd: KillRanks) -> CommandResult:
         live, note = self._running(self._resolve(cmd.ranks), "kill")
-        self._kill(live, "kill")
+        self._apply(self._kernel.kill(live, "kill"))
         return CommandResult(True, note)
 
     def _cmd_restart_rank(self, cmd: RestartRank) -> CommandResult:
         (rank,) = self._resolve((cmd.rank,))
-        info, life = self._ranks[rank], self._life[rank]
-        refusal = policy.restart_rank_refusal(
-            rank, driven=False, attempt_pending=self._attempt_pending,
-            restarting=life.after_exit == "restart" or info.state is RankState.RESTARTING,
-        )
-        if refusal is not None:
-            raise Refused(refusal)
-        life.after_exit = "restart"
-        if info.state.is_alive:
-            # Started again once this incarnation has exited.
-            self._stop([rank], "restart", signal.SIGTERM, self._info.term_timeout_s)
-            return CommandResult(True)
-        # Already exited: nothing to stop, it starts again at once.
-        return CommandResult(
-            True, f"rank {rank} had exited ({info.state.value}): starting it again"
-        )
+        effects, note = self._kernel.restart_rank(rank)
+        self._apply(effects)  # started again once this incarnation has exited
+        return CommandResult(True, note)
 
     def _cmd_restart_all(self, cmd: RestartAll) -> CommandResult:
-        refusal = policy.restart_all_refusal(pending=self._attempt_pending)
-        if refusal is not None:
-            raise Refused(refusal)
-        self._attempt_pending = True
-        for life in self._life.values():
-            life.after_exit = None  # a single-rank restart is folded into the new attempt
-        self._stop(self._live(), "attempt", signal.SIGTERM, self._info.term_timeout_s)
-        return CommandResult(True)
+        effects, note = self._kernel.restart_all()
+        self._apply(effects)
+        return CommandResult(True, note)
 
-    # -- the Supervisor's mechanics --------------------------------------------------------
+    # -- the fake edge: the kernel's effects over scripted ranks ---------------------------
 
     def _live(self) -> list[int]:
-        return [r for r in sorted(self._ranks) if self._ranks[r].state.is_alive]
+        return sorted(life.rank for life in self._kernel.live())
 
-    def _stop(self, ranks: list[int], reason: str, sig: int, timeout: float) -> None:
-        """Send ``sig`` now, SIGKILL at the deadline (``expire_escalations``)."""
-        ranks = [r for r in ranks if self._ranks[r].state.is_alive]
-        if not ranks:
-            return
-        for r in ranks:
-            self._life[r].stop_reason = reason
-            target = policy.stop_move(self._ranks[r].state, reason)
-            if target is not None:
-                self._move(r, target)
-        for r in ranks:
-            self._life[r].sent(sig, stop=True)
-        esc = self._escalations.add(tuple(ranks), sig, timeout, self._clock())
-        self._send(EscalationScheduled(tuple(ranks), _signame(sig), timeout, esc.deadline))
-        for r in ranks:
-            if sig in self._fatal:
-                self._exit(r, -sig)
-
-    def _kill(self, ranks: list[int], reason: str) -> None:
-        """SIGKILL at once: TERMINATING first, then the exit."""
-        ranks = [r for r in ranks if self._ranks[r].state.is_alive]
-        for r in ranks:
-            life = self._life[r]
-            if life.stop_reason is None:
-                life.stop_reason = reason
-            target = policy.kill_move(self._ranks[r].state)
-            if target is not None:
-                self._move(r, target)
-        for r in ranks:
-            self._life[r].sent(signal.SIGKILL, stop=True)
-        for r in ranks:
-            self._exit(r, -signal.SIGKILL)
-
-    def _expire(self) -> None:
-        """Every deadline passes now (``math.inf``): SIGKILL whoever outlived it."""
+    def _apply(self, effects: list[Effect]) -> None:
+        """Carry out the kernel's effects in order, as the Supervisor's edge does; a rank
+        its deadline's SIGKILL ends exits once every effect of the pass was carried out (a
+        real one is reaped after its SIGKILL went)."""
         doomed: set[int] = set()
-        for esc, survivors in self._escalations.due(math.inf):
-            doomed.update(survivors)
-            if survivors:
-                self._notice(words.outlived_deadline(survivors, esc.timeout_s,
-                                                     _signame(esc.sig)), "warning")
+        for effect in effects:
+            if isinstance(effect, Moved):
+                self._publish_move(effect.rank, effect.old, effect.new)
+            elif isinstance(effect, Deliver):
+                self._deliver(effect)
+            elif isinstance(effect, Scheduled):
+                esc = effect.escalation
+                self._send(EscalationScheduled(esc.ranks, signame(esc.sig), esc.timeout_s,
+                                               esc.deadline))
+            elif isinstance(effect, KillSurvivors):
+                doomed.update(effect.ranks)
+            elif isinstance(effect, EscalationDone):
+                esc = effect.escalation
+                self._send(EscalationFinished(esc.ranks, tuple(esc.killed)))
+            elif isinstance(effect, Say):
+                self._notice(effect.text, effect.severity)
+            elif isinstance(effect, Respawn):
+                self._respawn(effect.rank)
+            elif isinstance(effect, NewAttempt):
+                self._start_attempt()
+            elif isinstance(effect, Over):
+                self._finished = True
+                self._send(self._run_finished())
         for r in sorted(doomed):
-            self._life[r].sent(signal.SIGKILL, stop=True)
+            self._life[r].noted(signal.SIGKILL, 0, stop=True)
         for r in sorted(doomed):
-            if self._ranks[r].state.is_alive:
+            if self._life[r].alive:
                 self._exit(r, -signal.SIGKILL)
+
+    def _deliver(self, deliver: Deliver) -> None:
+        """Every scripted rank gets the signal (none has exited unseen); a fatal one ends
+        it at once."""
+        for r in deliver.ranks:
+            self._life[r].noted(deliver.sig, 0, stop=True)
+        self._apply(self._kernel.delivered(deliver, deliver.ranks, self._clock()))
+        for r in deliver.ranks:
+            if deliver.sig in self._fatal and self._life[r].alive:
+                self._exit(r, -deliver.sig)
 
     def _exit(self, rank: int, exitcode: int) -> None:
         """The rank's process ended with ``exitcode``: record it as the monitor does."""
         info, life = self._ranks[rank], self._life[rank]
         # A scripted exit has no moment of its own: it comes after every signal sent.
-        caused = policy.exit_is_ours(exitcode, None, life.signals_ns, life.stop_signal_ns, None)
-        if caused and life.stop_reason is None:
-            life.stop_reason = "signal"
-        name = _signame(-exitcode) if exitcode < 0 else None
+        caused = life.exit_is_ours(exitcode, None)
+        name = exit_signal_name(exitcode)
         life.failure = None
         if exitcode != 0:
             life.failure = ScriptedFailure(
@@ -755,62 +743,14 @@ class ScriptedSupervisor:
                 timestamp=int(EPOCH + 60),
                 caused_by_us=caused,
             )
-        life.exit_seq = next(self._exits)
-        new = (
-            RankState.SUCCEEDED
-            if exitcode == 0
-            else (RankState.SIGNALLED if exitcode < 0 else RankState.FAILED)
-        )
-        self._move(
-            rank,
-            new,
-            exitcode=exitcode,
-            signal_name=name,
-            failure=life.failure,
-            caused_by_us=caused,
-        )
-        for esc in self._escalations.rank_gone(rank):
-            self._send(EscalationFinished(esc.ranks, tuple(esc.killed)))
-        if exitcode != 0 and not caused:
-            if self._teardown and not self._shutting_down:
-                # The others would hang in their next collective: stop them.
-                others = policy.teardown_targets(
-                    self._live(), {r: life.stop_reason for r, life in self._life.items()}
-                )
-                if others:
-                    self._notice(f"{policy.failure_notice(rank, exitcode)}: stopping the "
-                                 "other ranks", "warning")
-                self._stop(others, "teardown", signal.SIGTERM, self._info.term_timeout_s)
+        self._apply(self._kernel.exited(rank, exitcode, None, caused))
+        if self._kernel.tears_down(rank):
+            self._apply(self._kernel.failed(rank))
 
     def _settle(self) -> None:
         """What the monitor does after exits: restarts, the new attempt, the end."""
-        restarts = [r for r, life in self._life.items() if life.after_exit == "restart"]
-        settlement = policy.settle(self._states(), restarts, shutting_down=self._shutting_down,
-                                   attempt_pending=self._attempt_pending)
-        for r in settlement.respawn:
-            self._respawn(r)
-        if settlement.new_attempt:
-            self._start_attempt()
-        end = policy.end_of_run(
-            self._states(), [r for r, life in self._life.items() if life.after_exit],
-            started=self.started, finished=self._finished,
-            attempt_pending=self._attempt_pending, driven=False,
-            # Only failures still on record count: a failed rank restarted by hand no
-            # longer is one (RunFinished would not list it either).
-            real_failure=any(life.failure is not None and not life.failure.caused_by_us
-                             for life in self._life.values()),
-            restarts_left=self._restarts_left, shutting_down=self._shutting_down,
-        )
-        if end == "wait":
-            return
-        if end == "restart":
-            self._restarts_left -= 1
-            self._notice(policy.restart_notice(self._attempt + 1, self._restarts_left),
-                         "warning")
-            self._start_attempt()
-            return
-        self._finished = True
-        self._send(self._run_finished())
+        self._apply(self._kernel.settle())
+        self._apply(self._kernel.end(finished=self._finished))
 
     def _run_finished(self) -> RunFinished:
         ended = [(r, life.failure) for r, life in sorted(self._life.items()) if life.failure]
@@ -824,42 +764,41 @@ class ScriptedSupervisor:
             stdouts={r: i.stdout_path for r, i in self._ranks.items()},
             stderrs={r: i.stderr_path for r, i in self._ranks.items()},
         )
-        return RunFinished(cast("RunProcsResult", result), self._attempt, root)
+        return RunFinished(cast("RunProcsResult", result), self._kernel.attempt, root)
 
     def _respawn(self, rank: int) -> None:
         """Start one rank again, alone, into ``restart_<k>/`` of its attempt (k counts the
         restarts alone within the attempt; the restart count counts them all)."""
         self._incarnations += 1
-        count = self._ranks[rank].restart_count + 1
-        alone = self._alone.get(rank, 0) + 1
-        self._alone[rank] = alone
+        self._kernel.begin_respawn(rank)
         self._finished = False
-        self._begin(rank, count, rank_paths(self._info.log_dir, self._attempt, rank, alone))
+        life = self._life[rank]
+        self._begin(rank, rank_paths(self._info.log_dir, self._kernel.attempt, rank,
+                                     life.incarnation))
         self._started(rank, whole_attempt=False)
 
     def _start_attempt(self) -> None:
         """Every rank into a fresh ``attempt_<n+1>``."""
-        self._attempt += 1
-        self._attempt_pending = False
+        self._kernel.begin_attempt(first=False)
+        attempt = self._kernel.attempt
         self._finished = False
         self._incarnations += 1
-        self._alone.clear()
         for r in sorted(self._ranks):
-            count = self._ranks[r].restart_count + 1
-            self._begin(r, count, rank_paths(self._info.log_dir, self._attempt, r, None))
+            self._begin(r, rank_paths(self._info.log_dir, attempt, r, None))
         for r in sorted(self._ranks):
             self._started(r, whole_attempt=True)
         pids = tuple(self._pid(r) for r in sorted(self._ranks))
-        attempt_dir = f"{self._info.log_dir}/attempt_{self._attempt}"
-        self._send(AttemptStarted(self._attempt, attempt_dir, pids))
+        self._send(AttemptStarted(attempt, f"{self._info.log_dir}/attempt_{attempt}", pids))
 
-    def _begin(self, rank: int, count: int, paths: tuple[str, str, str]) -> None:
-        self._life[rank] = _Life()
+    def _begin(self, rank: int, paths: tuple[str, str, str]) -> None:
+        life = self._life[rank]
+        life.reset(self._kernel.attempt, life.incarnation)
+        life.failure, life.stdin_closed = None, False
         out, err, error_file = paths
         self._ranks[rank] = replace(
             self._ranks[rank],
-            restart_count=count,
-            attempt=self._attempt,
+            restart_count=life.restart_count,
+            attempt=life.attempt,
             stdout_path=out,
             stderr_path=err,
             error_file=error_file,
@@ -869,7 +808,8 @@ class ScriptedSupervisor:
         """final -> STARTING, RankRestarted, STARTING -> RUNNING: the Supervisor's order."""
         pid = self._pid(rank)
         self._ranks[rank] = replace(self._ranks[rank], pid=pid)
-        self._move(rank, RankState.STARTING, t=EPOCH + 61)
+        life = self._life[rank]
+        self._publish_move(rank, life.to(RankState.STARTING), RankState.STARTING, t=EPOCH + 61)
         info = self._ranks[rank]
         self._send(
             RankRestarted(
@@ -883,24 +823,17 @@ class ScriptedSupervisor:
                 info.error_file,
             )
         )
-        self._move(rank, RankState.RUNNING, t=EPOCH + 61)
+        self._publish_move(rank, life.to(RankState.RUNNING), RankState.RUNNING, t=EPOCH + 61)
         line = f"rank {rank} started again (restart {info.restart_count})"
         self._send(RankOutput(rank, "stdout", (line,)))
 
     def _pid(self, rank: int) -> int:
         return BASE_PID + 100 * self._incarnations + rank
 
-    def _move(
-        self,
-        rank: int,
-        new: RankState,
-        *,
-        exitcode: int | None = None,
-        signal_name: str | None = None,
-        failure: ScriptedFailure | None = None,
-        caused_by_us: bool = False,
-        t: float = EPOCH + 60,
+    def _publish_move(
+        self, rank: int, old: RankState, new: RankState, *, t: float = EPOCH + 60
     ) -> None:
+        """A move the kernel made: the snapshot follows it, and it is published."""
         info = self._ranks[rank]
         if new.is_final or new is RankState.STARTING:
             # A process that ended reads nothing: its wait is over.
@@ -908,29 +841,25 @@ class ScriptedSupervisor:
                 self._track(event)
                 self._send(event)
             info = self._ranks[rank]
+        life = self._life[rank]
+        exitcode = life.exitcode if new.is_final else None
+        signal_name = exit_signal_name(exitcode)
         self._ranks[rank] = replace(info, state=new, exitcode=exitcode, signal_name=signal_name)
         self._send(
             RankStateChanged(
                 rank,
-                info.state,
+                old,
                 new,
                 info.pid,
                 exitcode=exitcode,
                 signal_name=signal_name,
                 restart_count=info.restart_count,
                 attempt=info.attempt,
-                failure=cast("ProcessFailure | None", failure),
-                caused_by_us=caused_by_us,
+                failure=cast("ProcessFailure | None", life.failure if new.is_final else None),
+                caused_by_us=life.caused_by_us if new.is_final else False,
                 t=t,
             )
         )
-
-
-def _signame(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 def _split(script: Iterable[ScriptItem]) -> list[list[Event]]:
