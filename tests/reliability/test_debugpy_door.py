@@ -30,11 +30,15 @@ from rankvisor.engine.supervisor.debugpy_hold import DebugpyHold
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
 from tests.conftest import BIN, PYTHON, wait_until
+from tests.control.runs import state_dir
 from tests.engine.dap_client import DapClient
+from tests.reliability.cli_runs import cli, private_state_dir
 
 pytestmark = pytest.mark.processes
 
 pytest.importorskip("debugpy")
+
+__all__ = ["private_state_dir", "state_dir"]  # fixtures, used by name
 
 JOB = BIN / "debugpy_door_job.py"
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
@@ -197,3 +201,14 @@ def test_the_kernel_names_the_user_at_the_other_end(another_user: None) -> None:
         finally:
             theirs.kill()
             theirs.wait()
+
+
+def test_a_detached_run_prints_where_to_attach(tmp_path: Path) -> None:
+    port = _free_port()
+    done = cli("run", "-D", "--nproc-per-node", "1", "--debugpy", f"0:{port}", "--log-dir",
+               str(tmp_path), str(BIN / "debugpy_job.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"debugpy: rank 0 on 127.0.0.1:{port}" in done.stderr
+    assert f"ssh -L {port}:127.0.0.1:{port} " in done.stderr
+    run_dir = next(p for p in tmp_path.iterdir() if (p / "launch.json").exists())
+    assert cli("wait", str(run_dir)).returncode == 0
