@@ -4,11 +4,12 @@ A viewer on one node reaches the ranks of another through that node's own superv
 control protocol (``engine/control/PROTOCOL.md``), unchanged, on a TCP socket bound to the
 address this node used for the rendezvous. Nobody gets a byte of the run without the run's
 secret (derived from the run's nonce in the rendezvous store and the cluster key, which the
-store never sees: ``door_key``; reading the store is not enough): on connect the door sends a fresh nonce; the client answers with its own nonce and
-an HMAC-SHA256 of both under the secret; the door answers with its own HMAC, so that the
-client knows the door holds the secret too; only then does the control protocol begin (the
-client's hello). A wrong or missing proof closes the connection: the secret itself never
-travels. The bytes after it are not encrypted (see the README's trust boundary).
+store never sees: ``door_key``; reading the store is not enough): on connect the door
+sends a fresh nonce; the client answers with its own nonce and an HMAC-SHA256 of both
+under the secret; the door answers with its own HMAC, so that the client knows the door
+holds the secret too; only then does the control protocol begin (the client's hello). A
+wrong or missing proof closes the connection: the secret itself never travels. The bytes
+after it are not encrypted (see the README's trust boundary).
 
 Anyone who reaches the port may connect, so what an unproven client costs is bounded: at
 most ``MAX_UNPROVEN`` are vetted at once, ``MAX_UNPROVEN_PER_HOST`` of them from one address
