@@ -11,7 +11,6 @@ then the table of keys refused in one line.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,30 +22,16 @@ from rankvisor.engine.cluster.door_key import (
     door_secret,
     key_path,
 )
-from rankvisor.engine.control.server import ControlServer
-from rankvisor.engine.handle import RunInfo
-from rankvisor.engine.testing import ScriptedSupervisor
+
+from tests.reliability.test_door_bounds import door
+
+__all__ = ["door"]  # a fixture, used by name
 
 
-@pytest.fixture
-def door(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A node's door as ``run_cluster`` sets it: the address and the store's nonce."""
-    sup = ScriptedSupervisor(RunInfo("r", 1, "door", str(tmp_path), 0, 5.0, ranks=()))
-    server = ControlServer(sup, str(tmp_path / "s.sock"))
-    server.start()
-    made = ClusterDoor(server)
+def test_a_client_that_read_the_store_is_refused(door: tuple[ClusterDoor, str]) -> None:
+    made, address = door
     nonce = new_secret()  # what the store holds, and anyone who reaches it reads
-    made.secret = door_secret(cluster_key(), nonce)
-    address = made.start("127.0.0.1")
-    try:
-        yield address, nonce
-    finally:
-        made.close()
-        server.close()
-
-
-def test_a_client_that_read_the_store_is_refused(door: tuple[str, str]) -> None:
-    address, nonce = door
+    made.secret = door_secret(cluster_key(), nonce)  # as run_cluster sets it
     for guess in (nonce, door_secret(b"x" * 64, nonce)):
         with pytest.raises(DoorRefused, match="secret differs"):
             connect_door(address, guess)
