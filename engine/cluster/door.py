@@ -3,12 +3,13 @@
 A viewer on one node reaches the ranks of another through that node's own supervisor: its
 control protocol (``engine/control/PROTOCOL.md``), unchanged, on a TCP socket bound to the
 address this node used for the rendezvous. Nobody gets a byte of the run without the run's
-secret (made at the first round, kept in the rendezvous store, which only the job's nodes
-reach): on connect the door sends a fresh nonce; the client answers with its own nonce and
-an HMAC-SHA256 of both under the secret; the door answers with its own HMAC, so that the
-client knows the door holds the secret too; only then does the control protocol begin (the
-client's hello). A wrong or missing proof closes the connection: the secret itself never
-travels. The bytes after it are not encrypted (docs/reliability.md, the trust boundary).
+secret (derived from the run's nonce in the rendezvous store and the cluster key, which the
+store never sees: ``door_key``; reading the store is not enough): on connect the door
+sends a fresh nonce; the client answers with its own nonce and an HMAC-SHA256 of both
+under the secret; the door answers with its own HMAC, so that the client knows the door
+holds the secret too; only then does the control protocol begin (the client's hello). A
+wrong or missing proof closes the connection: the secret itself never travels. The bytes
+after it are not encrypted (docs/reliability.md, the trust boundary).
 
 Anyone who reaches the port may connect, so what an unproven client costs is bounded: at
 most ``MAX_UNPROVEN`` are vetted at once, ``MAX_UNPROVEN_PER_HOST`` of them from one address
@@ -264,7 +265,9 @@ def connect_door(address: str, secret: str, *, name: str = "", read_only: bool =
         answer = _line(sock)
         if answer is None:
             raise DoorRefused(f"the door at {address} refused us: the run's secret differs "
-                              "(another run, or a new round since)")
+                              "(another run, a new round since, or that host's cluster key "
+                              "is not this one's: RANKVISOR_CLUSTER_KEY or cluster.key in "
+                              "the state directory)")
         if not hmac.compare_digest(str(answer.get("mac", "")),
                                    _mac(secret, _SERVER_TAG, door_nonce, mine)):
             raise DoorRefused(f"the door at {address} could not prove it holds the run's "

@@ -24,6 +24,7 @@ from .. import clock
 from ..cluster.agent import RankvisorAgent, make_spec
 from ..cluster.board import StatusBoard
 from ..cluster.door import ClusterDoor, new_secret, reach_address
+from ..cluster.door_key import NoClusterKey, cluster_key, door_secret
 from ..cluster.renumber import finished_globally as _global
 from ..cluster.requests import cluster_request, read_request
 from ..events import RunFinished
@@ -114,12 +115,18 @@ def run_cluster(
         err.write(f"[rankvisor] warning: this run cannot be reached by `rankvisor status`/"
                   f"`attach` ({e}); it runs anyway\n")
     printer: list[_HeadlessPrinter] = []
-    door = _open_door(host, sup, board, config, err) if host is not None else None
+    key = _door_key(err) if host is not None else None
+    door = _open_door(host, sup, board, config, err) if host is not None and key else None
+    nonce: list[str] = []
 
     def on_round(number: int, prefixes: dict[int, str]) -> None:
-        if door is not None:
-            # The run's secret: the first node's offer of the round, kept by every node.
-            door.secret = board.agree("secret", door.secret or new_secret()) or door.secret
+        if door is not None and key is not None:
+            # The store holds the run's nonce (the first node's offer, kept by every node);
+            # the secret is derived from it under a key the store never sees (door_key).
+            agreed = board.agree("door_nonce", nonce[0] if nonce else new_secret())
+            if agreed:
+                nonce[:] = [agreed]
+                door.secret = door_secret(key, agreed)
         if number == 0:
             if print_output:
                 printer.append(_HeadlessPrinter(config, prefixes, out, err))
@@ -229,6 +236,17 @@ def run_cluster(
             except (OSError, ValueError):
                 pass
     return status, sup, host
+
+
+def _door_key(err: TextIO) -> bytes | None:
+    """The cluster key the door's secret is derived from; None (no door, said once) when
+    none can be had safely."""
+    try:
+        return cluster_key()
+    except NoClusterKey as e:
+        err.write(f"[rankvisor] warning: the other nodes' viewers cannot reach this node's "
+                  f"ranks (no TCP door: {e}); the run goes on\n")
+        return None
 
 
 def _open_door(host: RunHost, sup: Supervisor, board: StatusBoard, config: SupervisorConfig,

@@ -40,6 +40,7 @@ __all__ = [
     "HOLD_FILE",
     "hold_path",
     "is_python_rank",
+    "loopback_peer_uid",
     "main",
     "post_mortem",
     "read_hold",
@@ -421,7 +422,10 @@ def _listen(where: str, wait: bool) -> None:
     host, _, port = where.rpartition(":")
     # Children (DataLoader workers, subprocesses) stay as they would be: not under debugpy.
     debugpy.configure(subProcess=False)
-    debugpy.listen((host or "127.0.0.1", int(port)))
+    _guard_debugpy()
+    # In-process: the rank's own listener (the guarded one) takes the client, no adapter
+    # process with a listener of its own that anyone on the host could reach.
+    debugpy.listen((host or "127.0.0.1", int(port)), in_process_debug_adapter=True)
     if wait:
         # While it waits, a person is attaching a debugger: never a hang (the supervisor
         # reads this file).
@@ -441,6 +445,117 @@ def _listen(where: str, wait: bool) -> None:
                     os.unlink(marker)
                 except OSError:
                     pass
+
+
+# -- the debugger's door: the job's user only ------------------------------------------------
+#
+# A DAP client may evaluate any code in the rank, and a loopback TCP port is open to every
+# user of the host. The listener pydevd makes is swapped for one that asks the kernel who
+# owns the other end of each connection (what SO_PEERCRED says of a unix socket) and closes
+# every connection that is not the job's user's, before a byte is read. It binds with
+# SO_REUSEPORT: the supervisor holds the port (bound, never listening) for the whole run, so
+# that between two incarnations no other user can take it (the kernel shares a port that
+# way only between sockets of one user).
+
+_REFUSALS_SAID: Final = 3
+_refused: list[int] = []
+
+
+def loopback_peer_uid(conn: Any) -> int | None:
+    """The uid owning the other end of ``conn``, a TCP connection between two sockets of
+    this host, from the kernel's socket tables (``/proc/net/tcp``, ``tcp6``); None when no
+    socket there matches (the peer has gone, or is not on this host)."""
+    import socket
+
+    try:
+        peer = conn.getpeername()[:2]
+        mine = conn.getsockname()[:2]
+    except OSError:
+        return None
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        want = (_table_address(family, *peer), _table_address(family, *mine))
+        if None in want:
+            continue
+        try:
+            with open(table, encoding="ascii") as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 7 and (fields[1], fields[2]) == want:
+                        return int(fields[7])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _table_address(family: int, host: str, port: int) -> str | None:
+    """``host:port`` as the kernel's tables spell it: the address's 32-bit words in the
+    machine's own byte order, in hex, then the port."""
+    import socket
+    import struct
+
+    try:
+        if family == socket.AF_INET:
+            packed = socket.inet_pton(socket.AF_INET, host)
+        elif ":" in host:
+            packed = socket.inet_pton(socket.AF_INET6, host)
+        else:  # an IPv4 peer of a dual-stack socket
+            packed = socket.inet_pton(socket.AF_INET6, "::ffff:" + host)
+    except OSError:
+        return None
+    words = struct.unpack(f"={len(packed) // 4}I", packed)
+    return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
+
+
+def _own_user_only_listener(host: str, port: int) -> Any:
+    """What pydevd's ``create_server_socket`` gives, bound for the job's user alone."""
+    import socket
+
+    class OwnUserOnly(socket.socket):
+        def accept(self) -> tuple[socket.socket, Any]:
+            while True:
+                conn, address = super().accept()
+                uid = loopback_peer_uid(conn)
+                if uid == os.getuid():
+                    return conn, address
+                conn.close()
+                _refused.append(1)
+                if len(_refused) <= _REFUSALS_SAID:
+                    print(f"rankvisor: debugpy: refused a client from {address[0]}:"
+                          f"{address[1]} (user {'unknown' if uid is None else uid}; only "
+                          f"user {os.getuid()} may attach)", file=sys.stderr, flush=True)
+
+    server = OwnUserOnly(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        server.bind((host, port))
+        server.settimeout(None)
+    except BaseException:
+        server.close()
+        raise
+    return server
+
+
+def _guard_debugpy() -> None:
+    """Put the guarded listener in pydevd's place; a debugpy where that cannot be done is
+    refused (the rank ends at once with one line) rather than left open."""
+    import debugpy
+    import debugpy.server.api  # noqa: F401 - puts pydevd on the path
+
+    try:
+        import pydevd
+        from _pydevd_bundle import pydevd_comm
+    except ImportError:
+        pydevd = pydevd_comm = None
+    if not (hasattr(pydevd, "create_server_socket")
+            and hasattr(pydevd_comm, "create_server_socket")):
+        raise SystemExit(
+            f"rankvisor: --debugpy: debugpy {getattr(debugpy, '__version__', '?')} cannot be "
+            "guarded against other users; not listening (pip install 'debugpy>=1.8,<2')"
+        )
+    pydevd.create_server_socket = _own_user_only_listener
+    pydevd_comm.create_server_socket = _own_user_only_listener
 
 
 def _strip_our_frames(e: BaseException) -> None:

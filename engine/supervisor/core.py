@@ -41,6 +41,7 @@ from .agent_env import EnvOptions, free_port, log_line_prefixes
 from .collective_watch import CollectiveWatch
 from .commands import CommandHandler
 from .debug_options import debugpy_banner, write_launch
+from .debugpy_hold import DebugpyHold
 from .dstate_watch import TIMEOUT_ENV as DSTATE_TIMEOUT_ENV
 from .dstate_watch import UninterruptibleWatch
 from .input_watch import InputWatch
@@ -126,6 +127,7 @@ class Supervisor:
 
         self._guard = Guard()
         self._cgroups: _cgroups.RunCgroups | None = None
+        self._debugpy_hold: DebugpyHold | None = None
         self._tracking_detail = ""
         self._sampler = StatsSampler(
             self._events.publish_now, interval=config.sample_interval or 1.0
@@ -212,6 +214,10 @@ class Supervisor:
         with state.lock:
             if state.started:
                 return
+            debug = self.config.debug
+            if debug is not None and debug.debugpy:
+                # Before anything starts: a port another user holds fails the start here.
+                self._debugpy_hold = DebugpyHold(debug.debugpy_ports())
             state.started = True
             state.started_at = clock.wall()
             # About 6 descriptors a rank for its life: the soft limit (1024 often) would
@@ -318,6 +324,8 @@ class Supervisor:
                     "the guard removes them once they exit", "error",
                 )
         self._guard.close()  # the guard sweeps anything that still carries our token
+        if self._debugpy_hold is not None:
+            self._debugpy_hold.close()
         self._events.flush()
         self._wakeup.close()
 
