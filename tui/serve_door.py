@@ -246,7 +246,7 @@ class DoorServer(Server):
                 to_int(request.query.get("width", "80"), 80),
                 to_int(request.query.get("height", "24"), 24),
             )
-            await self._process_messages(websocket, service)
+            await self._until_either_ends(websocket, service)
         except asyncio.CancelledError:
             await websocket.close()
             raise
@@ -260,3 +260,27 @@ class DoorServer(Server):
             finally:
                 self._sessions.discard(service)
         return websocket
+
+    async def _until_either_ends(self, websocket: web.WebSocketResponse,
+                                 service: AppService) -> None:
+        """Carry the tab's messages until the tab goes or the app does.
+
+        An app that exits by itself says so first (its "exit" closes the websocket); one that
+        is killed (SIGKILL, the OOM killer) says nothing, and textual-serve would keep the tab
+        open on a dead session, its place taken until serve ends. So its reading task (the
+        app's output, ended at the app's exit) is watched too."""
+        messages = asyncio.ensure_future(self._process_messages(websocket, service))
+        app_task = getattr(service, "_task", None)  # textual-serve's reader of the app
+        try:
+            await asyncio.wait({messages, *([app_task] if app_task is not None else [])},
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not messages.done():
+                messages.cancel()
+                if app_task is not None and app_task.done() and not websocket.closed:
+                    logging.getLogger("textual-serve").warning(
+                        "rankvisor serve: a session's app ended without a word; its tab is "
+                        "closed")
+                await websocket.close()
+        if not messages.cancelled():
+            messages.result()  # its failure, if any, as before

@@ -18,6 +18,7 @@ queues the encoded event, since sinks run on the engine's threads and must not b
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -26,8 +27,10 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import clock
 from ..events import Event, RankOutput, RankStats, RunFinished
+from ..rundir.reserve import SpaceReserve, reserve_bytes
 from . import registry, status, wire
 from .live_status import add_live
+from .record_file import RecordFile
 from .server import ControlServer
 
 if TYPE_CHECKING:
@@ -87,8 +90,10 @@ class RunHost:
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._events_file: int | None = None
+        self._events_file: RecordFile | None = None
         self._run_dir = ""
+        self._reserve: SpaceReserve | None = None
+        self._full_said = False
         self._entry: object | None = None
         self._hook_done = threading.Event()
         self._hook_thread: threading.Thread | None = None
@@ -114,10 +119,13 @@ class RunHost:
         # Viewers start from the run as its ranks started (with their files), as the record.
         self.server.rebase(info)
         if self._run_dir:
+            # Held while the ranks write, released for the run's end (engine.rundir.reserve).
+            self._reserve = SpaceReserve(self._run_dir)
+            self._reserve.hold(reserve_bytes(len(info.ranks)))
             path = os.path.join(self._run_dir, EVENTS_FILE)
-            self._events_file = os.open(
+            self._events_file = RecordFile(os.open(
                 path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
-            )
+            ))
             # The run as its ranks started: the events queued since come after it, and a
             # replay folds them in (one already reflected here changes nothing).
             self._append(wire.encode_message({"t": "run", "run": wire.run_info_to_wire(info)}))
@@ -162,11 +170,15 @@ class RunHost:
             self._hook_thread.join()
         self._unsubscribe()
         self.server.close()
+        self._release_reserve()
         if self._events_file is not None:
             # The run as it ended closes the record (a stale run's record has none).
             info = self._sup.snapshot()
             self._append(wire.encode_message({"t": "run", "run": wire.run_info_to_wire(info)}))
-            os.close(self._events_file)
+            if self._events_file.waiting:
+                log.error("%s: %d line(s) of the run's record could not be written: %s",
+                          EVENTS_FILE, self._events_file.waiting, self._events_file.last_error)
+            self._events_file.close()
             self._events_file = None
 
     # -- the writer thread --------------------------------------------------------------------
@@ -186,6 +198,9 @@ class RunHost:
 
     def _flush(self) -> None:
         with self._lock:
+            if self._sup.finished is not None:
+                # Every rank has ended: nothing of the run competes for the space any more.
+                self._release_reserve()
             finished: RunFinished | None = None
             while self._pending:
                 event = self._pending.popleft()
@@ -199,10 +214,10 @@ class RunHost:
     def _append(self, data: bytes) -> None:
         if self._events_file is None:
             return
-        try:
-            os.write(self._events_file, data)
-        except OSError as e:  # a full disk: the status and the logs still matter more
-            log.warning("could not append to %s: %s", EVENTS_FILE, e)
+        # A full disk: the line waits in memory (never a cut line on disk) for the space the
+        # run's end releases.
+        if not self._events_file.append(data):
+            self._say_full(EVENTS_FILE, self._events_file.last_error)
 
     def current_status(self) -> dict[str, object]:
         """The status.json record as it would be written now."""
@@ -234,8 +249,31 @@ class RunHost:
             return
         try:
             status.write_status(self._run_dir, self.current_status())
-        except OSError as e:
-            log.warning("could not write status.json: %s", e)
+        except OSError as e:  # the last status written stays whole (an atomic replace)
+            self._say_full(status.FILENAME, e)
+
+    def _release_reserve(self) -> None:
+        if self._reserve is not None and self._reserve.release() and self._full_said:
+            log.info("the run's end is written in the space held for it")
+
+    def _say_full(self, what: str, error: OSError | None) -> None:
+        """Say once, as a notice (viewers; headless prints it on stderr, the supervisor
+        process in its supervisor.log), that the record cannot be written and what is kept."""
+        if getattr(error, "errno", None) not in (errno.ENOSPC, errno.EDQUOT):
+            log.warning("could not write %s: %s", what, error)
+            return
+        if self._full_said:
+            return
+        self._full_said = True
+        why = getattr(error, "strerror", None) or str(error)
+        message = (
+            f"cannot write {what} in {self._run_dir} ({why}): the run goes on; status.json "
+            "keeps its last state and the record waits in memory until space held for the "
+            "run's end is released (free space on that file system to see it sooner)"
+        )
+        notice = getattr(self._sup, "notice", None)
+        if notice is not None:
+            notice(message, "error")
 
     def _after_finish(self, finished: RunFinished) -> None:
         failed = bool(finished.result.failures)

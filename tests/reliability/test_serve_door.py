@@ -489,3 +489,25 @@ def test_serve_with_no_run_views_the_running_one_else_the_demo(
             supervisor.wait(BOUND)
         except psutil.Error:
             supervisor.kill()
+
+
+def test_a_killed_session_app_gives_its_viewer_place_back(serve: Callable[..., Served]) -> None:
+    """SIGKILL of a session's app (an OOM kill, a person's kill -9): the tab is told (its
+    websocket closed) and its place is free for the next one (was: 503 until serve ended)."""
+    served = serve("--max-viewers", "1")
+
+    async def session() -> None:
+        client, reader = await _live_session(served)
+        try:
+            await _until(served.rank_pid_file.exists)
+            (app,) = served.session_apps()
+            app.kill()
+            await asyncio.wait_for(reader, BOUND)  # serve closed the tab's websocket
+            again, second = await _live_session(served)  # not 503
+            second.cancel()
+            await again.close()
+        finally:
+            reader.cancel()
+            await client.close()
+
+    asyncio.run(session())
