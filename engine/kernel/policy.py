@@ -262,3 +262,11 @@ def end_of_run(
     if real_failure and restarts_left > 0 and not shutting_down:
         return "restart"
     return "finish"
+
+
+def not_piped(mode: str) -> str:
+    """The refusal of a line or an EOF to the ranks' stdin in a run started with ``--stdin
+    mode``, not "pipe": the Supervisor and its double say the same words."""
+    what = "/dev/null" if mode == "null" else "the terminal rankvisor was started from"
+    return (f"not sent: the ranks' stdin is {what} (--stdin {mode}); start the run with "
+            "--stdin pipe to type to its ranks")

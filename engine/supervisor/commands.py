@@ -222,11 +222,7 @@ class CommandHandler:
         """A line to each rank's stdin pipe (or EOF): whole or refused, rank by rank."""
         mode = self._config.stdin
         if mode != "pipe" or self._input is None:
-            what = "/dev/null" if mode == "null" else "the terminal rankvisor was started from"
-            raise Refused(
-                f"not sent: the ranks' stdin is {what} (--stdin {mode}); start the run with "
-                "--stdin pipe to type to its ranks"
-            )
+            raise Refused(policy.not_piped(mode))
         verb = "send input to" if isinstance(cmd, SendInput) else "close the stdin of"
         live, note = self._running(self._resolve(cmd.ranks), verb)
         shown = self._state.shown

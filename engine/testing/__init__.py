@@ -82,7 +82,7 @@ from ..handle import (
     term_timeout,
 )
 from ..kernel import policy
-from ..kernel.policy import Refused
+from ..kernel.policy import Refused, not_piped
 from ..kernel.run import (
     Deliver,
     Effect,
@@ -147,14 +147,6 @@ class Checkpoint:
 
 ScriptItem = Union[Event, Checkpoint, Prompt, PromptReleased]
 
-
-
-def not_piped(mode: str) -> str:
-    """The refusal of ``SendInput`` / ``CloseInput`` in a run whose ``RunInfo.stdin`` is
-    ``mode``, not "pipe" (the Supervisor's words)."""
-    what = "/dev/null" if mode == "null" else "the terminal rankvisor was started from"
-    return (f"not sent: the ranks' stdin is {what} (--stdin {mode}); start the run with "
-            "--stdin pipe to type to its ranks")
 
 
 @dataclass(frozen=True, slots=True)
