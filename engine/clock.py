@@ -31,6 +31,7 @@ __all__ = [
     "SystemClock",
     "monotonic",
     "monotonic_ns",
+    "since_boot",
     "thread_cpu",
     "using",
     "wall",
@@ -51,6 +52,12 @@ class Clock(Protocol):
 
     def thread_cpu(self) -> float: ...
 
+    def since_boot(self) -> float: ...
+
+
+def _boottime() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
 
 class SystemClock:
     """The machine's clocks (the process's clock unless a test put a fake in its place)."""
@@ -60,6 +67,7 @@ class SystemClock:
     wall = staticmethod(time.time)
     wall_ns = staticmethod(time.time_ns)
     thread_cpu = staticmethod(time.thread_time)
+    since_boot = staticmethod(_boottime)
 
 
 class FakeClock:
@@ -111,6 +119,9 @@ class FakeClock:
     def thread_cpu(self) -> float:
         return self._cpu_ns / 1e9
 
+    def since_boot(self) -> float:
+        return self._mono_ns / 1e9  # a machine a test never suspends
+
 
 _clock: Clock = SystemClock()
 
@@ -138,6 +149,13 @@ def wall_ns() -> int:
 def thread_cpu() -> float:
     """CPU seconds the calling thread has used."""
     return _clock.thread_cpu()
+
+
+def since_boot() -> float:
+    """Seconds since the machine booted, suspends included: the clock of /proc's process
+    start times (which is why a start time read against it is exact, where the kernel's
+    whole-second boot time is up to a second off and moves as the wall clock is slewed)."""
+    return _clock.since_boot()
 
 
 def local_stamp(fmt: str, at: float | None = None) -> str:

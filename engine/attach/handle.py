@@ -35,8 +35,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-import psutil
-
 from .. import clock
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import (
@@ -77,7 +75,13 @@ from ..names.signals import exit_signal_name, signal_name
 from ..output.pump import OutputPump, StdStream
 from ..output.text_batch import Batch
 from ..process.pidfd_exit import reaped_exit_status
-from ..process.proc_table import find_descendants, read_entry, signal_checked, stat_fields
+from ..process.proc_table import (
+    find_descendants,
+    read_entry,
+    signal_checked,
+    started_wall,
+    stat_fields,
+)
 from ..process.wakeup import Wakeup
 from ..result import RunProcsResult
 from ..rundir.arrival import arrival_path
@@ -134,12 +138,6 @@ class _Rank:
             exitcode=self.exitcode,
             signal_name=exit_signal_name(self.exitcode),
         )
-
-
-def _started_at(starttime: int) -> float:
-    """When a process started (``clock.wall()``), from its /proc start time in clock ticks
-    since boot: the agent's, so that the viewer's clock counts from the job's start."""
-    return psutil.boot_time() + starttime / os.sysconf("SC_CLK_TCK")
 
 
 def _open_pidfd(w: Worker) -> int | None:
@@ -547,7 +545,7 @@ class TorchrunHandle:
             finished=self._finished is not None,
             tracking="process-tree",
             tracking_detail=f"attached to torchrun agent {job.agent_pid} (not our children)",
-            started_at=_started_at(job.agent_starttime),
+            started_at=started_wall(job.agent_starttime),
         )
 
     # output

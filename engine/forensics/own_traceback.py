@@ -21,7 +21,7 @@ from typing import Final
 
 from ..logfile.torch_log import said_lines
 
-__all__ = ["CUT_SHORT", "own_traceback_before", "raised_line"]
+__all__ = ["CUT_SHORT", "own_traceback_before", "raised_before_stop", "raised_line"]
 
 _EXCEPTION: Final = re.compile(r"^(?:\[[^\]]*\]:)*\s*([A-Za-z_][\w.]*(?:Error|Exception))\b")
 _NOT_OWN: Final = ("KeyboardInterrupt", "SignalException", "SystemExit")
@@ -43,6 +43,22 @@ def own_traceback_before(stderr_path: str, t_ns: int | None) -> str:
         return ""
     tail = _said(stderr_path)
     return _raised(tail) or (CUT_SHORT if _cut_short(tail) else "")
+
+
+def raised_before_stop(
+    stderr_path: str, stop_signal_ns: int | None, stop_caught: bool | None,
+    exit_time_ns: int | None,
+) -> bool:
+    """Whether a rank our stop signal reached had already failed on its own: its stderr
+    ended with a traceback of its own before the signal took effect. Our signal takes
+    effect when it is sent if the rank may catch it (a handler can print after it), on
+    arrival when it cannot, which ended the rank: all it wrote came before its exit.
+    Whatever the exit code: a rank that raised may exit 1 in the very moment our SIGTERM
+    reaches it, as it may die of the signal in its shutdown."""
+    if stop_signal_ns is None:
+        return False
+    took_effect = exit_time_ns if stop_caught is False else stop_signal_ns
+    return bool(own_traceback_before(stderr_path, took_effect))
 
 
 _HEADER: Final = "Traceback (most recent call last)"

@@ -18,6 +18,8 @@ import signal
 import threading
 from typing import Iterable, NamedTuple, Optional
 
+from .. import clock
+
 __all__ = [
     "ProcEntry",
     "ProcTable",
@@ -29,8 +31,11 @@ __all__ = [
     "read_environ",
     "scan",
     "signal_checked",
+    "started_wall",
     "stat_fields",
 ]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class ProcEntry(NamedTuple):
@@ -72,6 +77,13 @@ def is_stopped(pid: int) -> bool:
     """True if ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP) or a tracer: state T or t."""
     fields = stat_fields(pid)
     return fields is not None and fields[0] in (b"T", b"t")
+
+
+def started_wall(starttime: int) -> float:
+    """When a process started (``clock.wall()``), from its /proc start time in clock ticks
+    since boot: read against the boot clock now, not the kernel's whole-second boot time,
+    so that two readings of one process agree to a tick."""
+    return clock.wall() - (clock.since_boot() - starttime / _CLK_TCK)
 
 
 def read_entry(pid: int) -> Optional[ProcEntry]:

@@ -49,7 +49,6 @@ resolve_program = _spawner.resolve_program
 
 logger = logging.getLogger(__name__)
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def on_spawner_thread(fn: Any) -> Any:
@@ -263,7 +262,7 @@ class RankProcess:
             ticks = self._identity_locked()
         if ticks is None:
             return None
-        return psutil.boot_time() + ticks / _CLK_TCK
+        return _proctable.started_wall(ticks)
 
     @property
     def popen(self) -> subprocess.Popen[bytes]:

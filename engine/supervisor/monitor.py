@@ -33,7 +33,7 @@ from .. import clock
 from ..errors import ProcessFailure, root_cause_rank
 from ..events import RunFinished, Suspect
 from ..forensics.exit_cause import ExitCause, diagnose
-from ..forensics.own_traceback import own_traceback_before, raised_line
+from ..forensics.own_traceback import raised_before_stop, raised_line
 from ..forensics.stdin_hint import note_null_stdin
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
 from ..kernel.run import Effect, NewAttempt, Over, Respawn
@@ -259,13 +259,10 @@ class Monitor:
         # rank that failed by itself during a teardown, or before our signal reached it, is
         # a real failure and may be the root cause.
         caused = slot.exit_caused_by_us(code, slot.exit_time_ns)
-        # Our signal took effect when it was sent if the rank catches it, else on arrival,
-        # which ended the rank: anything it wrote came before its exit.
-        took_effect = slot.exit_time_ns if slot.stop_caught is False else slot.stop_signal_ns
-        if caused and code < 0 and slot.stop_signal_ns is not None and own_traceback_before(
-            slot.stderr_path, took_effect
+        if caused and raised_before_stop(
+            slot.stderr_path, slot.stop_signal_ns, slot.stop_caught, slot.exit_time_ns
         ):
-            caused = False  # it had raised before our signal cut its shutdown short
+            caused = False  # it had raised before our signal reached its shutdown
         if code != 0:
             slot.failure = ProcessFailure(
                 slot.rank, proc.pid, code, slot.error_file,

@@ -46,7 +46,7 @@ from ..events import RankStats
 from ..forensics.gpu import GpuProbe, GpuSnapshot
 from ..process.cgroups import MemoryReading
 from ..process.numa import parse_cpulist
-from ..process.proc_table import stat_fields
+from ..process.proc_table import started_wall, stat_fields
 from .ticker import Ticker
 
 __all__ = ["StatsSampler", "cpu_to_numa_node", "descendants"]
@@ -318,7 +318,7 @@ class StatsSampler:
             cpu_affinity=affinity,
             cpu_num=st.cpu_num,
             numa_node=self._numa.get(st.cpu_num),
-            uptime_s=max(0.0, now_wall - (_boot_time() + tr.starttime / _CLK_TCK)),
+            uptime_s=max(0.0, now_wall - started_wall(tr.starttime)),
             t=now_wall,
             cgroup_memory_bytes=mem.current_bytes if mem is not None else None,
             oom_kills=mem.oom_kills if mem is not None else None,
@@ -343,17 +343,10 @@ class StatsSampler:
             cpu_affinity=(),
             cpu_num=None,
             numa_node=None,
-            uptime_s=max(0.0, now_wall - (_boot_time() + tr.starttime / _CLK_TCK)),
+            uptime_s=max(0.0, now_wall - started_wall(tr.starttime)),
             t=now_wall,
             cgroup_memory_bytes=mem.current_bytes if mem is not None else None,
             oom_kills=mem.oom_kills if mem is not None else None,
         )
 
 
-_BOOT: list[float] = []
-
-
-def _boot_time() -> float:
-    if not _BOOT:
-        _BOOT.append(psutil.boot_time())
-    return _BOOT[0]

@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from rankvisor.engine.forensics.own_traceback import own_traceback_before
 from rankvisor.engine.logfile.torch_log import is_torch_log_line
 
@@ -75,3 +76,30 @@ def test_a_traceback_the_stop_signal_cut_short_is_own(tmp_path: Path) -> None:
     # Frames then a line of another kind (the job went on printing) is no cut traceback.
     path, mtime = _written(tmp_path, frames + "step 5\n")
     assert own_traceback_before(path, mtime) == ""
+
+
+_SENT = 10**18  # when our stop signal went (ns); the stderr files are dated around it
+
+
+@pytest.mark.parametrize(("written", "caught", "exited", "own"), [
+    # Raised, then exited 1 the moment our SIGTERM reached its shutdown (it may have had a
+    # handler, or we could not tell): its own failure (the gloo timeout that CI met).
+    (_SENT - 10**8, None, _SENT + 10**6, True),
+    (_SENT - 10**8, True, _SENT + 10**6, True),
+    # A handler of ours-to-catch printed its traceback after the signal: ours.
+    (_SENT + 10**6, True, _SENT + 10**7, False),
+    (_SENT + 10**6, None, _SENT + 10**7, False),
+    # No handler: the signal ended it on arrival, so what it wrote before its exit counts.
+    (_SENT + 10**6, False, _SENT + 10**7, True),
+    (_SENT + 10**8, False, _SENT + 10**7, False),
+], ids=["raised-before-unknown", "raised-before-caught", "handler-printed-after",
+        "printed-after-unknown", "no-handler-cut-shutdown", "written-after-exit"])
+def test_a_rank_that_raised_before_our_stop_signal_failed_on_its_own(
+    tmp_path: Path, written: int, caught: bool | None, exited: int, own: bool
+) -> None:
+    from rankvisor.engine.forensics.own_traceback import raised_before_stop
+
+    path, _ = _written(tmp_path, _RAISED + _SERVER)
+    os.utime(path, ns=(written, written))
+    assert raised_before_stop(path, _SENT, caught, exited) is own
+    assert raised_before_stop(path, None, caught, exited) is False  # we sent no stop
