@@ -179,7 +179,7 @@ def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
     try:
         # A stack dump holds the link's other answers until py-spy is done (a dump that
         # failed in passing is tried again, within 5 s): the window leaves room after it.
-        seen = _probe(hosts, run_dir, 10, "--stack", str(remote))
+        seen = _probe(hosts, run_dir, 10, "--stack", str(remote), "--release", str(hold))
     finally:
         hold.touch()
     info = next(s for s in seen if s["kind"] == "info")
@@ -194,14 +194,29 @@ def test_one_viewer_shows_a_line_a_rank_of_the_other_host_wrote(
     stack = next(s for s in seen if s["kind"] == "answer")
     assert stack["ok"], stack
     assert stack["path"].startswith(str(job.logs[1])), stack  # dumped and saved on node02
-    summary = seen[-1]
-    assert summary["kind"] == "summary" and summary["connections"] == 1
+    summary = next(s for s in seen if s["kind"] == "summary")
+    assert summary["connections"] == 1
     # Its file, mirrored through the door for zoom and search: a copy of node02's so far.
     theirs = next(job.logs[1].glob(f"*/attempt_0/{remote - 2}/stdout.log")).read_bytes()
     mine = (Path(summary["mirror"]) / "node1" / "attempt_0" / str(remote - 2) /
             "stdout.log").read_bytes()
     assert theirs.startswith(mine)
     assert f"rank {remote} of 4 ready\ntick 0 ".encode() in mine
+    # The other node's ranks as their node reports them: running, with their pids (not
+    # "starting" with none, as the store's record alone would have them).
+    remote_ranks = {str(r) for r in range(2, 4)}
+    assert set(summary["remote"]) == remote_ranks, summary["remote"]
+    assert all(state == "running" and isinstance(pid, int)
+               for state, pid in summary["remote"].values()), summary["remote"]
+    states = [s for s in seen if s["kind"] == "state"]
+    assert {str(s["rank"]) for s in states if s["new"] == "running" and s["pid"]} == remote_ranks
+    # Released, the job ends; the other node's end is its finish, never "unreachable".
+    end = next(s for s in seen if s["kind"] == "end")
+    assert all(end["finished"].values()) and end["finished"], end
+    assert all(state == "succeeded" for state, _ in end["remote"].values()), end
+    notices = [s["message"] for s in seen if s["kind"] == "notice"]
+    assert f"node 1 ({HOSTNAMES[1]}) finished its part of the run" in notices, notices
+    assert not any("unreachable" in m for m in notices), notices
     for code, _out, err in job.wait():
         assert code == 0, err[-3000:]
 

@@ -1,9 +1,11 @@
 """A viewer of every node's ranks, run on one host by the two-host tests and benchmark:
-``python -m tests.cluster.viewer_probe RUN_DIR SECONDS [--stack RANK | --terminate RANK]``
-connects to the run's supervisor on this host, watches the whole job through
-``ClusterHandle`` and prints one JSON line per thing seen (a remote rank's line with its
-latency, a state change, a notice, the command's answer, the connections and bytes), then a
-summary line."""
+``python -m tests.cluster.viewer_probe RUN_DIR SECONDS [--stack RANK | --terminate RANK]
+[--release HOLD_FILE]`` connects to the run's supervisor on this host, watches the whole job
+through ``ClusterHandle`` and prints one JSON line per thing seen (a remote rank's line with
+its latency, a state change, a notice, the command's answer, the connections and bytes), then
+a summary line with each remote rank's state and pid as the viewer shows them. With
+``--release`` it then creates HOLD_FILE (the job's ranks end when it exists) and watches the
+end too: a line with the remote ranks' states once every other node finished (60 s at most)."""
 
 from __future__ import annotations
 
@@ -36,9 +38,15 @@ def _mirrored(viewer: ClusterHandle, ranks: set[int]) -> bool:
 
 
 def main() -> None:
-    run_dir, seconds = sys.argv[1], float(sys.argv[2])
-    command = sys.argv[3] if len(sys.argv) > 4 else ""
-    target = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    argv = sys.argv[1:]
+    release = ""
+    if "--release" in argv:
+        at = argv.index("--release")
+        release = argv[at + 1]
+        del argv[at:at + 2]
+    run_dir, seconds = argv[0], float(argv[1])
+    command = argv[2] if len(argv) > 3 else ""
+    target = int(argv[3]) if len(argv) > 3 else None
     entry = registry.resolve(run_dir, running_only=True)
     local = RemoteHandle.connect(entry.socket, name="viewer probe")
     viewer = ClusterHandle(local, tempfile.mkdtemp(prefix="rv-probe-"))
@@ -47,6 +55,8 @@ def main() -> None:
     local_ranks = {r.rank + local.snapshot().rank_base for r in local.snapshot().ranks}
     latencies: list[float] = []
     seen_ranks: set[int] = set()
+    last: dict[str, list[object]] = {}
+    """Each remote rank's state and pid as the viewer's events last told them."""
 
     def say(**what: object) -> None:
         with lock:
@@ -66,7 +76,8 @@ def main() -> None:
             if event.lines:
                 seen_ranks.add(event.rank)
         elif isinstance(event, RankStateChanged) and event.rank not in local_ranks:
-            say(kind="state", rank=event.rank, new=event.new.value, t=now)
+            last[str(event.rank)] = [event.new.value, event.pid]
+            say(kind="state", rank=event.rank, new=event.new.value, pid=event.pid, t=now)
         elif isinstance(event, SupervisorNotice):
             say(kind="notice", message=event.message, t=now)
 
@@ -99,8 +110,23 @@ def main() -> None:
         bytes_per_s=(got - bytes0) / max(1e-9, time.monotonic() - start),
         p50=lat[len(lat) // 2] if lat else None,
         p99=lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
-        mirror=viewer.mirror_dir)
+        mirror=viewer.mirror_dir, remote=_remote(viewer, local_ranks))
+    if release:
+        open(release, "a").close()
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and not all(
+                n.finished for n in viewer.nodes.values()):
+            time.sleep(0.2)
+        time.sleep(1.0)  # what the viewer says after a node's end, said by now
+        say(kind="end", remote=last,
+            finished={n: node.finished for n, node in viewer.nodes.items()})
     viewer.detach()
+
+
+def _remote(viewer: ClusterHandle, local_ranks: set[int]) -> dict[str, list[object]]:
+    """Each remote rank's state and pid as the viewer shows them now."""
+    return {str(r.rank): [r.state.value, r.pid] for r in viewer.snapshot().ranks
+            if r.rank not in local_ranks}
 
 
 if __name__ == "__main__":
