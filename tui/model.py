@@ -47,6 +47,7 @@ from ..engine.forensics.progress import (
     step_threshold,
     stragglers,
 )
+from ..engine.control.status import NOT_ANSWERING_S
 from ..engine.handle import RankInfo, RunInfo
 from ..engine.names.signals import exit_signal_name
 from ..engine.output.sanitize import sanitize, strip_sgr
@@ -488,6 +489,10 @@ class RunView:
         ]
         self.pauses = PauseLog()
         """The ranks a person paused (at a prompt, by SIGSTOP): never stragglers."""
+        self.supervisor_silent_s = 0.0
+        """Seconds since the supervisor last said anything (a viewer over its socket; the
+        app sets it): the ranks' silence is counted only up to then, and past
+        ``NOT_ANSWERING_S`` no rank is judged at all (what is shown is that old)."""
         self._held: set[int] = set()
         self._released_at: float | None = None
         """When a person last let a paused rank go (the app's clock): its peers waited for
@@ -757,6 +762,11 @@ class RunView:
                 view.last_line = partial
         return bool(lines) or bool(partial)
 
+    @property
+    def not_answering(self) -> bool:
+        """The supervisor of this running run has said nothing for ``NOT_ANSWERING_S``."""
+        return not self.finished and self.supervisor_silent_s >= NOT_ANSWERING_S
+
     def update_progress(self, now: float, *, k_silence: float = STRAGGLER_SILENCE_K) -> None:
         """Compare the running ranks (``now`` on the app's clock): each rank's shown
         progress, steps behind the median, silence relative to its peers' usual gap, and
@@ -795,8 +805,11 @@ class RunView:
             self._released_at = now  # the rank went on: its peers had waited for the person
         self._held = set(paused)
         released = self._released_at if self._released_at is not None else float("-inf")
+        # A supervisor that stopped answering stopped every rank's lines with it: that is
+        # no silence of theirs.
+        heard = now - self.supervisor_silent_s
         silent = {
-            v.rank: now - max(v.last_output_at, released)
+            v.rank: heard - max(v.last_output_at, released)
             if v.last_output_at is not None and v.rank not in paused else None
             for v in running
         }
@@ -812,7 +825,7 @@ class RunView:
             not has_cadence(RankNow(v.rank, None, gaps=len(v.gaps), steps=v.steps_seen))
             for v in running
         )
-        flagged = stragglers(
+        flagged = {} if self.not_answering else stragglers(
             steps, silent, own_gaps, k_silence=k_silence, min_silence_s=STRAGGLER_SILENCE_MIN_S,
             startup_s=STARTUP_QUIET_S if starting else None,
         )

@@ -62,6 +62,11 @@ LISTEN_BACKLOG: Final = 1024
 HELLO_TIMEOUT_S: Final = 10.0
 MAX_LINE: Final = 1 << 20
 """The longest line a client may send (its messages are small)."""
+ALIVE_EVERY_S: Final = 1.0
+"""A client sent nothing this long gets an ``alive`` line: a viewer tells a supervisor that
+has nothing to say from one that stopped answering (SIGSTOPped, stuck), and judges no rank
+from a stream that old (``RemoteHandle.silent_s``)."""
+_ALIVE: Final = wire.encode_message({"t": "alive"})
 _SEND_CHUNK: Final = 1 << 18
 _GIVE_UP_S: Final = 2.0
 """How long a doomed client's writer tries to deliver its last line before closing."""
@@ -555,7 +560,8 @@ class ControlServer:
         while True:
             with self._lock:
                 while not client.queue and not client.closed:
-                    client.wake.wait()
+                    if not client.wake.wait(ALIVE_EVERY_S):
+                        self._put(client, _ALIVE)  # nothing else to say: that we live
                 if not client.queue:
                     break
                 parts: list[bytes] = []
