@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from itertools import islice, repeat
 from typing import Any, Final, Literal, Sequence
 
+from ..engine.control.status import NOT_ANSWERING_S
 from ..engine.events import (
     LIVE_SUSPECT_DROPPED_PREFIX,
     LIVE_SUSPECT_PREFIX,
@@ -47,7 +48,6 @@ from ..engine.forensics.progress import (
     step_threshold,
     stragglers,
 )
-from ..engine.control.status import NOT_ANSWERING_S
 from ..engine.handle import RankInfo, RunInfo
 from ..engine.names.signals import exit_signal_name
 from ..engine.output.sanitize import sanitize, strip_sgr

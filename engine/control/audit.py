@@ -12,6 +12,7 @@ others is in ``stdin.log`` already.
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from ..handle import (
     CloseInput,
@@ -44,25 +45,28 @@ def _sig(sig: int) -> str:
         return f"signal {sig}"
 
 
+_SAID: Final = (
+    (CloseInput, "input: EOF to {ranks}"),
+    (SignalRanks, "signal: {sig} to {ranks}"),
+    (TerminateRanks, "stop: {sig} then SIGKILL to {ranks}"),
+    (KillRanks, "stop: SIGKILL to {ranks}"),
+    (RestartRank, "restart: rank {rank}"),
+    (RestartAll, "restart: every rank"),
+)
+"""How each command that acts is named (the others by their class)."""
+
+
 def described(command: Command) -> str:
     """What ``command`` asks, in a few words; never the text of a typed line."""
+    ranks = _ranks(getattr(command, "ranks", None))
     if isinstance(command, SendInput):
         size = len(command.text.encode("utf-8", "surrogateescape")) + 1
-        return f"input: a line of {size} bytes to {_ranks(command.ranks)}"
-    if isinstance(command, CloseInput):
-        return f"input: EOF to {_ranks(command.ranks)}"
-    if isinstance(command, SignalRanks):
-        return f"signal: {_sig(command.sig)} to {_ranks(command.ranks)}"
-    if isinstance(command, TerminateRanks):
-        return f"stop: {_sig(command.sig)} then SIGKILL to {_ranks(command.ranks)}"
-    if isinstance(command, KillRanks):
-        return f"stop: SIGKILL to {_ranks(command.ranks)}"
-    if isinstance(command, RestartRank):
-        return f"restart: rank {command.rank}"
-    if isinstance(command, RestartAll):
-        return "restart: every rank"
-    ranks = getattr(command, "ranks", None)
-    return f"{type(command).__name__}: {_ranks(ranks)}"
+        return f"input: a line of {size} bytes to {ranks}"
+    for kind, words in _SAID:
+        if isinstance(command, kind):
+            return words.format(ranks=ranks, rank=getattr(command, "rank", None),
+                                sig=_sig(getattr(command, "sig", 0)))
+    return f"{type(command).__name__}: {ranks}"
 
 
 def connected(who: str, name: str, read_only: bool) -> None:

@@ -63,7 +63,8 @@ def redact(env: Mapping[str, str]) -> dict[str, str]:
 def write_rank_env(directory: str, additions: Mapping[str, str], *,
                    inherited: Mapping[str, str] | None = None) -> str | None:
     """Write ``<directory>/env.json``: the rank's whole environment (``inherited``, by
-    default ``os.environ`` less the supervisor's own secrets, with ``additions`` over it, as the spawner builds it), redacted.
+    default ``os.environ`` less the supervisor's own secrets, with ``additions`` over it,
+    as the spawner builds it), redacted.
 
     Returns the path, or None when it could not be written (a full disk must not fail a
     spawn: the record is for a later report, the run comes first).

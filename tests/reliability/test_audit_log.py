@@ -15,17 +15,9 @@ import re
 import stat
 
 import pytest
+from rankvisor.engine import handle as h
 from rankvisor.engine.cluster.door import ClusterDoor, connect_door
 from rankvisor.engine.control.audit import described
-from rankvisor.engine.handle import (
-    CloseInput,
-    KillRanks,
-    RestartAll,
-    RestartRank,
-    SendInput,
-    SignalRanks,
-    TerminateRanks,
-)
 
 from tests.conftest import wait_until
 from tests.debug.test_input_cli import START_S, Runs, cli, runs, waiting
@@ -80,7 +72,7 @@ def test_the_cluster_door_names_the_peer_address(door: tuple[ClusterDoor, str],
     caplog.set_level(logging.INFO, logger="rankvisor.audit")
     handle = connect_door(address, made.secret)
     try:
-        handle.execute(TerminateRanks(None))
+        handle.execute(h.TerminateRanks(None))
     finally:
         handle.detach()
     lines = [r.getMessage() for r in caplog.records if r.name == "rankvisor.audit"]
@@ -92,13 +84,13 @@ def test_the_cluster_door_names_the_peer_address(door: tuple[ClusterDoor, str],
 
 def test_what_a_command_is_called_in_the_log() -> None:
     table = [
-        (SendInput((1,), "hunter2"), "input: a line of 8 bytes to rank 1"),
-        (SendInput(None, ""), "input: a line of 1 bytes to every rank"),
-        (CloseInput((0, 2)), "input: EOF to ranks 0,2"),
-        (SignalRanks((3,), 10), "signal: SIGUSR1 to rank 3"),
-        (TerminateRanks(None), "stop: SIGTERM then SIGKILL to every rank"),
-        (KillRanks((1,)), "stop: SIGKILL to rank 1"),
-        (RestartRank(0), "restart: rank 0"),
-        (RestartAll(), "restart: every rank"),
+        (h.SendInput((1,), "hunter2"), "input: a line of 8 bytes to rank 1"),
+        (h.SendInput(None, ""), "input: a line of 1 bytes to every rank"),
+        (h.CloseInput((0, 2)), "input: EOF to ranks 0,2"),
+        (h.SignalRanks((3,), 10), "signal: SIGUSR1 to rank 3"),
+        (h.TerminateRanks(None), "stop: SIGTERM then SIGKILL to every rank"),
+        (h.KillRanks((1,)), "stop: SIGKILL to rank 1"),
+        (h.RestartRank(0), "restart: rank 0"),
+        (h.RestartAll(), "restart: every rank"),
     ]
     assert [described(c) for c, _ in table] == [words for _, words in table]

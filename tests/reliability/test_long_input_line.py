@@ -10,13 +10,12 @@ real pipe: a line over the limit, and earlier lines left unread, are refused in 
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 
 import pytest
 from rankvisor.engine.process.stdin_pipe import RankStdin, StdinRefused, longest_line
 
 from tests.debug.test_input_cli import Runs, cli, runs, stdout_of, waiting
+from tests.debug.test_stdin_pipe import _reader
 from tests.reliability.test_input_secret import _input
 
 pytestmark = pytest.mark.processes
@@ -41,13 +40,6 @@ def test_a_60_kib_line_reaches_a_rank_at_input(runs: Runs) -> None:
     assert cli("wait", run_dir).returncode == 0
     digest = hashlib.sha256(LINE).hexdigest()[:16]
     assert f"got {len(LINE)} {digest}" in stdout_of(run_dir, 0)
-
-
-def _reader(pipe: RankStdin, code: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=pipe.read_fd,
-                            stdout=subprocess.PIPE)
-    pipe.spawned()
-    return proc
 
 
 def test_what_the_pipe_takes_and_what_it_refuses_in_words() -> None:

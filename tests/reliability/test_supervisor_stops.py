@@ -4,9 +4,10 @@ One real supervisor process (``rankvisor run -D``) with two ranks printing steps
 viewer on its socket: SIGSTOP of the supervisor with the viewer
 attached makes ``status`` say the status is old and the viewer judge no rank, without a
 hang; after SIGCONT the viewer shows the ranks live again, and rank 0 stops at a pdb prompt
-that is answered. Then SIGKILL of the supervisor while rank 0 is at the prompt: no rank outlives it (the guard), and
-what the ranks wrote is on disk. Last, 64 ranks started at once: each is followed, ``stop``
-ends the run; the supervisor's descriptor and thread counts are printed.
+that is answered. Then SIGKILL of the supervisor while rank 0 is at the prompt: no rank
+outlives it (the guard), and what the ranks wrote is on disk. Last, 64 ranks started at
+once: each is followed, ``stop`` ends the run; the supervisor's descriptor and thread
+counts are printed.
 """
 
 from __future__ import annotations
