@@ -331,6 +331,9 @@ class RankView:
     paused: str = ""
     """How a person paused it ("at a prompt", "stopped by SIGSTOP"); "" if not: its silence
     is then neither a straggler's nor quiet."""
+    unheard_s: float = 0.0
+    """Seconds since its supervisor last spoke (``RunView.supervisor_silent_s``, set with
+    the progress): its quiet counts only up to then, and not at all past NOT_ANSWERING_S."""
     input_wait: InputWait | None = None
     """Set while the rank waits for a line on the stdin its supervisor holds (a prompt)."""
     typed: deque[str] = field(default_factory=lambda: deque(maxlen=HISTORY))
@@ -378,9 +381,10 @@ class RankView:
             or self.paused
             or self.last_output_at is None
             or self.silence_ratio is not None
+            or self.unheard_s >= NOT_ANSWERING_S
         ):
             return None
-        quiet = int(now - self.last_output_at)
+        quiet = int(now - self.unheard_s - self.last_output_at)
         return quiet if quiet >= QUIET_S else None
 
     def saw_output(self, now: float) -> None:
@@ -836,6 +840,7 @@ class RunView:
             view.lag_threshold = self.step_threshold
             view.straggler, view.straggler_reason, view.waiting_for = "", "", ""
             view.paused = paused_words(paused[view.rank]) if view.rank in paused else ""
+            view.unheard_s = self.supervisor_silent_s
             if view.state is not RankState.RUNNING:
                 continue
             step = steps.get(view.rank)

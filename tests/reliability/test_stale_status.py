@@ -4,8 +4,8 @@ While the supervisor was SIGSTOPped, viewers flagged every rank as a straggler (
 had stopped with it) and ``rankvisor status`` showed the last status as if it were now. The
 rules, as tables, on a fake clock: ``status --json`` gives the status's age and whether the
 supervisor answers, ``status`` says it in a line before the ranks; a viewer counts a rank's
-silence only up to the last time the supervisor spoke and, past ``NOT_ANSWERING_S``, judges
-no rank at all. The real SIGSTOP is in test_supervisor_stops.py.
+silence (and a lone rank's quiet) only up to the last time the supervisor spoke and, past
+``NOT_ANSWERING_S``, judges no rank at all. The real SIGSTOP is in test_supervisor_stops.py.
 """
 
 from __future__ import annotations
@@ -94,3 +94,16 @@ def test_a_viewer_judges_no_rank_from_a_supervisor_that_stopped_answering(
     run.update_progress(now)
     assert {v.rank for v in run.ranks if v.straggler} == flagged
     assert run.not_answering is (silent_s >= NOT_ANSWERING_S)
+
+
+@pytest.mark.parametrize(("now", "silent_s", "quiet"), [
+    (30.0, 0.0, 21),    # no peer has a cadence to compare with: quiet 21 s (from 9 s)
+    (30.0, 3.0, 18),    # ... counted up to when the supervisor last spoke
+    (30.0, 20.0, None),  # not answering: not said at all
+])
+def test_a_lone_rank_s_quiet_counts_until_the_supervisor_last_spoke(
+        now: float, silent_s: float, quiet: int | None) -> None:
+    run = _talking(1, 10)
+    run.supervisor_silent_s = silent_s
+    run.update_progress(now)
+    assert run.ranks[0].quiet_for(now) == quiet
