@@ -107,3 +107,26 @@ def test_a_lone_rank_s_quiet_counts_until_the_supervisor_last_spoke(
     run.supervisor_silent_s = silent_s
     run.update_progress(now)
     assert run.ranks[0].quiet_for(now) == quiet
+
+
+async def test_the_app_s_top_bar_says_the_supervisor_is_not_answering() -> None:
+    from rankvisor.engine.testing import ScriptedSupervisor
+    from rankvisor.tui.app import make_app
+    from rankvisor.tui.widgets.run_summary import summary_text
+
+    from tests.scenarios import running_script
+    from tests.tui.test_app import SIZE, settle
+
+    engine = ScriptedSupervisor(scripted_info(2), running_script(2))
+    silent = [0.0]
+    engine.silent_s = lambda: silent[0]  # type: ignore[attr-defined]  # as RemoteHandle's
+    app = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        bar = summary_text(app.run_view, **app.summary_args()).plain
+        assert "not answering" not in bar
+        silent[0] = 12.0
+        app._show(None)
+        bar = summary_text(app.run_view, **app.summary_args()).plain
+        assert "supervisor not answering (12 s): ranks as they were, not judged" in bar
+        assert not any(v.straggler for v in app.run_view.ranks)
