@@ -466,6 +466,9 @@ class RankvisorApp(DebugKeys, App[int]):
             return
         now = self.clock() if now is None else now
         root = self.run_view.root_cause()
+        silent = getattr(self.handle, "silent_s", None)  # a supervisor over its socket
+        if callable(silent):
+            self.run_view.supervisor_silent_s = silent()
         self.run_view.update_progress(now)
         try:
             with self.batch_update():
@@ -487,7 +490,11 @@ class RankvisorApp(DebugKeys, App[int]):
             if self._finished_at is None:  # finished before we saw it happen
                 self._finished_at = self._run_end(now)
             now = self._finished_at  # the run is over: its clock stops
-        return {"elapsed": now - self._started_at, "paused": self._paused, "status": self._status}
+        status = self._status
+        if not status and self.run_view.not_answering:
+            status = (f"supervisor not answering ({self.run_view.supervisor_silent_s:.0f} s): "
+                      "ranks as they were, not judged")
+        return {"elapsed": now - self._started_at, "paused": self._paused, "status": status}
 
     def _run_end(self, now: float | None = None) -> float:
         """The app's clock at the run's end: its last rank exit, not when this viewer heard

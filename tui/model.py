@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from itertools import islice, repeat
 from typing import Any, Final, Literal, Sequence
 
+from ..engine.control.status import NOT_ANSWERING_S
 from ..engine.events import (
     LIVE_SUSPECT_DROPPED_PREFIX,
     LIVE_SUSPECT_PREFIX,
@@ -330,6 +331,9 @@ class RankView:
     paused: str = ""
     """How a person paused it ("at a prompt", "stopped by SIGSTOP"); "" if not: its silence
     is then neither a straggler's nor quiet."""
+    unheard_s: float = 0.0
+    """Seconds since its supervisor last spoke (``RunView.supervisor_silent_s``, set with
+    the progress): its quiet counts only up to then, and not at all past NOT_ANSWERING_S."""
     input_wait: InputWait | None = None
     """Set while the rank waits for a line on the stdin its supervisor holds (a prompt)."""
     typed: deque[str] = field(default_factory=lambda: deque(maxlen=HISTORY))
@@ -377,9 +381,10 @@ class RankView:
             or self.paused
             or self.last_output_at is None
             or self.silence_ratio is not None
+            or self.unheard_s >= NOT_ANSWERING_S
         ):
             return None
-        quiet = int(now - self.last_output_at)
+        quiet = int(now - self.unheard_s - self.last_output_at)
         return quiet if quiet >= QUIET_S else None
 
     def saw_output(self, now: float) -> None:
@@ -488,6 +493,10 @@ class RunView:
         ]
         self.pauses = PauseLog()
         """The ranks a person paused (at a prompt, by SIGSTOP): never stragglers."""
+        self.supervisor_silent_s = 0.0
+        """Seconds since the supervisor last said anything (a viewer over its socket; the
+        app sets it): the ranks' silence is counted only up to then, and past
+        ``NOT_ANSWERING_S`` no rank is judged at all (what is shown is that old)."""
         self._held: set[int] = set()
         self._released_at: float | None = None
         """When a person last let a paused rank go (the app's clock): its peers waited for
@@ -757,6 +766,11 @@ class RunView:
                 view.last_line = partial
         return bool(lines) or bool(partial)
 
+    @property
+    def not_answering(self) -> bool:
+        """The supervisor of this running run has said nothing for ``NOT_ANSWERING_S``."""
+        return not self.finished and self.supervisor_silent_s >= NOT_ANSWERING_S
+
     def update_progress(self, now: float, *, k_silence: float = STRAGGLER_SILENCE_K) -> None:
         """Compare the running ranks (``now`` on the app's clock): each rank's shown
         progress, steps behind the median, silence relative to its peers' usual gap, and
@@ -795,8 +809,11 @@ class RunView:
             self._released_at = now  # the rank went on: its peers had waited for the person
         self._held = set(paused)
         released = self._released_at if self._released_at is not None else float("-inf")
+        # A supervisor that stopped answering stopped every rank's lines with it: that is
+        # no silence of theirs.
+        heard = now - self.supervisor_silent_s
         silent = {
-            v.rank: now - max(v.last_output_at, released)
+            v.rank: heard - max(v.last_output_at, released)
             if v.last_output_at is not None and v.rank not in paused else None
             for v in running
         }
@@ -812,7 +829,7 @@ class RunView:
             not has_cadence(RankNow(v.rank, None, gaps=len(v.gaps), steps=v.steps_seen))
             for v in running
         )
-        flagged = stragglers(
+        flagged = {} if self.not_answering else stragglers(
             steps, silent, own_gaps, k_silence=k_silence, min_silence_s=STRAGGLER_SILENCE_MIN_S,
             startup_s=STARTUP_QUIET_S if starting else None,
         )
@@ -823,6 +840,7 @@ class RunView:
             view.lag_threshold = self.step_threshold
             view.straggler, view.straggler_reason, view.waiting_for = "", "", ""
             view.paused = paused_words(paused[view.rank]) if view.rank in paused else ""
+            view.unheard_s = self.supervisor_silent_s
             if view.state is not RankState.RUNNING:
                 continue
             step = steps.get(view.rank)

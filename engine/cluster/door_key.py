@@ -25,10 +25,12 @@ import stat
 from typing import Final
 
 from ..control.registry import state_dir, state_dir_problem
+from ..names.private_env import CLUSTER_KEY_ENV
 
 __all__ = ["ENV_KEY", "KEY_FILE", "NoClusterKey", "cluster_key", "door_secret", "key_path"]
 
-ENV_KEY: Final = "RANKVISOR_CLUSTER_KEY"
+ENV_KEY: Final = CLUSTER_KEY_ENV
+"""Read by the supervisor only: its ranks never inherit it (``engine.names.private_env``)."""
 KEY_FILE: Final = "cluster.key"
 MIN_KEY_CHARS: Final = 32
 _MAX_KEY_BYTES: Final = 4096

@@ -139,6 +139,7 @@ class RemoteHandle:
         self._buf = rest
         self.bytes_read = 0
         """Bytes received from the supervisor since the welcome (a viewer's cost)."""
+        self._heard_at = clock.monotonic()
         self.read_only = read_only
         self.supervisor_pid: int = int(welcome.get("supervisor_pid", 0))
         self.recent_lines = recent_lines
@@ -267,6 +268,12 @@ class RemoteHandle:
     def detachable(self) -> bool:
         """True: the run lives in its supervisor process; closing this handle leaves it."""
         return True
+
+    def silent_s(self) -> float:
+        """Seconds since the supervisor last sent us anything. It sends a line a second at
+        least (an ``alive`` when it has nothing else): a long silence means it is not
+        answering (SIGSTOPped, stuck), and what the viewer shows of the ranks is that old."""
+        return max(0.0, clock.monotonic() - self._heard_at)
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         """Add ``sink`` for every later live event (on the reader thread)."""
@@ -438,6 +445,7 @@ class RemoteHandle:
                         if not data:
                             break
                         self.bytes_read += len(data)
+                        self._heard_at = clock.monotonic()
                         buf += data
                     continue
                 line = bytes(buf[: end + 1])

@@ -36,9 +36,9 @@ from typing import Any, Final
 
 from .. import clock
 from ..events import Event, RankOutput, RankRestarted, RankStats
-from ..handle import CommandResult, DumpStacks, RunInfo, SupervisorHandle, reads_only
+from ..handle import Command, CommandResult, DumpStacks, RunInfo, SupervisorHandle, reads_only
 from ..output.text_batch import LineBlock
-from . import wire
+from . import audit, wire
 
 __all__ = ["READ_ONLY_DUMP_REFUSAL", "READ_ONLY_REFUSAL", "ControlServer"]
 
@@ -62,6 +62,11 @@ LISTEN_BACKLOG: Final = 1024
 HELLO_TIMEOUT_S: Final = 10.0
 MAX_LINE: Final = 1 << 20
 """The longest line a client may send (its messages are small)."""
+ALIVE_EVERY_S: Final = 1.0
+"""A client sent nothing this long gets an ``alive`` line: a viewer tells a supervisor that
+has nothing to say from one that stopped answering (SIGSTOPped, stuck), and judges no rank
+from a stream that old (``RemoteHandle.silent_s``)."""
+_ALIVE: Final = wire.encode_message({"t": "alive"})
 _SEND_CHUNK: Final = 1 << 18
 _GIVE_UP_S: Final = 2.0
 """How long a doomed client's writer tries to deliver its last line before closing."""
@@ -96,9 +101,12 @@ def _estimate(event: RankOutput) -> int:
 
 
 class _Client:
-    def __init__(self, server: ControlServer, sock: socket.socket, peer_pid: int) -> None:
+    def __init__(self, server: ControlServer, sock: socket.socket, peer_pid: int,
+                 who: str) -> None:
         self.sock = sock
         self.peer_pid = peer_pid
+        self.who = who
+        """The peer as the audit lines name it: pid and uid, or the door's address."""
         self.name = ""
         self.read_only = False
         self.queue: collections.deque[bytes | _Skip] = collections.deque()
@@ -351,7 +359,7 @@ class ControlServer:
     def adopt(self, sock: socket.socket, name: str) -> None:
         """Serve ``sock``, a connection another listener accepted and vetted (the cluster's
         TCP door), as if it had come to the Unix socket; it speaks the hello first."""
-        reader = threading.Thread(target=self._serve, args=(sock, 0, name),
+        reader = threading.Thread(target=self._serve, args=(sock, 0, name, name.strip("()")),
                                   name="rankvisor-control-client", daemon=True)
         self._readers = [t for t in self._readers if t.is_alive()]
         self._readers.append(reader)
@@ -378,7 +386,8 @@ class ControlServer:
                 sock.close()
                 continue
             reader = threading.Thread(
-                target=self._serve, args=(sock, pid), name="rankvisor-control-client",
+                target=self._serve, args=(sock, pid, "", f"pid {pid} uid {uid}"),
+                name="rankvisor-control-client",
                 daemon=True,
             )
             self._readers = [t for t in self._readers if t.is_alive()]
@@ -387,8 +396,8 @@ class ControlServer:
 
     # -- one client: its reader thread -----------------------------------------------------
 
-    def _serve(self, sock: socket.socket, peer_pid: int, via: str = "") -> None:
-        client = _Client(self, sock, peer_pid)
+    def _serve(self, sock: socket.socket, peer_pid: int, via: str, who: str) -> None:
+        client = _Client(self, sock, peer_pid, who)
         client.name = via
         try:
             if self._handshake(client):
@@ -428,6 +437,7 @@ class ControlServer:
             return False
         client.name = " ".join(filter(None, (str(hello.get("name", "")), client.name)))
         client.read_only = bool(hello.get("read_only", False))
+        audit.connected(client.who, str(hello.get("name", ""))[:80], client.read_only)
         now = wire.encode_message({"now": wire.run_info_to_wire(self.handle.snapshot())})
         head = wire.encode_message({
             "t": "welcome",
@@ -519,9 +529,15 @@ class ControlServer:
         try:
             command = wire.command_from_wire(message.get("command"))
         except wire.WireError as e:
-            if client.read_only:
-                return CommandResult(False, READ_ONLY_REFUSAL)
-            return CommandResult(False, f"not carried out: {e}")
+            result = CommandResult(False, READ_ONLY_REFUSAL if client.read_only
+                                   else f"not carried out: {e}")
+            audit.log_command(client.who, None, result)
+            return result
+        result = self._carry_out(client, command)
+        audit.log_command(client.who, command, result)
+        return result
+
+    def _carry_out(self, client: _Client, command: Command) -> CommandResult:
         if client.read_only and not reads_only(command):
             # The exceptions read the ranks without pausing them.
             if isinstance(command, DumpStacks):
@@ -530,7 +546,7 @@ class ControlServer:
         try:
             return self.handle.execute(command)
         except Exception as e:  # noqa: BLE001 - the viewer gets the reason, the server lives
-            log.exception("command %r failed", command)
+            log.exception("command failed: %s", audit.described(command))
             return CommandResult(False, f"the supervisor failed on it: {e}")
 
     def _reply(self, client: _Client, data: bytes) -> None:
@@ -544,7 +560,8 @@ class ControlServer:
         while True:
             with self._lock:
                 while not client.queue and not client.closed:
-                    client.wake.wait()
+                    if not client.wake.wait(ALIVE_EVERY_S):
+                        self._put(client, _ALIVE)  # nothing else to say: that we live
                 if not client.queue:
                     break
                 parts: list[bytes] = []

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FILENAME",
+    "NOT_ANSWERING_S",
     "SCHEMA",
     "EffectiveState",
     "build_status",
@@ -42,6 +43,7 @@ __all__ = [
     "failure_message",
     "process_start_time",
     "read_status",
+    "status_age",
     "status_problem",
     "supervisor_alive",
     "write_status",
@@ -53,6 +55,12 @@ SCHEMA: Final = 1
 FILENAME: Final = "status.json"
 
 EffectiveState = Literal["running", "finished", "stale"]
+
+NOT_ANSWERING_S: Final = 5.0
+"""A running run's status (or a viewer's stream) older than this: its supervisor is not
+answering (SIGSTOPped, swapped out, stuck). It writes status.json every second and sends
+each viewer every rank's stats every second, so this is several beats missed. Readers then
+say how old the status is and judge no rank (no straggler, no stall) from it."""
 
 _MESSAGE_CAP: Final = 2000
 """A root cause's message is a traceback's last line or an error file's message; a rank can
@@ -258,6 +266,17 @@ def effective_state(status: dict[str, Any]) -> EffectiveState:
     if supervisor_alive(status.get("supervisor_pid"), status.get("supervisor_start")):
         return "running"
     return "stale"
+
+
+def status_age(status: dict[str, Any], now: float | None = None) -> float | None:
+    """Seconds since ``status`` was written (``written_at``; ``now``: ``clock.wall()``), or
+    None for a finished run or a status without the field (nothing is expected of it)."""
+    if status.get("finished") is True or status.get("state") == "finished":
+        return None
+    written = status.get("written_at", status.get("updated"))
+    if isinstance(written, bool) or not isinstance(written, (int, float)):
+        return None
+    return max(0.0, (clock.wall() if now is None else now) - float(written))
 
 
 def current_attempt(run_dir: str, status: dict[str, Any] | None) -> int | None:

@@ -105,7 +105,10 @@ def _read_request(fd: int) -> Request:
 def _log_to(run_dir: str) -> None:
     """stdout and stderr (ours, and any C library's) into the run's supervisor.log."""
     path = os.path.join(run_dir, LOG_FILE) if run_dir else os.devnull
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    # Owner-only: it names who connected and what they asked (engine.control.audit).
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    if run_dir:
+        os.fchmod(fd, 0o600)  # one made before us keeps no wider mode
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Mapping
 from typing import Final
 
+from ..names.private_env import inherited as inherited_env
 from .redaction import redact_url
 
 __all__ = [
@@ -62,12 +63,13 @@ def redact(env: Mapping[str, str]) -> dict[str, str]:
 def write_rank_env(directory: str, additions: Mapping[str, str], *,
                    inherited: Mapping[str, str] | None = None) -> str | None:
     """Write ``<directory>/env.json``: the rank's whole environment (``inherited``, by
-    default ``os.environ``, with ``additions`` over it, as the spawner builds it), redacted.
+    default ``os.environ`` less the supervisor's own secrets, with ``additions`` over it,
+    as the spawner builds it), redacted.
 
     Returns the path, or None when it could not be written (a full disk must not fail a
     spawn: the record is for a later report, the run comes first).
     """
-    env = dict(os.environ if inherited is None else inherited)
+    env = dict(inherited_env(os.environ) if inherited is None else inherited)
     env.update(additions)
     path = os.path.join(directory, ENV_FILE)
     data = json.dumps({"env": redact(env), "added": sorted(additions)}, separators=(",", ":"))
@@ -89,7 +91,7 @@ def write_rank_envs_later(records: list[tuple[str, dict[str, str]]]) -> threadin
     while it starts ranks. The thread is returned (tests join it); None for no records."""
     if not records:
         return None
-    inherited = dict(os.environ)
+    inherited = inherited_env(os.environ)
     thread = threading.Thread(
         target=lambda: [write_rank_env(d, a, inherited=inherited) for d, a in records],
         name="rankvisor-env-record", daemon=True,

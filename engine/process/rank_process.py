@@ -38,6 +38,7 @@ from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 import psutil
 
 from .. import clock
+from ..names.private_env import inherited
 from . import cgroups as _cgroups
 from . import exit_watch as _exitwatch
 from . import proc_table as _proctable
@@ -132,7 +133,8 @@ class RankProcess:
         Args:
             argv: program and arguments; the program is looked up on the rank's PATH.
             env: variables for the rank, laid over ``os.environ`` (as torch does) unless
-                ``inherit_env`` is False.
+                ``inherit_env`` is False; the supervisor's own secrets (the cluster key) are
+                never inherited (``engine.names.private_env``).
             stdout_path: file for stdout, or None to inherit ours (the console).
             stderr_path: file for stderr, or None to inherit ours. May equal ``stdout_path``
                 (one shared open file, so lines interleave as written).
@@ -161,7 +163,7 @@ class RankProcess:
         argv = tuple(os.fspath(a) for a in argv)
         if not argv:
             raise ValueError("argv must name a program")
-        full_env = dict(os.environ) if inherit_env else {}
+        full_env = inherited(os.environ) if inherit_env else {}
         if env:
             full_env.update(env)
         affinity = frozenset(cpu_affinity) if cpu_affinity is not None else None

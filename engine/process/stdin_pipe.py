@@ -8,9 +8,13 @@ rank holds it; the write end stays open for the rank's whole life, so the rank r
 when a person asks for it (``close``) or the rank has exited.
 
 Writes never block the supervisor: the write end is non-blocking and one line is written
-whole or not at all. A line that does not fit in what the pipe has free (the rank has not
-read the earlier ones) is refused with words that say so, never queued out of sight or
-lost silently. ``inode`` names the pipe as ``/proc/PID/fd/N`` shows it (``pipe:[INODE]``),
+whole or not at all. A line longer than the pipe holds (a pasted tensor, a 60 KiB JSON
+answer to ``input()``) grows the pipe to hold it once the rank has read what came before,
+up to ``LINE_LIMIT`` bytes of pipe (the kernel's ``/proc/sys/fs/pipe-max-size`` where that
+is less); the pipe is the only buffer, so nothing waits in the supervisor's memory. A line
+that cannot fit (earlier lines are still unread: the rank is not reading; or the line is
+over the limit) is refused with words that say so and name the limit, never queued out of
+sight or lost silently. ``inode`` names the pipe as ``/proc/PID/fd/N`` shows it (``pipe:[INODE]``),
 which is how a reader of it is recognised whichever fd it uses.
 """
 
@@ -23,11 +27,16 @@ import struct
 import termios
 import threading
 
-__all__ = ["RankStdin", "StdinRefused"]
+__all__ = ["LINE_LIMIT", "RankStdin", "StdinRefused", "longest_line"]
 
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BUF = 4096
 """Writes of at most this many bytes are atomic on a pipe (POSIX's PIPE_BUF on Linux)."""
+LINE_LIMIT = 1 << 20
+"""The most a rank's stdin pipe grows to (1 MiB, as a control message's limit): with a page
+kept free, the longest line one send takes is ``longest_line()``."""
+_MAX_SIZE_FILE = "/proc/sys/fs/pipe-max-size"
 
 
 class StdinRefused(Exception):
@@ -74,9 +83,7 @@ class RankStdin:
                 raise StdinRefused("its stdin was closed (EOF was sent)")
             if len(data) > _PIPE_BUF:
                 # Not atomic: write only if it surely fits in what is free.
-                free = fcntl.fcntl(self._write_fd, _F_GETPIPE_SZ) - _unread(self._write_fd)
-                if len(data) + _PIPE_BUF > free:
-                    raise _full(len(data), self._write_fd)
+                self._make_room(len(data))
             view = memoryview(data)
             while view:
                 try:
@@ -93,6 +100,28 @@ class RankStdin:
                     raise StdinRefused("it closed its stdin (or exited)") from None
                 view = view[n:]
 
+    def _make_room(self, size: int) -> None:
+        """Grow the pipe so that ``size`` more bytes surely fit, or refuse the line."""
+        unread = _unread(self._write_fd)
+        capacity = fcntl.fcntl(self._write_fd, _F_GETPIPE_SZ)
+        needed = unread + size + _PIPE_BUF  # a page spare: partly used pages are not free
+        if needed <= capacity:
+            return
+        if unread:  # the rank has not read the earlier lines: it is not reading now
+            raise _full(size, self._write_fd)
+        limit = _pipe_limit()
+        if needed > limit:
+            raise StdinRefused(
+                f"the line ({size} bytes) is longer than a rank's stdin takes in one line "
+                f"(at most {limit - _PIPE_BUF} bytes): send it in parts, or through a file")
+        grown = 1 << (needed - 1).bit_length()  # the kernel rounds to a power of two pages
+        try:
+            fcntl.fcntl(self._write_fd, _F_SETPIPE_SZ, min(grown, limit))
+        except OSError as e:  # EPERM: this user's pipes are over the kernel's soft limit
+            raise StdinRefused(
+                f"its stdin pipe ({capacity} bytes) cannot grow to hold the line ({size} "
+                f"bytes): {e.strerror}; send it in parts") from None
+
     def close(self) -> None:
         """Close the write end: the rank reads EOF once it has read what was sent."""
         with self._lock:
@@ -100,6 +129,21 @@ class RankStdin:
                 self._closed = True
                 os.close(self._write_fd)
         self.spawned()
+
+
+def _pipe_limit() -> int:
+    """The most our pipes may grow to: ``LINE_LIMIT``, or the kernel's smaller bound."""
+    try:
+        with open(_MAX_SIZE_FILE, "rb") as f:
+            kernel = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return LINE_LIMIT
+    return min(LINE_LIMIT, kernel) if kernel > 0 else LINE_LIMIT
+
+
+def longest_line() -> int:
+    """The longest line (newline included) one send takes into an empty pipe."""
+    return _pipe_limit() - _PIPE_BUF
 
 
 def _unread(fd: int) -> int:

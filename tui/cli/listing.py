@@ -16,7 +16,7 @@ from typing import Any, Final
 from ...engine import clock
 from ...engine.control import registry
 from ...engine.control.registry import RunEntry
-from ...engine.control.status import FILENAME
+from ...engine.control.status import FILENAME, NOT_ANSWERING_S, status_age
 from ...engine.output.safe_text import one_line, safe_tree
 from ...engine.states import RankState
 from .command import EXIT_OK, EXIT_REFUSED, EXIT_STALE, Subcommand, Usage, on_a_run, say
@@ -193,7 +193,21 @@ def status_json(entry: RunEntry, state: str, status: dict[str, Any] | None) -> d
             "finished": False, "exitcode": None, "ranks": [], "root_cause": None,
             "started": entry.started, "updated": None, "tracking": None,
         }
-    return {**status, "state": state}
+    out = {**status, "state": state}
+    age = status_age(out) if state == "running" else None
+    out["status_age_s"] = None if age is None else round(age, 1)
+    out["supervisor_answering"] = None if age is None else age < NOT_ANSWERING_S
+    return out
+
+
+def _not_answering(s: dict[str, Any]) -> list[str]:
+    """The line that says the status is old, before anything it says about the ranks."""
+    if s.get("supervisor_answering") is not False:
+        return []
+    pid = s.get("supervisor_pid")
+    return [f"  status      {s.get('status_age_s'):.0f} s old: the supervisor (pid {pid}) is "
+            f"not answering (stopped? kill -CONT {pid}); the ranks below are as they were "
+            "then, not judged"]
 
 
 def status_text(s: dict[str, Any]) -> str:
@@ -203,7 +217,8 @@ def status_text(s: dict[str, Any]) -> str:
              f"  run dir     {s.get('run_dir')}",
              f"  started     {_started(s.get('started'))}"
              f"   attempt {'-' if s.get('attempt') is None else s.get('attempt')}",
-             f"  supervisor  pid {s.get('supervisor_pid')}  socket {s.get('socket') or '-'}"]
+             f"  supervisor  pid {s.get('supervisor_pid')}  socket {s.get('socket') or '-'}",
+             *_not_answering(s)]
     ranks = [r for r in s.get("ranks") or [] if isinstance(r, dict)]
     cluster = is_cluster(s)
     if cluster:
