@@ -46,6 +46,7 @@ from ..errors import root_cause_rank
 from ..events import Event, RankOutput, RankStateChanged
 from ..forensics.collectives import RankCollectives
 from ..forensics.fr_merge import readings_of
+from ..forensics.own_traceback import raised_line
 from ..logfile.tail import last_lines
 from ..names.signals import exit_signal_name
 from .liveness import Liveness
@@ -326,11 +327,14 @@ class StatusBoard:
             return None
         paths = self._stderr_paths()
         knock = {r: _knock_on(failure_message(f, paths.get(r, "")))
-                 or (f.exitcode < 0 and _knock_on(" ".join(last_lines(paths.get(r, ""), 5))))
+                 or (f.exitcode < 0 and not raised_line(paths.get(r, ""))
+                     and _knock_on(" ".join(last_lines(paths.get(r, ""), 5))))
                  for r, f in real.items()}
         # A rank that died of a signal after its peer closed the connection (gloo's
         # IoException, then SIGABRT) may exit before the rank that raised: knock-ons are
-        # demoted here as the cluster's choice demotes them across nodes.
+        # demoted here as the cluster's choice demotes them across nodes. A rank that
+        # raised first and was then aborted on its way out by that same closed connection
+        # (its peers went down with it) is told by its own exception, not a knock-on.
         own = {r: f for r, f in real.items() if not knock[r]}
         local = root_cause_rank(own or real)
         assert local is not None

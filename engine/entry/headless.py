@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..events import Event, RankOutput, RunFinished, SupervisorNotice
 from ..logfile.tail import last_lines
-from ..logfile.torch_log import is_torch_log_line
+from ..logfile.torch_log import rank_said
 from ..names.signals import signal_name
 from ..output.sanitize import sanitize
 from ..supervisor.core import Supervisor
@@ -114,7 +114,7 @@ def _report(
         said = [ln for ln in f.text.strip().splitlines() if "To enable traceback" not in ln]
         # A message of our own about an exit (the log file system is full) says more than
         # any stderr line; one about a signal repeats what the head says already.
-        meaningful = [ln for ln in tail if not is_torch_log_line(ln)]
+        meaningful = rank_said(tail)
         text = said if said and f.exitcode >= 0 else meaningful or tail or said
     last = text[-1] if text else ""
     suspect = getattr(finished, "suspect", None)

@@ -61,6 +61,41 @@ def test_a_rank_that_raised_then_died_of_sigabrt_is_told_by_its_exception(
     assert failure_message(stopped, path).startswith("Signal 15 (SIGTERM)")
 
 
+_ABORTED_BY_A_PEER = (
+    "terminate called after throwing an instance of 'gloo::IoException'\n"
+    "  what():  [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+    "peer [10.0.0.2]:47466\n"
+)
+_C10_BACKTRACE = "".join(f"frame #{i}: <unknown function> + 0x{i:x}0 (libtorch.so)\n"
+                         for i in range(50))
+
+
+@pytest.mark.parametrize("after", [
+    pytest.param(_ABORTED_BY_A_PEER, id="gloo-io-exception"),
+    pytest.param(_SERVER + _ABORTED_BY_A_PEER, id="server-lines-then-abort"),
+    pytest.param("terminate called after throwing an instance of 'c10::Error'\n  what():  "
+                 "boom\nException raised from run at x.cpp:1 (most recent call first):\n"
+                 + _C10_BACKTRACE, id="c10-error-with-a-long-backtrace"),
+])
+def test_the_runtime_s_terminate_and_what_follows_it_are_not_the_rank_s(
+    tmp_path: Path, after: str,
+) -> None:
+    # A rank that raised may be aborted on its way out by the connection its peers closed
+    # when they went down with it: the exception it raised is still what it said last.
+    from rankvisor.engine.control.status import failure_message
+    from rankvisor.engine.errors import ProcessFailure
+    from rankvisor.engine.forensics.own_traceback import raised_line
+
+    path, mtime = _written(tmp_path, _RAISED + after)
+    assert raised_line(path).endswith("send operation to complete")
+    assert own_traceback_before(path, mtime).endswith("send operation to complete")
+    assert failure_message(ProcessFailure(2, 4242, -6, ""), path).endswith(
+        "send operation to complete")
+    # A rank that only aborted (no exception of its own) says nothing of its own.
+    path, _ = _written(tmp_path, "step 9\n" + after)
+    assert raised_line(path) == ""
+
+
 def test_a_traceback_the_stop_signal_cut_short_is_own(tmp_path: Path) -> None:
     # Python writes a traceback a line at a time: our SIGTERM can end the rank between its
     # frames and its exception line. It had raised on its own all the same.

@@ -179,6 +179,35 @@ def test_a_peer_aborted_after_a_closed_connection_is_not_the_node_s_candidate(
     assert "fails on purpose" in rc["message"]
 
 
+def test_a_rank_that_raised_then_was_aborted_by_its_peers_closing_is_the_candidate(
+        tmp_path: Path) -> None:
+    """Rank 1 raised; on its way out its peers, going down with it, closed their
+    connections and gloo's IoException aborted it (SIGABRT, the exception's what() last in
+    its stderr), after rank 0's own abort: rank 1 raised first and says so; rank 0 is the
+    knock-on."""
+    from rankvisor.engine.errors import ProcessFailure
+    from rankvisor.engine.events import RankStateChanged
+    from rankvisor.engine.states import RankState
+
+    closed = ("terminate called after throwing an instance of 'gloo::IoException'\n"
+              "  what():  [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+              "Connection closed by peer [10.0.0.2]:1234\n")
+    err0 = tmp_path / "stderr0.log"
+    err0.write_text(closed)
+    err1 = tmp_path / "stderr1.log"
+    err1.write_text("Traceback (most recent call last):\n  File \"job.py\", line 3, in main\n"
+                    "[rank1]: RuntimeError: rank 1 fails on purpose\n" + closed)
+    board = StatusBoard(host="node-a", stderr_paths=lambda: {0: str(err0), 1: str(err1)})
+    first = ProcessFailure(0, 100, -6, "/x", exit_time_ns=10 * 10**9)
+    raised = ProcessFailure(1, 101, -6, "/x", exit_time_ns=10 * 10**9 + 5_000_000)
+    for rank, failure in ((0, first), (1, raised)):
+        board.sink(RankStateChanged(rank, RankState.RUNNING, RankState.FAILED, failure.pid,
+                                    failure.exitcode, failure=failure))
+    rc = board.local_record()["rc"]
+    assert (rc["local_rank"], rc["knock_on"], rc["signal"]) == (1, False, "SIGABRT"), rc
+    assert rc["message"].endswith("RuntimeError: rank 1 fails on purpose"), rc
+
+
 def test_every_node_whose_round_is_over_ends_its_wait_for_the_others_at_once() -> None:
     """A node's run finishes only after it waited for the others' last records: waiting for
     their "finished" made every node of every run wait out its whole bound (5 s). Each
