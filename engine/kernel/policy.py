@@ -248,14 +248,17 @@ def end_of_run(
 ) -> End:
     """Whether the run (or a driven run's round) is over, and how it goes on.
 
-    Over once every rank is final and no restart is pending. Then torch's agent policy: a
+    Over once every rank is final and no restart is pending (a restart asked before the
+    run began shutting down never starts, so it holds nothing). Then torch's agent policy: a
     rank that failed on its own (``real_failure``: its current incarnation's failure, not
     one a restart by hand has since replaced) restarts the whole group while restarts last,
     unless the run is shutting down.
     """
     if finished or not started or attempt_pending:
         return "wait"
-    if any(not s.is_final for s in state_of.values()) or restart_asked:
+    if any(not s.is_final for s in state_of.values()):
+        return "wait"
+    if restart_asked and not shutting_down:  # nothing starts again while shutting down
         return "wait"
     if driven:
         return "round"

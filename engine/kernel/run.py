@@ -490,9 +490,11 @@ class RunKernel(Generic[L]):
         live = [life.rank for life in self.live()]
         return self.stop(live, "attempt", SIGTERM, self.term_timeout_s), ""
 
-    def shut_down(self, timeout_s: float) -> list[Effect]:
-        """Stop every live rank for good: no pending restart, no policy (idempotent for
-        the flags; the edge calls it once)."""
+    def shut_down(self, timeout_s: float | None, sig: int = SIGTERM) -> list[Effect]:
+        """Stop every live rank for good with ``sig`` (SIGKILL at once when ``timeout_s``
+        is None): no restart of one rank or of all is pending any more, none follows. A
+        person's stop, a signal to the supervisor, a monitor that failed and a group
+        stuck in D-state all end the run this one way (idempotent for the flags)."""
         self.shutting_down = True
         if not self.started:
             return []
@@ -500,7 +502,10 @@ class RunKernel(Generic[L]):
         self.restarts_left = 0
         for life in self.lives.values():
             life.after_exit = None
-        return self.stop([life.rank for life in self.live()], "shutdown", SIGTERM, timeout_s)
+        live = [life.rank for life in self.live()]
+        if timeout_s is None:
+            return self.kill(live, "shutdown")
+        return self.stop(live, "shutdown", sig, timeout_s)
 
     # -- what follows exits --------------------------------------------------------------
 

@@ -601,10 +601,7 @@ class Supervisor:
             self._events.notice(f"{self.unhealthy}: the group is unhealthy; stopping every "
                                 "rank, no restart (as torch's agent)", "error")
             if not state.driven and not state.shutting_down:
-                state.shutting_down = True
-                state.attempt_pending = False
-                self._stopper.stop_ranks(state.live(), "shutdown", signal.SIGTERM,
-                                         self.config.term_timeout)
+                self._stopper.apply(state.shut_down(self.config.term_timeout))
         self._events.flush()
         self._wakeup.wake()
 

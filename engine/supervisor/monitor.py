@@ -120,16 +120,13 @@ class Monitor:
         state = self._state
         with state.lock:
             first = not state.shutting_down
-            state.shutting_down = True
-            state.attempt_pending = False
-            live = state.live()
             if first:
                 self._events.notice(
                     f"the supervisor's monitor failed ({type(error).__name__}: {error}): "
                     "stopping the run (SIGKILL to every rank)",
                     "error",
                 )
-            self._stopper.kill_now(live, "shutdown")
+            self._stopper.apply(state.shut_down(None))
         time.sleep(0.05)  # never spin on a failure that repeats at once
         self._events.flush()
 
@@ -235,16 +232,12 @@ class Monitor:
                 # SIGTERM/SIGINT/SIGHUP to us: forward the same signal to every rank,
                 # SIGKILL at the term timeout (torch's agent does the same on SignalException).
                 state.received_signal = sig
-                state.shutting_down = True
-                state.attempt_pending = False
                 self._events.notice(
                     f"got {signal_name(sig)}: stopping all ranks "
                     f"(SIGKILL in {self._config.term_timeout:g} s)",
                     "warning",
                 )
-                self._stopper.stop_ranks(
-                    state.live(), "shutdown", sig, self._config.term_timeout
-                )
+                self._stopper.apply(state.shut_down(self._config.term_timeout, sig))
             else:
                 # A second signal: the person means it. SIGKILL now.
                 self._events.notice(f"got {signal_name(sig)} again: killing all ranks", "warning")

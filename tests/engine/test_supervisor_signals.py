@@ -217,3 +217,32 @@ def test_a_monitor_step_that_keeps_failing_neither_spins_nor_floods_the_log(
     assert sum(m.startswith("monitor step keeps failing") for m in messages) == 1
     run.sup._wakeup.wake()
     assert isinstance(run.sup.wait(timeout=30), RunFinished)  # healthy again: the run ends
+
+
+@pytest.mark.parametrize("how", ["signal", "monitor-crash", "d-state"])
+def test_a_run_stopped_for_good_while_a_restart_waits_still_ends(
+    supervise: Factory, how: str,
+) -> None:
+    """Rank 0's restart by hand waits for it to exit (it ignores SIGTERM); meanwhile the
+    run is stopped for good (SIGTERM to the supervisor, its monitor failing, the group in
+    D-state). Nothing starts again, and the run ends: the restart asked before held the
+    end for ever once its rank was gone."""
+    from rankvisor.engine.handle import RestartRank
+
+    run = supervise(2, "--ignore-term", term_timeout=1.0)
+    first = run.pids(0)[0]
+    run.pids(1)
+    assert run.sup.execute(RestartRank(0)).ok
+    with run.sup._state.lock:
+        assert run.sup._state.slots[0].after_exit == "restart"
+    if how == "signal":
+        run.sup._state.signals_pending.append(signal.SIGTERM)  # what the handler does
+        run.sup._wakeup.wake()
+    elif how == "monitor-crash":
+        run.sup._monitor._stop_after_crash(RuntimeError("a bug"))
+    else:
+        run.sup._on_uninterruptible([(0, first, 61.0)])
+    finished = run.sup.wait(timeout=30)
+    assert isinstance(finished, RunFinished), "the run never ended"
+    assert not (run.pid_dir / "0.1.pids").exists()  # rank 0 was not started again
+    assert not pid_alive(first)

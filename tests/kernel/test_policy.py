@@ -155,6 +155,7 @@ BASE = dict(started=True, finished=False, attempt_pending=False, driven=False,
     ({0: OK, 1: OK}, [], {}, "finish"),
     ({0: OK, 1: RUN}, [], {}, "wait"),
     ({0: OK, 1: FAIL}, [1], {}, "wait"),                       # a restart alone is due
+    ({0: OK, 1: FAIL}, [1], {"shutting_down": True}, "finish"),  # it never comes
     ({0: FAIL, 1: SIG}, [], {"real_failure": True, "restarts_left": 2}, "restart"),
     ({0: FAIL, 1: SIG}, [], {"real_failure": True, "restarts_left": 0}, "finish"),
     ({0: FAIL, 1: SIG}, [], {"real_failure": True, "restarts_left": 2,

@@ -116,3 +116,20 @@ def test_expire_kills_at_once_but_waits_for_the_reap() -> None:
     k.delivered(deliver, (0,), now=0.0)
     assert kinds(k.expire()) == ["KillSurvivors", "Say"]
     assert kinds(k.exited(0, -9, 1, caused=True)) == ["Moved", "EscalationDone"]
+
+
+@pytest.mark.parametrize("timeout,sig,last", [
+    (30.0, 15, Deliver((0, 1, 2), 15, "shutdown", 30.0)),   # a stop, or SIGTERM to us
+    (30.0, 2, Deliver((0, 1, 2), 2, "shutdown", 30.0)),     # SIGINT to us: forwarded
+    (None, 15, Deliver((0, 1, 2), 9, "shutdown", None)),    # the monitor failed: SIGKILL
+])
+def test_shutting_down_drops_every_pending_restart_and_the_run_ends(timeout, sig,
+                                                                    last) -> None:
+    k = kernel()
+    k.restart_rank(0)                   # rank 0 still running: stopped, to start again
+    assert k.lives[0].after_exit == "restart"
+    effects = k.shut_down(timeout, sig)
+    assert effects[-1] == last and k.lives[0].after_exit is None
+    for rank in range(3):
+        k.exited(rank, -sig, 10 + rank, caused=True)
+    assert k.settle() == [] and k.end(finished=False) == [Over("finish")]  # none restarts
