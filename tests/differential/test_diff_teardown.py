@@ -29,6 +29,7 @@ What is right for rank 1, decided here, whatever the timing:
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -125,11 +126,14 @@ def test_function_rank_1_exiting_0_is_no_failure(
         ours = _start_function(engine, tmp_path / f"ours{run}", marker, action)
         _check_ours(ours.wait(timeout=60), exitcode, mp_funcs.PEER_LINE, function=True)
 
-    # Ours wait for their release after returning too, as torch's do: once rank 0 is dead,
-    # rank 1 has returned and waits; the teardown then finds its value on disk.
+    # Ours wait for their release after returning too, as torch's do: once rank 0 is dead
+    # and rank 1 has returned (its value on disk: it may still be writing it when rank 0,
+    # which only waited for its marker, is already dead), rank 1 waits; the teardown then
+    # finds its value on disk.
     marker = tmp_path / "after.printed"
     ours = _start_function(engine, tmp_path / "after", marker, action)
     _wait_dead(ours, [0])
+    wait_until(lambda: os.path.exists(ours._return_file(1)), timeout=90)
     result = ours.wait(timeout=60)
     assert _check_ours(result, exitcode, mp_funcs.PEER_LINE, function=True) == "success"
 
