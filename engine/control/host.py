@@ -87,7 +87,9 @@ class RunHost:
         self.pid = os.getpid()
         # With the pid, the start time names this process for good (a pid can be reused).
         self._pid_start = status.process_start_time(self.pid) or 0
-        self.server = ControlServer(sup, self.socket_path, on_clients_changed=on_clients_changed)
+        self._on_clients_changed = on_clients_changed
+        self.server = ControlServer(sup, self.socket_path,
+                                    on_clients_changed=self._clients_changed)
         self._pending: deque[Event] = deque()
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -145,7 +147,20 @@ class RunHost:
         self._flush()
         self._writer.start()
         self._dirty.set()
+        self._tell_viewers(self.server.clients)  # nobody yet, as a rule
         return self._run_dir
+
+    def _clients_changed(self, count: int) -> None:
+        self._tell_viewers(count)
+        if self._on_clients_changed is not None:
+            self._on_clients_changed(count)
+
+    def _tell_viewers(self, count: int) -> None:
+        """Tell the run how many watch it (``Supervisor.viewers``): an app in this process
+        (``--foreground``) always does, so such a run is never told."""
+        viewers = getattr(self._sup, "viewers", None)
+        if self._mode != "foreground" and callable(viewers):
+            viewers(count)
 
     def refresh(self) -> None:
         """Rewrite status.json soon (something outside the run's events changed)."""
