@@ -87,7 +87,8 @@ class RunHost:
         self.pid = os.getpid()
         # With the pid, the start time names this process for good (a pid can be reused).
         self._pid_start = status.process_start_time(self.pid) or 0
-        self._on_clients_changed = on_clients_changed
+        self._clients_listeners: list[Callable[[int], None]] = (
+            [on_clients_changed] if on_clients_changed is not None else [])
         self.server = ControlServer(sup, self.socket_path,
                                     on_clients_changed=self._clients_changed)
         self._pending: deque[Event] = deque()
@@ -150,10 +151,15 @@ class RunHost:
         self._tell_viewers(self.server.clients)  # nobody yet, as a rule
         return self._run_dir
 
+    def listen_clients(self, listener: Callable[[int], None]) -> None:
+        """Also call ``listener`` with the number of clients when one comes or goes (on a
+        server thread; it must not block)."""
+        self._clients_listeners.append(listener)
+
     def _clients_changed(self, count: int) -> None:
         self._tell_viewers(count)
-        if self._on_clients_changed is not None:
-            self._on_clients_changed(count)
+        for listener in list(self._clients_listeners):
+            listener(count)
 
     def _tell_viewers(self, count: int) -> None:
         """Tell the run how many watch it (``Supervisor.viewers``): an app in this process
