@@ -44,7 +44,7 @@ from .debug_options import debugpy_banner, write_launch
 from .debugpy_hold import DebugpyHold
 from .dstate_watch import TIMEOUT_ENV as DSTATE_TIMEOUT_ENV
 from .dstate_watch import UninterruptibleWatch
-from .input_watch import InputWatch
+from .input_watch import DEFAULT_INTERVAL_S, UNWATCHED_INTERVAL_S, InputWatch
 from .launcher import Launcher
 from .live_suspect import LiveReading, LiveSuspect, held_now
 from .monitor import Monitor, held_ranks
@@ -519,15 +519,20 @@ class Supervisor:
     def viewers(self, count: int) -> None:
         """How many people watch the run from outside it now (its host's socket clients;
         not called for a run an app in this process shows). While nobody does, stats are
-        sampled at ``sample_every``'s slower pace; the first to attach gets a sample at
-        once, not at the next beat (call it from no sample's own thread)."""
+        sampled at ``sample_every``'s slower pace and the stdin watch passes every
+        ``UNWATCHED_INTERVAL_S``; the first to attach gets a sample and a pass at once, not
+        at the next beat (call it from no sample's own thread)."""
+        watched = count > 0
+        input_pace = DEFAULT_INTERVAL_S if watched else UNWATCHED_INTERVAL_S
+        if self._input.interval != input_pace:
+            self._input.pace(input_pace)
         interval = self.config.sample_interval
         if not interval:
             return
-        pace = sample_every(interval, watched=count > 0, cgroups=self._cgroups is not None)
+        pace = sample_every(interval, watched=watched, cgroups=self._cgroups is not None)
         was = self._sampler.interval
         self._sampler.pace(pace)
-        if count > 0 and was != pace:
+        if watched and was != pace:
             self._sampler.sample_once()
 
     def progress_now(self) -> dict[int, dict[str, object]]:
