@@ -4,10 +4,11 @@ Every way of running (the supervisor process, ``--headless``, ``--foreground``) 
 Supervisor in a RunHost, so that every run is in the registry, has a control socket, and
 keeps in its directory:
 
-- ``status.json``: rewritten atomically on every lifecycle event, and once a tick
-  (``STATUS_TICK_S``) while the run lasts, so that each rank's ``step`` and
+- ``status.json``: rewritten atomically on every lifecycle event (flushed to disk), and once
+  a tick (``STATUS_TICK_S``) while the run lasts, so that each rank's ``step`` and
   ``last_output_age_s`` stay fresh for a script without a viewer (one write a tick however
-  much the ranks print; a supervisor that was SIGKILLed leaves its last status, which
+  much the ranks print, not flushed to disk: an fsync a second would wake the writer for
+  the disk each time; a supervisor that was SIGKILLed leaves its last status, which
   readers show as stale);
 - ``events.ndjson``: the run as it started, then every lifecycle event in wire form, appended
   as it happens, so that a finished or stale run can be viewed as it was watched live.
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import clock
 from ..events import Event, RankOutput, RankStats, RunFinished
 from ..rundir.reserve import SpaceReserve, reserve_bytes
+from ..supervisor.ticker import next_on_grid
 from . import registry, status, wire
 from .live_status import add_live
 from .record_file import RecordFile
@@ -85,7 +87,10 @@ class RunHost:
         self.pid = os.getpid()
         # With the pid, the start time names this process for good (a pid can be reused).
         self._pid_start = status.process_start_time(self.pid) or 0
-        self.server = ControlServer(sup, self.socket_path, on_clients_changed=on_clients_changed)
+        self._clients_listeners: list[Callable[[int], None]] = (
+            [on_clients_changed] if on_clients_changed is not None else [])
+        self.server = ControlServer(sup, self.socket_path,
+                                    on_clients_changed=self._clients_changed)
         self._pending: deque[Event] = deque()
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -143,7 +148,25 @@ class RunHost:
         self._flush()
         self._writer.start()
         self._dirty.set()
+        self._tell_viewers(self.server.clients)  # nobody yet, as a rule
         return self._run_dir
+
+    def listen_clients(self, listener: Callable[[int], None]) -> None:
+        """Also call ``listener`` with the number of clients when one comes or goes (on a
+        server thread; it must not block)."""
+        self._clients_listeners.append(listener)
+
+    def _clients_changed(self, count: int) -> None:
+        self._tell_viewers(count)
+        for listener in list(self._clients_listeners):
+            listener(count)
+
+    def _tell_viewers(self, count: int) -> None:
+        """Tell the run how many watch it (``Supervisor.viewers``): an app in this process
+        (``--foreground``) always does, so such a run is never told."""
+        viewers = getattr(self._sup, "viewers", None)
+        if self._mode != "foreground" and callable(viewers):
+            viewers(count)
 
     def refresh(self) -> None:
         """Rewrite status.json soon (something outside the run's events changed)."""
@@ -184,20 +207,29 @@ class RunHost:
     # -- the writer thread --------------------------------------------------------------------
 
     def _write_loop(self) -> None:
+        # The ticks sit between the beat's (``engine.supervisor.ticker``): woken together,
+        # the two threads would hand the GIL to each other, a wake-up more each time.
+        due = next_on_grid(clock.monotonic(), STATUS_TICK_S, phase=0.5)
         while True:
             running = self._sup.finished is None
-            self._dirty.wait(STATUS_TICK_S if running else None)
+            news = self._dirty.wait(max(0.0, due - clock.monotonic()) if running else None)
             self._dirty.clear()
+            if not news:
+                # A timed wait may end a hair early: the next tick is a whole one later.
+                due = next_on_grid(max(clock.monotonic(), due), STATUS_TICK_S, phase=0.5)
             try:
-                self._flush()
+                # A tick with no news refreshes the live figures only: not flushed to disk.
+                self._flush(durable=news)
             except Exception:  # noqa: BLE001 - the status writer must outlive a bad step
                 log.exception("status.json could not be written")
             if self._stop.is_set():
                 self._flush()
                 return
 
-    def _flush(self) -> None:
+    def _flush(self, durable: bool = True) -> None:
         with self._lock:
+            # An event to record, or the run's end: the new status is flushed to disk.
+            durable = durable or bool(self._pending) or self._sup.finished is not None
             if self._sup.finished is not None:
                 # Every rank has ended: nothing of the run competes for the space any more.
                 self._release_reserve()
@@ -207,7 +239,7 @@ class RunHost:
                 self._append(wire.encode_event(event))
                 if isinstance(event, RunFinished):
                     finished = event
-            self._write_status()
+            self._write_status(durable)
             if finished is not None:
                 self._after_finish(finished)
 
@@ -244,11 +276,11 @@ class RunHost:
             log.exception("the cluster view could not be added to status.json")
             return record
 
-    def _write_status(self) -> None:
+    def _write_status(self, durable: bool = True) -> None:
         if not self._run_dir:
             return
         try:
-            status.write_status(self._run_dir, self.current_status())
+            status.write_status(self._run_dir, self.current_status(), durable=durable)
         except OSError as e:  # the last status written stays whole (an atomic replace)
             self._say_full(status.FILENAME, e)
 

@@ -211,14 +211,16 @@ def build_status(
     }
 
 
-def write_status(run_dir: str, status: dict[str, Any]) -> str:
+def write_status(run_dir: str, status: dict[str, Any], *, durable: bool = True) -> str:
     """Replace ``<run_dir>/status.json`` with ``status`` atomically; returns its path.
 
     A reader, or a crash at any point, sees the old status or the new one, never a torn
-    file (``engine.rundir.atomic``).
+    file (``engine.rundir.atomic``). ``durable=False``: not flushed to disk (a refresh of
+    the live figures, not a change of the run's state).
     """
     path = os.path.join(run_dir, FILENAME)
-    write_atomic(path, json.dumps(status, indent=1, sort_keys=False).encode() + b"\n")
+    write_atomic(path, json.dumps(status, indent=1, sort_keys=False).encode() + b"\n",
+                 durable=durable)
     return path
 
 

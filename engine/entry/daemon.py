@@ -28,6 +28,7 @@ import os
 import pickle
 import pkgutil
 import sys
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -227,26 +228,48 @@ def _main_cluster(request: Request, ready_fd: int) -> int:
 
 
 def _supervise(sup: Supervisor, host: RunHost, *, expect_viewer: bool, seen: list[int]) -> None:
-    """Until the run is finished and nobody watches (or a signal said stop)."""
+    """Until the run is finished and nobody watches (or a signal said stop).
+
+    The main thread waits on news, not on a clock: an event of the run's life (a signal's
+    notice, its end), a viewer coming or going, or the end of the wait for the first viewer.
+    A signal interrupts the wait itself (its handler runs on this thread at once)."""
+    from ..events import RankOutput, RankStats
+
+    news = threading.Event()
+
+    def lifecycle(event: object) -> None:
+        if not isinstance(event, (RankOutput, RankStats)):
+            news.set()
+
+    unsubscribe = sup.subscribe(lifecycle)
+    host.listen_clients(lambda _count: news.set())
+    try:
+        _wait_for_the_end(sup, host, news, expect_viewer=expect_viewer, seen=seen)
+    finally:
+        unsubscribe()
+
+
+def _wait_for_the_end(sup: Supervisor, host: RunHost, news: threading.Event, *,
+                      expect_viewer: bool, seen: list[int]) -> None:
     finished_at: float | None = None
     while True:
-        # Slices: the main thread must come back to Python now and then so that the
-        # signal handlers run.
-        finished = sup.wait(0.5)
+        timeout: float | None = None
         if sup.received_signal is not None:
             sup.wait()
             return
-        if finished is None:
+        if sup.finished is None:
             finished_at = None
-            continue
-        if finished_at is None:
+        elif not host.clients:
+            if finished_at is None:
+                finished_at = clock.monotonic()
+            left = FIRST_VIEWER_WAIT_S - (clock.monotonic() - finished_at)
+            if not (expect_viewer and not seen[0]) or left <= 0:
+                return
+            timeout = left
+        elif finished_at is None:
             finished_at = clock.monotonic()
-        if host.clients:
-            continue
-        waiting_for_first = expect_viewer and not seen[0]
-        if waiting_for_first and clock.monotonic() - finished_at < FIRST_VIEWER_WAIT_S:
-            continue
-        return
+        news.wait(timeout)
+        news.clear()
 
 
 def _entry() -> None:

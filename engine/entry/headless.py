@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..events import Event, RankOutput, RunFinished, SupervisorNotice
+from ..events import Event, RankOutput, RankStats, RunFinished, SupervisorNotice
 from ..logfile.tail import last_lines
 from ..logfile.torch_log import rank_said
 from ..names.signals import signal_name
@@ -210,8 +210,18 @@ class _HeadlessPrinter:
         self._out = ConsoleSink(out, prefixes=prefixes, presanitized=True, frames_every=1.0)
         self._err = ConsoleSink(err, prefixes=prefixes, presanitized=True, frames_every=1.0)
         self._told = False
+        self.news = threading.Event()
+        """Set for what the main thread must see: an event of the run's life (a signal's
+        notice, its end), or a rank's unfinished line (a frame ``tick`` may owe)."""
+
+    def frames_owed(self) -> bool:
+        """Whether a frame already seen may still be owed to the console (``tick``)."""
+        return self._out.frames_waiting() or self._err.frames_waiting()
 
     def __call__(self, event: Event) -> None:
+        if not isinstance(event, (RankOutput, RankStats)) or (
+                isinstance(event, RankOutput) and event.partial):
+            self.news.set()
         if isinstance(event, RankOutput):
             shown = self._shown.get(event.rank, (False, False))
             if event.stream == "stdout" and shown[0]:
@@ -300,9 +310,12 @@ def run_headless(
         if host is not None:
             host.started()
         printer.line(f"process tracking: {sup.snapshot().tracking_detail}")
-        # Wait in slices: the main thread must come back to Python now and then so our
-        # signal handlers run promptly.
-        while sup.wait(0.5) is None:
+        # Wait on the run's news, not on a clock: a signal interrupts the wait (its handler
+        # runs on this thread at once, and its notice is news); a frame owed to the console
+        # is looked at in slices until it is printed.
+        while sup.finished is None:
+            printer.news.wait(FRAME_LOOK_S if printer.frames_owed() else None)
+            printer.news.clear()
             printer.tick()
             if sup.received_signal is not None:
                 # Stopping on a signal: the teardown must not wait for a console nobody
@@ -322,6 +335,9 @@ def run_headless(
                                         *report_forensics(sup)))
     return status
 
+
+FRAME_LOOK_S = 0.5
+"""How often the main thread looks for a progress frame it owes the console, while one is."""
 
 APP_EXIT_GRACE_S = 5.0
 """How long the app may take to end after a signal stopped the run, before we end it."""

@@ -95,10 +95,10 @@ def read_dumps(
     """The FR dumps torch wrote in ``incarnation_dir``, each with its file's mtime (ns).
 
     ``seen`` (path -> (mtime, size), kept by the caller): a dump read before and unchanged
-    since is left out (the watch looks twice a second; a dump can be megabytes).
+    since is left out (the watch looks once a second; a dump can be megabytes).
     ``listings`` (directory -> (its mtime, when listed, dump paths), kept by the caller): a
     directory unchanged since a settled listing is not listed again (a ``stat`` instead of a
-    ``glob`` of every rank's directory twice a second; its dumps are still looked at)."""
+    ``glob`` of every rank's directory once a second; its dumps are still looked at)."""
     out = []
     for path in _dump_paths(incarnation_dir, listings):
         try:
@@ -107,7 +107,7 @@ def read_dumps(
             if seen is not None and seen.get(path) == stamp:
                 continue
             if seen is not None:
-                seen[path] = stamp  # a bad dump is tried once, not twice a second
+                seen[path] = stamp  # a bad dump is tried once, not every second
             data = read_fr_pickle(path)
         except (OSError, ValueError):
             continue

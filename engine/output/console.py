@@ -300,6 +300,13 @@ class ConsoleSink:
         finally:
             self.lock.release()
 
+    def frames_waiting(self) -> bool:
+        """Whether a rank's unfinished line is not on the console yet (``flush_frames`` owes
+        it once its time comes). Read without the lock: a hint for when to look again."""
+        if self._frames_every is None:
+            return False
+        return any(f.text and f.text != f.shown for f in list(self._frames.values()))
+
     def flush_frames(self) -> None:
         """Print the frames whose time has come though no new output arrived since (the
         last redraw of a rank that went quiet would otherwise wait for its next one)."""

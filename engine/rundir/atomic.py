@@ -7,6 +7,11 @@ are flushed to disk (``fsync``: a machine that loses power keeps the old file or
 not an empty one), then renamed over the target; on any failure the temporary file is
 removed, so nothing is left behind but the old file. The temporary name starts with a dot
 and is unique to the writer (pid and random bytes), so two writers never share one.
+
+``durable=False`` leaves out the ``fsync`` (a reader still sees the old file or the new one):
+for a rewrite that only refreshes a file whose last durable version says what matters, such
+as status.json's once-a-tick refresh while a run lasts, where a flush to disk every second
+would wake the writer for the disk each time (and wear it) for figures seconds old.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ __all__ = ["atomic_file", "write_atomic"]
 
 
 @contextmanager
-def atomic_file(path: str, mode: int = 0o644) -> Iterator[BinaryIO]:
+def atomic_file(path: str, mode: int = 0o644, *, durable: bool = True) -> Iterator[BinaryIO]:
     """A binary file to write; on leaving the block without an error it replaces ``path``.
 
     Args:
@@ -39,7 +44,8 @@ def atomic_file(path: str, mode: int = 0o644) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -49,7 +55,7 @@ def atomic_file(path: str, mode: int = 0o644) -> Iterator[BinaryIO]:
         raise
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` (see ``atomic_file``)."""
-    with atomic_file(path, mode) as f:
+    with atomic_file(path, mode, durable=durable) as f:
         f.write(data)

@@ -68,7 +68,7 @@ class CollectiveWatch:
         self._errors: dict[int, tuple[str, str]] = {}
         self._parsed: dict[int, tuple[Answer | str, RankCollectives]] = {}
         """rank -> (its last answer or error, the reading made of it): each is parsed once,
-        however often the live suspect asks for the verdicts (twice a second)."""
+        however often the live suspect asks for the verdicts (once a second)."""
         self._verdicts: tuple[list[RankCollectives], list[Verdict]] | None = None
         """(the readings they were drawn from, the verdicts)."""
         self._dumps_seen: dict[str, tuple[int, int]] = {}
@@ -82,9 +82,12 @@ class CollectiveWatch:
         """The other nodes' readings, global ranks, and how a person holds each held one
         (``fresh``: read them now, for a person who asked); None on one node."""
         self._job: tuple[list[RankCollectives], list[Verdict]] | None = None
-        # Its asks wait on the ranks' servers (bounded): a thread of its own, off the beat.
-        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll, own_thread=True)
-        self.start, self.stop = self._ticker.start, self._ticker.stop
+        # On the beat: its look at the ranks is a few stat calls while no rank serves; the
+        # asks of ranks that serve wait on their servers (bounded), on a thread of their own.
+        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll)
+        self.start = self._ticker.start
+        self._asking: threading.Thread | None = None
+        """The asks under way off the beat, if any (one at a time)."""
 
     def live_paths(self, only: Container[int] | None = None) -> dict[int, str]:
         """The live ranks' sockets (rank -> path), of ``only`` if given; the caller holds
@@ -92,11 +95,36 @@ class CollectiveWatch:
         return {s.rank: s.env[ENV_WORKER_SOCKET] for s in self._state.live()
                 if s.env.get(ENV_WORKER_SOCKET) and (only is None or s.rank in only)}
 
+    def stop(self) -> None:
+        """No poll runs or will run once this returns (nor asks of one)."""
+        self._ticker.stop()
+        asking = self._asking
+        if asking is not None:
+            asking.join(self._timeout_s() + 1.0)
+
+    def _timeout_s(self) -> float:
+        return min(2.0, self._interval * 2)
+
     def _poll(self) -> None:
         with self._state.lock:
             paths = self.live_paths()
-        if paths:
-            self.ask(paths, timeout_s=min(2.0, self._interval * 2))
+        if not paths:
+            return
+        if not any(os.path.lexists(p) for p in paths.values()):
+            # No rank serves (yet): each answers at once that it does not, without a wait.
+            self.ask(paths, timeout_s=self._timeout_s())
+            return
+        if self._asking is not None and self._asking.is_alive():
+            return  # the last poll's asks are still waiting: they answer for this one too
+        self._asking = threading.Thread(target=self._ask_quietly, args=(paths,),
+                                        name="rankvisor-collectives", daemon=True)
+        self._asking.start()
+
+    def _ask_quietly(self, paths: Mapping[int, str]) -> None:
+        try:
+            self.ask(paths, timeout_s=self._timeout_s())
+        except Exception:  # noqa: BLE001 - a reading never touches the run
+            log.exception("rankvisor-collectives failed")
 
     def ask(self, paths: Mapping[int, str], timeout_s: float) -> None:
         """Ask ``paths`` (rank -> socket) now and keep what they said."""

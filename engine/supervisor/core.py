@@ -44,7 +44,7 @@ from .debug_options import debugpy_banner, write_launch
 from .debugpy_hold import DebugpyHold
 from .dstate_watch import TIMEOUT_ENV as DSTATE_TIMEOUT_ENV
 from .dstate_watch import UninterruptibleWatch
-from .input_watch import InputWatch
+from .input_watch import DEFAULT_INTERVAL_S, UNWATCHED_INTERVAL_S, InputWatch
 from .launcher import Launcher
 from .live_suspect import LiveReading, LiveSuspect, held_now
 from .monitor import Monitor, held_ranks
@@ -54,7 +54,7 @@ from .rank_slot import RankSlot
 from .run_config import SupervisorConfig
 from .stack_capture import CaptureSchedule, StackCapture
 from .state import RunState, Wakeup
-from .stats import StatsSampler
+from .stats import StatsSampler, sample_every
 from .stopper import Stopper
 from .timer_watchdog import HealthCheck, Watchdog
 
@@ -515,6 +515,25 @@ class Supervisor:
     def master_port(self) -> int:
         """The MASTER_PORT the ranks got."""
         return self._port
+
+    def viewers(self, count: int) -> None:
+        """How many people watch the run from outside it now (its host's socket clients;
+        not called for a run an app in this process shows). While nobody does, stats are
+        sampled at ``sample_every``'s slower pace and the stdin watch passes every
+        ``UNWATCHED_INTERVAL_S``; the first to attach gets a sample and a pass at once, not
+        at the next beat (call it from no sample's own thread)."""
+        watched = count > 0
+        input_pace = DEFAULT_INTERVAL_S if watched else UNWATCHED_INTERVAL_S
+        if self._input.interval != input_pace:
+            self._input.pace(input_pace)
+        interval = self.config.sample_interval
+        if not interval:
+            return
+        pace = sample_every(interval, watched=watched, cgroups=self._cgroups is not None)
+        was = self._sampler.interval
+        self._sampler.pace(pace)
+        if watched and was != pace:
+            self._sampler.sample_once()
 
     def progress_now(self) -> dict[int, dict[str, object]]:
         """Each rank's step (the last its recent lines report, None if none) and the age of

@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.25
 """A wait is seen within this (plus the look itself): the goal is half a second."""
+UNWATCHED_INTERVAL_S = 2.0
+"""The pace while nobody is attached (``Supervisor.viewers``): nobody could answer a wait
+then, and the first viewer to attach gets a pass at once."""
 DEFAULT_DEEP_EVERY = 40
 """Every thread and child of a rank is looked at once in this many passes (10 s): reading a
 torch rank's dozens of threads at every pass would cost more than the whole watch may."""
@@ -82,6 +85,10 @@ class InputWatch:
         self._interval = interval
         self._deep_every = max(1, deep_every)
         self._quiet_every = max(1, quiet_every)
+        self._every_s = (self._deep_every * interval, self._quiet_every * interval)
+        """How often, in seconds, a rank is looked at deeply and a quiet rank at all: the
+        same whatever the pace (``pace``)."""
+        self._pipe_lock = threading.Lock()
         self._probe = StdinProbe()
         self._targets: dict[int, _Target] = {}
         """The ranks to watch, by rank: changed under the state lock, read by the thread."""
@@ -91,8 +98,9 @@ class InputWatch:
         """Ranks waiting now: looked at (closely) every pass."""
         events.subscribe(self._output)
         self._stop_r = self._stop_w = -1
-        """A pipe written once by ``stop``: the thread sleeps in ``select`` on it (an Event's
-        wait costs several times more CPU per wake-up, and this one wakes 4 times a second)."""
+        """A pipe written once by ``stop`` ("x"), and by ``pace`` ("p"): the thread sleeps in
+        ``select`` on it (an Event's wait costs several times more CPU per wake-up, and this
+        one wakes 4 times a second)."""
         self._thread: threading.Thread | None = None
         self.passes = 0
         """How many passes the watch has made (for tests and the benchmark)."""
@@ -173,20 +181,42 @@ class InputWatch:
                                             daemon=True)
             self._thread.start()
 
+    def pace(self, interval: float) -> None:
+        """A pass every ``interval`` seconds from now on, the first at once (a viewer who
+        just attached sees who waits); quiet and deep looks keep their pace in seconds."""
+        deep_s, quiet_s = self._every_s
+        self._interval = interval
+        self._deep_every = max(1, round(deep_s / interval))
+        self._quiet_every = max(1, round(quiet_s / interval))
+        with self._pipe_lock:
+            if self._stop_w >= 0:
+                os.write(self._stop_w, b"p")
+
+    @property
+    def interval(self) -> float:
+        """Seconds between passes now."""
+        return self._interval
+
     def stop(self) -> None:
-        if self._stop_w >= 0:
-            os.write(self._stop_w, b"x")
+        with self._pipe_lock:
+            if self._stop_w >= 0:
+                os.write(self._stop_w, b"x")
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
-        for fd in (self._stop_r, self._stop_w):
-            if fd >= 0:
-                os.close(fd)
-        self._stop_r = self._stop_w = -1
+        with self._pipe_lock:
+            for fd in (self._stop_r, self._stop_w):
+                if fd >= 0:
+                    os.close(fd)
+            self._stop_r = self._stop_w = -1
         self._probe.close()
 
     def _run(self) -> None:
         stop = self._stop_r
-        while not select.select([stop], [], [], self._interval)[0]:
+        while True:
+            if select.select([stop], [], [], self._interval)[0]:
+                said = os.read(stop, 64)
+                if not said or b"x" in said:
+                    return
             try:
                 self.look()
             except Exception:  # noqa: BLE001 - a view of the ranks must not end the run

@@ -60,7 +60,7 @@ class LiveSuspect:
     def __init__(
         self, state: RunState, stacks: StackCapture, collectives: CollectiveWatch | None,
         say: Callable[[str], None], *, silence_factor: float, silence_min_s: float,
-        interval_s: float = 0.5,
+        interval_s: float = 1.0,
     ) -> None:
         self._state = state
         self._stacks = stacks

@@ -49,7 +49,21 @@ from ..process.numa import parse_cpulist
 from ..process.proc_table import started_wall, stat_fields
 from .ticker import Ticker
 
-__all__ = ["StatsSampler", "cpu_to_numa_node", "descendants"]
+__all__ = ["UNWATCHED_SAMPLE_S", "StatsSampler", "cpu_to_numa_node", "descendants",
+           "sample_every"]
+
+UNWATCHED_SAMPLE_S = 5.0
+"""Seconds between samples while nobody watches a run whose ranks cgroups track."""
+
+
+def sample_every(interval: float, *, watched: bool, cgroups: bool) -> float:
+    """Seconds between samples: ``interval`` while a person watches (a viewer attached, an
+    app in this process). While nobody does, the samples have no reader but the guard,
+    which wants each rank's descendants (a SIGKILLed supervisor's leftovers) only where no
+    cgroup holds them: with cgroups, one sample every ``UNWATCHED_SAMPLE_S`` is enough."""
+    if watched or not cgroups:
+        return interval
+    return max(interval, UNWATCHED_SAMPLE_S)
 
 _GONE = "gone"
 
@@ -205,6 +219,8 @@ class StatsSampler:
         self._gpu = GpuProbe() if gpu == "auto" else gpu
         self._interval = interval
         self._lock = threading.Lock()
+        self._pace_lock = threading.Lock()
+        """Held while the beat's ticker is started, changed or stopped."""
         self._tracked: dict[int, _Tracked] = {}
         self._numa = cpu_to_numa_node()
         self._thread: Ticker | None = None
@@ -235,16 +251,34 @@ class StatsSampler:
 
     def start(self) -> None:
         """Start sampling, on the Supervisor's beat (idempotent)."""
-        if self._thread is not None:
-            return
-        self._thread = Ticker("rankvisor-stats", self._interval, self._sample_quietly)
-        self._thread.start()
+        with self._pace_lock:
+            if self._thread is not None:
+                return
+            self._thread = Ticker("rankvisor-stats", self._interval, self._sample_quietly)
+            self._thread.start()
+
+    def pace(self, interval: float) -> None:
+        """Sample every ``interval`` seconds from now on (never from inside a sample)."""
+        with self._pace_lock:
+            if interval == self._interval:
+                return
+            self._interval = interval
+            if self._thread is not None:
+                self._thread.stop()
+                self._thread = Ticker("rankvisor-stats", interval, self._sample_quietly)
+                self._thread.start()
+
+    @property
+    def interval(self) -> float:
+        """Seconds between samples now."""
+        return self._interval
 
     def stop(self) -> None:
         """Stop sampling; a sample under way ends first."""
-        if self._thread is not None:
-            self._thread.stop()
-            self._thread = None
+        with self._pace_lock:
+            if self._thread is not None:
+                self._thread.stop()
+                self._thread = None
         if self._gpu is not None:
             self._gpu.close()
 

@@ -25,6 +25,18 @@ def test_creates_and_replaces_with_the_mode_asked_for(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
 
 
+def test_only_a_durable_write_is_flushed_to_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    path = tmp_path / "status.json"
+    write_atomic(str(path), b"the run's state")
+    assert len(synced) == 1
+    write_atomic(str(path), b"a refresh", durable=False)
+    assert len(synced) == 1 and path.read_bytes() == b"a refresh"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+
+
 def test_an_error_inside_the_block_keeps_the_old_file_and_leaves_no_temporary(
         tmp_path: Path) -> None:
     path = tmp_path / "entry.json"

@@ -1,5 +1,5 @@
 """The Supervisor's Flight Recorder watch keeps each rank's last answer and is asked for its
-verdicts twice a second by the live suspect: an answer is parsed once and the verdicts drawn
+verdicts once a second by the live suspect: an answer is parsed once and the verdicts drawn
 once per set of answers, not at every look (at 64 ranks each answer is a JSON of hundreds of
 entries). Real FR answers of a gloo hang (rank 1 never entered all_reduce #5)."""
 
@@ -51,3 +51,33 @@ def test_answers_are_parsed_once_and_the_verdicts_drawn_once_per_set_of_answers(
     watch._last[1] = ("/r1.sock", Answer(body=(DATA / "1.json").read_bytes(), at_ns=NOW + 1))
     assert watch.verdicts() == first
     assert calls == {"parse": 4, "verdicts": 2}
+
+
+def test_a_poll_asks_on_the_beat_only_while_no_rank_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The poll runs on the supervisor's beat: ranks without a socket answer at once there;
+    ranks with one are asked on a thread of their own (their answers wait on the rank)."""
+    import threading
+
+    watch = CollectiveWatch(RunState({}, max_restarts=0), lambda: None)
+    paths = {0: str(tmp_path / "r0.sock"), 1: str(tmp_path / "r1.sock")}
+    monkeypatch.setattr(watch, "live_paths", lambda only=None: dict(paths))
+    asked: list[tuple[str, dict[int, str]]] = []
+    release = threading.Event()
+
+    def ask(p: dict[int, str], timeout_s: float) -> None:
+        asked.append((threading.current_thread().name, dict(p)))
+        if threading.current_thread() is not main:
+            release.wait(10)
+
+    main = threading.current_thread()
+    monkeypatch.setattr(watch, "ask", ask)
+    watch._poll()
+    assert asked == [(main.name, paths)]
+    Path(paths[1]).touch()  # rank 1 serves now
+    watch._poll()
+    watch._poll()  # the first asks still wait: no second thread
+    release.set()
+    watch.stop()
+    assert asked[1:] == [("rankvisor-collectives", paths)]

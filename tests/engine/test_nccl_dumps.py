@@ -70,7 +70,7 @@ def test_a_dump_is_read_as_plain_data_and_gives_the_same_verdict(tmp_path: Path)
 
 
 def test_a_dump_read_before_is_read_again_only_once_it_changed(tmp_path: Path) -> None:
-    """The watch looks twice a second: an unchanged dump (megabytes, at 64 ranks) is not
+    """The watch looks once a second: an unchanged dump (megabytes, at 64 ranks) is not
     unpickled again; a rewritten one is."""
     d = json.loads((DATA / "0.json").read_text())
     dump = tmp_path / f"{DUMP_STEM}0"
