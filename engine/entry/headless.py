@@ -303,7 +303,10 @@ def run_headless(
     sup = Supervisor(config)
     printer = _HeadlessPrinter(config, sup.snapshot().log_line_prefixes, out, err)
     sup.subscribe(printer)
-    restore = sup.install_signal_handlers()
+    # Stopping on a signal: the teardown must not wait for a console nobody reads (a full
+    # pipe stalls the output pump, and the monitor, which would bring the signal's notice,
+    # behind it). Said from the handler itself: this thread may be waiting on that notice.
+    restore = sup.install_signal_handlers(on_signal=lambda _sig: printer.shutting_down())
     host = _open_host(sup, "headless", on_failure, err)
     try:
         sup.start()
@@ -317,10 +320,6 @@ def run_headless(
             printer.news.wait(FRAME_LOOK_S if printer.frames_owed() else None)
             printer.news.clear()
             printer.tick()
-            if sup.received_signal is not None:
-                # Stopping on a signal: the teardown must not wait for a console nobody
-                # reads (a full pipe would stall the output pump, and the monitor behind it).
-                printer.shutting_down()
     finally:
         if sup.received_signal is not None:
             printer.shutting_down()

@@ -337,7 +337,9 @@ class Supervisor:
         self.shutdown()
 
     def install_signal_handlers(
-        self, signals: Iterable[int] | None = None
+        self,
+        signals: Iterable[int] | None = None,
+        on_signal: Callable[[int], None] | None = None,
     ) -> Callable[[], None]:
         """Make SIGTERM/SIGINT/SIGHUP/SIGQUIT stop the run: opt-in, main thread only.
 
@@ -348,6 +350,10 @@ class Supervisor:
 
         Args:
             signals: Which signals (default: the config's ``signals_to_handle``).
+            on_signal: Called in the handler too, on the main thread, with the signal: for a
+                caller whose main thread waits on the run's news, which the monitor may be
+                slow to bring (it can sit behind a console nobody reads). It must take no
+                lock, as the handler itself.
 
         Returns:
             A function restoring the previous handlers.
@@ -359,6 +365,8 @@ class Supervisor:
         def handler(signum: int, _frame: FrameType | None) -> None:
             self._state.signals_pending.append(signum)
             self._wakeup.wake()
+            if on_signal is not None:
+                on_signal(signum)
 
         for sig in signals:
             previous[sig] = signal.signal(sig, handler)
