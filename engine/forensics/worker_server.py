@@ -9,6 +9,12 @@ sequence number per process group), ``dump_traceback``, ``pyspy_dump``,
 incarnation. The server speaks HTTP: a ``POST /handler/<name>`` answers the handler's bytes.
 The server answers on its own C++ thread: asking never pauses the rank's Python threads.
 
+Who may connect: a unix socket is reached by whoever may write to it and search its
+directory, and torch makes the socket with the rank's umask. So a rank's socket sits in a
+directory of its own, ``sockets/`` beside the rank's logs, made 0700 by the supervisor before
+the rank starts: another local user never reaches it, whatever the umask (the rank's logs keep
+the log dir's own mode).
+
 A socket path may hold 107 bytes; a deep run dir gets a short path under the temporary
 directory instead, derived from the incarnation dir so that both sides find it, in a
 directory checked to be ours and private (``rundir.private_tmp``: another user may make
@@ -18,6 +24,7 @@ not ours is never asked.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import os
@@ -43,6 +50,8 @@ __all__ = [
 ]
 
 SOCKET_NAME: Final = "worker.sock"
+SOCKET_DIR: Final = "sockets"
+"""The rank's private directory (0700) in its incarnation dir, where its socket goes."""
 _MAX_PATH: Final = 100  # sun_path holds 108 bytes with its NUL; a margin for odd kernels
 DEFAULT_TIMEOUT_S: Final = 2.0
 MAX_ANSWER_BYTES: Final = 32 << 20
@@ -58,7 +67,7 @@ def socket_path(incarnation_dir: str, *, create: bool = False) -> str:
         NoPrivateDir: the path would be in the temporary directory, and no private
             directory of ours is there (the rank runs without a worker server).
     """
-    path = os.path.join(os.path.abspath(incarnation_dir), SOCKET_NAME)
+    path = os.path.join(os.path.abspath(incarnation_dir), SOCKET_DIR, SOCKET_NAME)
     if len(path.encode()) <= _MAX_PATH:
         return path
     digest = hashlib.sha1(path.encode()).hexdigest()[:20]
@@ -66,9 +75,21 @@ def socket_path(incarnation_dir: str, *, create: bool = False) -> str:
 
 
 def prepare(path: str) -> None:
-    """Make ``path``'s directory and remove a socket left there (torch refuses a path that
-    exists: "already exists"). Called before the rank starts."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    """Make ``path``'s directory ours and private (0700, whatever the umask) and remove a
+    socket left there (torch refuses a path that exists: "already exists"). Called before
+    the rank starts.
+
+    Raises:
+        PermissionError: the directory is not ours, or not a directory (the rank then runs
+            without a worker server).
+    """
+    where = os.path.dirname(path)
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    st = os.lstat(where)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise PermissionError(errno.EPERM, "not a private directory of ours", where)
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(where, 0o700)
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -28,7 +28,7 @@ from rankvisor.engine.forensics.collectives import (
 )
 from rankvisor.engine.forensics.collectives_run import TORCH_SOCKET_ENV, ask_workers
 from rankvisor.engine.forensics.suspect import RankFacts, find_suspect
-from rankvisor.engine.forensics.worker_server import Answer, ask, socket_path
+from rankvisor.engine.forensics.worker_server import Answer, ask, prepare, socket_path
 from rankvisor.engine.names.refusals import NO_WORKER_SERVER
 
 pytestmark = pytest.mark.processes
@@ -146,7 +146,8 @@ class _Server(threading.Thread):
 
 def test_ask_posts_to_the_handler_and_reads_its_answer(tmp_path: Path) -> None:
     path = socket_path(str(tmp_path))
-    assert path == str(tmp_path / "worker.sock")
+    assert path == str(tmp_path / "sockets" / "worker.sock")
+    prepare(path)
     server = _Server(path, b'{"entries": []}')
     server.start()
     a = ask(path, "fr_trace_json")

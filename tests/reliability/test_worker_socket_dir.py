@@ -1,11 +1,12 @@
-"""The worker sockets of a deep run dir live in a directory only we can reach (issues 35.3,
-36.4).
+"""The worker sockets live in a directory only we can reach (issues 35.3, 36.4).
 
 A log dir longer than about 32 characters moves each rank's worker socket (torch's worker
 server: the Flight Recorder) to ``<tmp>/rankvisor-<uid>``, whose owner was never checked:
 another user made it first, served a fake Flight Recorder at the socket's path, and the
 supervisor believed it. Here ``nobody`` (a real other user, through setpriv) makes that
 directory first and serves an answer there; then the table of what else may stand at the name.
+A socket in a short log dir sits in the rank's own ``sockets/`` directory, 0700 whatever the
+umask: ``nobody`` cannot connect to it even where torch made the socket world-writable.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rankvisor.engine.forensics.worker_server import ask, prepare, socket_path
+from rankvisor.engine.forensics.worker_server import (
+    SOCKET_DIR,
+    SOCKET_NAME,
+    ask,
+    prepare,
+    socket_path,
+)
 from rankvisor.engine.rundir.private_tmp import NoPrivateDir, private_tmp_dir
 
 from tests.reliability.fake_worker import answer_once
@@ -68,7 +75,7 @@ def test_another_users_directory_is_passed_over(shared_tmp: Path) -> None:
     _needs_other_user()
     squatted = shared_tmp / f"rankvisor-{os.getuid()}"
     # Where the socket went before the check: the same digest, in the squatted directory.
-    full = os.path.join(DEEP, "worker.sock")
+    full = os.path.join(DEEP, SOCKET_DIR, SOCKET_NAME)
     target = squatted / (hashlib.sha1(full.encode()).hexdigest()[:20] + ".sock")
     fake = subprocess.Popen([*NOBODY, sys.executable, "-c", FAKE_SERVER, str(target)],
                             stdout=subprocess.PIPE, text=True)
@@ -146,3 +153,33 @@ def test_a_socket_we_serve_is_asked(shared_tmp: Path) -> None:
     thread.join(10)
     server.server_close()
     assert answer.ok and answer.body == b"{}"
+
+
+def test_a_short_log_dirs_socket_is_out_of_another_users_reach(tmp_path: Path) -> None:
+    _needs_other_user()
+    tmp_path.chmod(0o755)
+    rank_dir = tmp_path / "attempt_0" / "0"
+    old = os.umask(0)  # the worst umask: what torch makes is world-writable
+    try:
+        rank_dir.mkdir(parents=True, mode=0o777)
+        path = socket_path(str(rank_dir), create=True)
+        prepare(path)
+        assert path == str(rank_dir / SOCKET_DIR / SOCKET_NAME)
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+        server, thread = answer_once(
+            path, lambda c: c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+        os.chmod(path, 0o777)
+    finally:
+        os.umask(old)
+    try:
+        probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+                 "try:\n    s.connect(sys.argv[1])\nexcept OSError as e:\n"
+                 "    print(type(e).__name__)\nelse:\n    print('connected')\n")
+        got = subprocess.run([*NOBODY, sys.executable, "-c", probe, path],
+                             capture_output=True, text=True, timeout=60)
+        assert got.stdout.strip() == "PermissionError", got
+        # Ours still reaches it (the supervisor's side).
+        assert ask(path, "fr_trace_json", timeout_s=5).ok
+    finally:
+        thread.join(10)
+        server.server_close()
