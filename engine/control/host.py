@@ -13,8 +13,12 @@ keeps in its directory:
 - ``events.ndjson``: the run as it started, then every lifecycle event in wire form, appended
   as it happens, so that a finished or stale run can be viewed as it was watched live.
 
-The writes happen on a thread of their own: the event sink only marks the status dirty and
-queues the encoded event, since sinks run on the engine's threads and must not block.
+An event's writes happen on a thread of their own, woken only by events: the event sink only
+marks the status dirty and queues the encoded event, since sinks run on the engine's threads
+and must not block. The tick's refresh rides the process's beat (``supervisor.ticker``), the
+same wake-up as the live suspect's and the collectives' looks: an idle run wakes one thread a
+second for all of them. It never waits: while the writer holds the status, the tick passes
+(the writer's status is the newer one).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import clock
 from ..events import Event, RankOutput, RankStats, RunFinished
 from ..rundir.reserve import SpaceReserve, reserve_bytes
-from ..supervisor.ticker import next_on_grid
+from ..supervisor.ticker import Ticker
 from . import registry, status, wire
 from .live_status import add_live
 from .record_file import RecordFile
@@ -104,6 +108,7 @@ class RunHost:
         self._hook_thread: threading.Thread | None = None
         self._writer = threading.Thread(target=self._write_loop, name="rankvisor-status",
                                         daemon=True)
+        self._ticker = Ticker("rankvisor-status", STATUS_TICK_S, self._refresh_tick)
         self._unsubscribe = sup.subscribe(self._sink)
         self.server.start()
 
@@ -147,6 +152,7 @@ class RunHost:
         # says the run started) `status`, `attach` and `stop` can find the run by its dir.
         self._flush()
         self._writer.start()
+        self._ticker.start()
         self._dirty.set()
         self._tell_viewers(self.server.clients)  # nobody yet, as a rule
         return self._run_dir
@@ -183,6 +189,7 @@ class RunHost:
     def close(self) -> None:
         """Final status, the failure hook's end, the socket gone; the registry entry stays
         (``ls`` lists finished runs until ``rankvisor rm``)."""
+        self._ticker.stop()
         self._stop.set()
         self._dirty.set()
         if self._writer.is_alive():
@@ -207,24 +214,25 @@ class RunHost:
     # -- the writer thread --------------------------------------------------------------------
 
     def _write_loop(self) -> None:
-        # The ticks sit between the beat's (``engine.supervisor.ticker``): woken together,
-        # the two threads would hand the GIL to each other, a wake-up more each time.
-        due = next_on_grid(clock.monotonic(), STATUS_TICK_S, phase=0.5)
         while True:
-            running = self._sup.finished is None
-            news = self._dirty.wait(max(0.0, due - clock.monotonic()) if running else None)
+            self._dirty.wait()
             self._dirty.clear()
-            if not news:
-                # A timed wait may end a hair early: the next tick is a whole one later.
-                due = next_on_grid(max(clock.monotonic(), due), STATUS_TICK_S, phase=0.5)
             try:
-                # A tick with no news refreshes the live figures only: not flushed to disk.
-                self._flush(durable=news)
+                self._flush()
             except Exception:  # noqa: BLE001 - the status writer must outlive a bad step
                 log.exception("status.json could not be written")
             if self._stop.is_set():
                 self._flush()
                 return
+
+    def _refresh_tick(self) -> None:
+        """The tick's refresh of the live figures (on the beat): not flushed to disk."""
+        if self._sup.finished is not None or not self._lock.acquire(blocking=False):
+            return  # the end is the writer's; a write in progress is newer than ours
+        try:
+            self._write_status(durable=False)
+        finally:
+            self._lock.release()
 
     def _flush(self, durable: bool = True) -> None:
         with self._lock:
