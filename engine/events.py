@@ -278,6 +278,18 @@ class RankInputWait:
 
 
 @dataclass(frozen=True, slots=True)
+class RankDebuggerWait:
+    """A rank began (``since`` set) or stopped (``since`` None) waiting for a debugger to
+    attach (``--debugpy-wait``): a person is attaching one, so its silence, and its peers'
+    wait for it, are never a hang."""
+
+    rank: int
+    since: float | None
+    """Wall-clock time (``clock.wall()``) the rank started waiting; None: it waits no more."""
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RankInput:
     """A person's line went to a rank's stdin (``eof``: its stdin was closed instead).
 
@@ -324,6 +336,7 @@ Event = Union[
     SupervisorNotice,
     RanksSignalled,
     RankInputWait,
+    RankDebuggerWait,
     RankInput,
 ]
 

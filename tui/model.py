@@ -25,6 +25,7 @@ from ..engine.events import (
     EscalationScheduled,
     Event,
     InputWait,
+    RankDebuggerWait,
     RankInput,
     RankInputWait,
     RankOutput,
@@ -882,6 +883,9 @@ class RunView:
         if isinstance(event, RanksSignalled):
             self.pauses.observe(event)
             return set(event.ranks) | {-1}
+        if isinstance(event, RankDebuggerWait):
+            self.pauses.observe(event)
+            return {event.rank, -1}
         if isinstance(event, RankRestarted):
             self.pauses.observe(event)
             return self._apply_restart(event)

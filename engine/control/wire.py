@@ -51,6 +51,7 @@ from ..events import (
     EscalationScheduled,
     Event,
     InputWait,
+    RankDebuggerWait,
     RankInput,
     RankInputWait,
     RankOutput,
@@ -117,7 +118,7 @@ EVENT_TYPES: Final[dict[str, type]] = {
     for cls in (
         RankOutput, RankStateChanged, RankStats, EscalationScheduled, EscalationFinished,
         RankRestarted, AttemptStarted, TimerExpired, RunFinished, SupervisorNotice,
-        RanksSignalled, RankInputWait, RankInput,
+        RanksSignalled, RankInputWait, RankInput, RankDebuggerWait,
     )
 }
 COMMAND_TYPES: Final[dict[str, type]] = {

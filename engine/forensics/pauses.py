@@ -1,13 +1,14 @@
-"""Ranks a person paused: at a prompt on their stdin, or stopped by a SIGSTOP sent through
-rankvisor, until the answer or the SIGCONT: ``PauseLog``.
+"""Ranks a person paused: at a prompt on their stdin, stopped by a SIGSTOP sent through
+rankvisor, or waiting for a person's debugger to attach, until the answer, the SIGCONT or the
+debugger: ``PauseLog``.
 
 A paused rank is silent because a person is reading its state, not because it hangs: its
 silence must never make it a straggler or a silence suspect, and its peers that wait for it
 in a collective are waiting for a person, not silent. ``PauseLog`` folds the events that say
-so (``RankInputWait``, a person's ``RanksSignalled``, ``RankRestarted`` and
-``AttemptStarted``) into the pauses of the current attempt, from whichever thread publishes
-them; the monitor asks which were in force at the first failure (``at``), the suspect names
-them. Thread-safe; a few entries per rank at most.
+so (``RankInputWait``, ``RankDebuggerWait``, a person's ``RanksSignalled``,
+``RankRestarted`` and ``AttemptStarted``) into the pauses of the current attempt, from
+whichever thread publishes them; the monitor asks which were in force at the first failure
+(``at``), the suspect names them. Thread-safe; a few entries per rank at most.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from .. import clock
-from ..events import AttemptStarted, Event, RankInputWait, RankRestarted, RanksSignalled
+from ..events import (
+    AttemptStarted,
+    Event,
+    RankDebuggerWait,
+    RankInputWait,
+    RankRestarted,
+    RanksSignalled,
+)
 
 __all__ = ["Pause", "PauseLog", "paused_words"]
 
@@ -33,7 +41,8 @@ class Pause:
     rank: int
     since_ns: int
     how: str
-    """"prompt" (it waits for a line on its stdin) or the signal's name ("SIGSTOP")."""
+    """"prompt" (it waits for a line on its stdin), "debugger" (for a debugger to attach) or
+    the signal's name ("SIGSTOP")."""
     prompt: str = ""
     where: str = ""
     """For pdb: where it stopped ("job.py:7 in <module>")."""
@@ -41,9 +50,13 @@ class Pause:
 
 
 def paused_words(pause: Pause) -> str:
-    """``"at a prompt"``, or ``"stopped by SIGSTOP"``: how a peer's wait for it is worded
-    ("waiting for rank 0 (at a prompt)")."""
-    return "at a prompt" if pause.how == "prompt" else f"stopped by {pause.how}"
+    """``"at a prompt"``, ``"waiting for a debugger"`` or ``"stopped by SIGSTOP"``: how a
+    peer's wait for it is worded ("waiting for rank 0 (at a prompt)")."""
+    if pause.how == "prompt":
+        return "at a prompt"
+    if pause.how == "debugger":
+        return "waiting for a debugger"
+    return f"stopped by {pause.how}"
 
 
 class PauseLog:
@@ -74,6 +87,13 @@ class PauseLog:
                         event.rank, int(event.wait.since * 1e9), "prompt",
                         event.wait.prompt, event.wait.where,
                     )
+            elif isinstance(event, RankDebuggerWait):
+                if event.attempt < self._attempt:
+                    return
+                self._end(event.rank, "debugger", now)
+                if event.since is not None:
+                    self._open[(event.rank, "debugger")] = Pause(
+                        event.rank, int(event.since * 1e9), "debugger")
             elif isinstance(event, RanksSignalled) and event.by == "person":
                 t = int(event.t * 1e9)
                 for rank in event.ranks:
@@ -84,8 +104,8 @@ class PauseLog:
                         self._end(rank, "stop", t)  # continued, or stopped for good
             elif isinstance(event, RankRestarted):
                 # A new process: whatever paused the old one is over.
-                self._end(event.rank, "prompt", now)
-                self._end(event.rank, "stop", now)
+                for key in ("prompt", "stop", "debugger"):
+                    self._end(event.rank, key, now)
 
     def _end(self, rank: int, key: str, t_ns: int) -> None:
         pause = self._open.pop((rank, key), None)

@@ -38,6 +38,7 @@ __all__ = [
     "ENV_POST_MORTEM",
     "ENV_WORKER_SOCKET",
     "HOLD_FILE",
+    "debugger_wait_since",
     "hold_path",
     "is_python_rank",
     "loopback_peer_uid",
@@ -46,7 +47,6 @@ __all__ = [
     "read_hold",
     "split_python_args",
     "wait_path",
-    "waits_for_debugger",
     "wrap_python_args",
 ]
 
@@ -209,12 +209,16 @@ def wait_path(error_file: str) -> str:
     return os.path.join(os.path.dirname(error_file), DEBUGGER_WAIT_FILE)
 
 
-def waits_for_debugger(error_file: str, pid: int | None) -> bool:
-    """Whether the rank with ``error_file`` and ``pid`` waits for a debugger now."""
+def debugger_wait_since(error_file: str, pid: int | None) -> float | None:
+    """Since when (wall clock) the rank with ``error_file`` and ``pid`` waits for a debugger;
+    None if it does not."""
     if not error_file or pid is None:
-        return False
+        return None
     data = _read_json(wait_path(error_file))
-    return data is not None and data.get("pid") == pid
+    if data is None or data.get("pid") != pid:
+        return None
+    since = data.get("since")
+    return float(since) if isinstance(since, (int, float)) else 0.0
 
 
 def read_hold(error_file: str) -> dict[str, object] | None:

@@ -114,6 +114,8 @@ class Supervisor:
             self._state, self._stacks, self.collectives, self._say_live,
             silence_factor=config.suspect_silence_factor,
             silence_min_s=max(config.suspect_silence_min_s, config.live_quiet_s),
+            debugger_waits=(self._events if config.debug is not None
+                            and config.debug.debugpy_wait else None),
         ) if config.live_quiet_s > 0 else None
         self._stopper = Stopper(
             self._state, self._events,

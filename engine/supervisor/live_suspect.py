@@ -11,6 +11,12 @@ capture of the collectives, and names a live suspect with that evidence: the FR'
 first, else one rank's main thread outside any collective while the others wait in one.
 Both dumps are saved in the run dir; the suspect is the Supervisor's ``live_suspect`` (in
 status.json while the run lasts) and a notice says it once.
+
+Under ``--debugpy-wait`` each check also reads which ranks wait for a debugger (the marker
+their bootstrap keeps beside error.json) and publishes ``RankDebuggerWait`` when that changes:
+the pause log, ours and every viewer's, then holds such a rank as a person's, so it is
+neither suspect nor straggler and its peers read "waiting for rank 0 (waiting for a
+debugger)".
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import clock
-from ..events import LIVE_SUSPECT_DROPPED_PREFIX, LIVE_SUSPECT_PREFIX, Suspect
+from ..events import LIVE_SUSPECT_DROPPED_PREFIX, LIVE_SUSPECT_PREFIX, RankDebuggerWait, Suspect
 from ..forensics.live_rule import (
     Quiet,
     RankNow,
@@ -30,10 +36,11 @@ from ..forensics.live_rule import (
 )
 from ..forensics.pauses import paused_words
 from ..forensics.stack_evidence import outside_collective
-from ..process.py_bootstrap import waits_for_debugger
+from ..process.py_bootstrap import debugger_wait_since
 from ..states import RankState
 from .collective_watch import CollectiveWatch
 from .monitor import held_ranks
+from .publisher import Publisher
 from .stack_capture import StackCapture
 from .state import RunState
 from .ticker import Ticker
@@ -60,9 +67,13 @@ class LiveSuspect:
     def __init__(
         self, state: RunState, stacks: StackCapture, collectives: CollectiveWatch | None,
         say: Callable[[str], None], *, silence_factor: float, silence_min_s: float,
-        interval_s: float = 1.0,
+        interval_s: float = 1.0, debugger_waits: Publisher | None = None,
     ) -> None:
         self._state = state
+        self._debugger_events = debugger_waits
+        """Where ``RankDebuggerWait`` goes (None: no rank can wait for a debugger)."""
+        self._debugger: dict[int, float] = {}
+        """The ranks seen waiting for a debugger, and since when."""
         self._stacks = stacks
         self._collectives = collectives
         self._say = say
@@ -114,7 +125,27 @@ class LiveSuspect:
             ranks, now_ns, min_s=self._min_s,
         )
 
+    def _note_debugger_waits(self) -> None:
+        """Publish each rank that began or stopped waiting for a debugger."""
+        events = self._debugger_events
+        if events is None:
+            return
+        state = self._state
+        with state.lock:
+            waits = {s.rank: since for s in state.live()
+                     if (since := debugger_wait_since(s.error_file, s.pid)) is not None}
+            changed = [RankDebuggerWait(r, since, state.attempt) for r, since in waits.items()
+                       if self._debugger.get(r) != since]
+            changed += [RankDebuggerWait(r, None, state.attempt)
+                        for r in self._debugger.keys() - waits.keys()]
+            self._debugger = waits
+            for event in changed:
+                events.emit(event)
+        if changed:
+            events.flush()
+
     def _check(self) -> None:
+        self._note_debugger_waits()
         now = clock.wall_ns()
         run, pids = self._now(now)
         if run is None:
@@ -196,15 +227,12 @@ class LiveSuspect:
 
 
 def held_now(state: RunState) -> dict[int, str]:
-    """The local ranks a person holds now, each with how: at a prompt or stopped (the
-    pause log), at its post-mortem prompt (its debug hold), waiting for a debugger to
-    attach (``--debugpy-wait``); caller holds the lock."""
+    """The local ranks a person holds now, each with how: at a prompt, stopped, or waiting
+    for a debugger to attach (the pause log), at its post-mortem prompt (its debug hold);
+    caller holds the lock."""
     held = {r: paused_words(p) for r, p in state.pauses.paused().items()}
     for r in held_ranks(state):
         held.setdefault(r, "at its post-mortem prompt")
-    for s in state.live():
-        if s.rank not in held and waits_for_debugger(s.error_file, s.pid):
-            held[s.rank] = "waiting for a debugger"
     return held
 
 

@@ -11,8 +11,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from rankvisor.engine.events import RunFinished, SupervisorNotice
-from rankvisor.engine.process.py_bootstrap import waits_for_debugger
+from rankvisor.engine.events import RankDebuggerWait, RunFinished, SupervisorNotice
+from rankvisor.engine.process.py_bootstrap import debugger_wait_since
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.debug_options import DebugOptions
@@ -63,7 +63,12 @@ def test_a_client_attaches_breaks_and_continues(tmp_path: Path) -> None:
         # While it waits for a client, the supervisor can tell (a person is attaching a
         # debugger: never a hang, engine.supervisor.live_suspect).
         first = sup.snapshot().ranks[0]
-        wait_until(lambda: waits_for_debugger(first.error_file, first.pid), timeout=30)
+        wait_until(lambda: debugger_wait_since(first.error_file, first.pid) is not None,
+                   timeout=30)
+        # ... and says so to every viewer: a pause of a person's, never a straggler.
+        wait_until(lambda: any(e.since is not None for e in rec.of(RankDebuggerWait)),
+                   timeout=30)
+        assert sup.held_now() == {0: "waiting for a debugger"}
         client = DapClient(port)
         try:
             seq = client.request("initialize", clientID="rankvisor-test", adapterID="debugpy",
@@ -80,7 +85,7 @@ def test_a_client_attaches_breaks_and_continues(tmp_path: Path) -> None:
             assert client.wait_for(response_to=attach)["success"]
             stopped = client.wait_for(event="stopped")
             assert stopped["body"]["reason"] == "breakpoint"
-            assert not waits_for_debugger(first.error_file, first.pid)  # attached
+            assert debugger_wait_since(first.error_file, first.pid) is None  # attached
             thread = stopped["body"]["threadId"]
             seq = client.request("stackTrace", threadId=thread, levels=1)
             frame = client.wait_for(response_to=seq)["body"]["stackFrames"][0]
@@ -96,6 +101,9 @@ def test_a_client_attaches_breaks_and_continues(tmp_path: Path) -> None:
             client.close()
     assert isinstance(finished, RunFinished)
     assert not finished.result.is_failed()
+    # Said once when it began (and once when it ended, if a check came before the run did).
+    waits = [(e.rank, e.since is None) for e in rec.of(RankDebuggerWait)]
+    assert waits in ([(0, False)], [(0, False), (0, True)])
     assert "rank 0: total 3" in Path(sup.snapshot().ranks[0].stdout_path).read_text()
     banner = next(n.message for n in rec.of(SupervisorNotice) if n.message.startswith("debugpy"))
     assert f"rank 0 on 127.0.0.1:{port} (each waits for a client" in banner

@@ -9,6 +9,7 @@ from rankvisor.engine.events import (
     LIVE_SUSPECT_PREFIX,
     AttemptStarted,
     InputWait,
+    RankDebuggerWait,
     RankInputWait,
     RankOutput,
     RankRestarted,
@@ -56,6 +57,22 @@ def test_the_log_folds_prompts_stops_and_their_ends() -> None:
     log.observe(AttemptStarted(1, "/tmp/x", (1, 2)))
     assert log.paused() == {} and log.at(T0 + 20 * S) == []
     log.observe(RankInputWait(1, _wait(12.0), attempt=0))  # late, of the attempt before
+    assert log.paused() == {}
+
+
+def test_a_wait_for_a_debugger_is_a_pause_until_the_debugger_came() -> None:
+    log = PauseLog()
+    log.observe(RankDebuggerWait(1, (T0 + 3 * S) / S), t_ns=T0 + 4 * S)
+    paused = {r: (p.how, p.since_ns) for r, p in log.paused().items()}
+    assert paused == {1: ("debugger", T0 + 3 * S)}
+    log.observe(RankDebuggerWait(1, None), t_ns=T0 + 9 * S)
+    assert log.paused() == {} and log.released() == {1: T0 + 9 * S}
+    # A restart ends it; one of the attempt before is late.
+    log.observe(RankDebuggerWait(2, (T0 + 10 * S) / S))
+    log.observe(RankRestarted(2, 99, 1, 0, False, "", "", ""), t_ns=T0 + 11 * S)
+    assert log.paused() == {}
+    log.observe(AttemptStarted(1, "/tmp/x", (1, 2)))
+    log.observe(RankDebuggerWait(0, (T0 + 12 * S) / S, attempt=0))
     assert log.paused() == {}
 
 
@@ -174,6 +191,18 @@ def test_the_view_never_flags_a_paused_rank_and_says_what_its_peers_wait_for() -
     assert {v.straggler for v in views} == {""}
     run.update_progress(34.5)
     assert {v.straggler for v in views} == {"silent"}
+
+
+def test_the_view_never_flags_a_rank_waiting_for_a_debugger() -> None:
+    run = _running_view(3)
+    _talk(run, range(1, 3), 10)  # rank 0 waits for its debugger from the start
+    run.apply(RankDebuggerWait(0, 0.5))
+    run.update_progress(45.0)  # past the quiet start's threshold, silent all round
+    views = run.ranks
+    assert views[0].straggler == "" and views[0].paused == "waiting for a debugger"
+    for peer in views[1:]:
+        assert peer.straggler == ""
+        assert peer.waiting_for == "waiting for rank 0 (waiting for a debugger)"
 
 
 def test_a_rank_stopped_by_a_person_s_sigstop_is_paused_until_sigcont() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from rankvisor.engine.events import RunFinished
 from rankvisor.engine.handle import RestartRank
-from rankvisor.engine.process.py_bootstrap import loopback_peer_uid, waits_for_debugger
+from rankvisor.engine.process.py_bootstrap import debugger_wait_since, loopback_peer_uid
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.debug_options import DebugOptions
@@ -131,11 +131,12 @@ def test_only_the_jobs_user_attaches_and_the_port_stays_ours(tmp_path: Path,
     sup = Supervisor(config)
     with sup:
         first = sup.snapshot().ranks[0]
-        wait_until(lambda: waits_for_debugger(first.error_file, first.pid), timeout=30)
+        wait_until(lambda: debugger_wait_since(first.error_file, first.pid) is not None,
+                   timeout=30)
         # Another user: closed before a byte of an answer, and the rank still waits.
         said = _as_nobody(RAW_DAP, str(port))
         assert "received 0 bytes" in said, said
-        assert waits_for_debugger(first.error_file, first.pid)
+        assert debugger_wait_since(first.error_file, first.pid) is not None
         # The job's user: attached, stopped at the breakpoint, evaluates in its frame.
         client, thread = _attach(port, line)
         try:
@@ -155,7 +156,8 @@ def test_only_the_jobs_user_attaches_and_the_port_stays_ours(tmp_path: Path,
         assert sup.execute(RestartRank(0)).ok
         wait_until(lambda: sup.snapshot().ranks[0].pid not in (None, first.pid), timeout=30)
         second = sup.snapshot().ranks[0]
-        wait_until(lambda: waits_for_debugger(second.error_file, second.pid), timeout=30)
+        wait_until(lambda: debugger_wait_since(second.error_file, second.pid) is not None,
+                   timeout=30)
         client, _ = _attach(port, None)  # the same port, the new incarnation
         client.close()
         wait_until(lambda: sup.snapshot().ranks[0].state is RankState.SUCCEEDED, timeout=30)
