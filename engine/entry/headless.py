@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..events import Event, RankOutput, RankStats, RunFinished, SupervisorNotice
+from ..events import Event, RankOutput, RunFinished, SupervisorNotice
 from ..logfile.tail import last_lines
 from ..logfile.torch_log import rank_said
 from ..names.signals import signal_name
@@ -211,15 +211,16 @@ class _HeadlessPrinter:
         self._err = ConsoleSink(err, prefixes=prefixes, presanitized=True, frames_every=1.0)
         self._told = False
         self.news = threading.Event()
-        """Set for what the main thread must see: an event of the run's life (a signal's
-        notice, its end), or a rank's unfinished line (a frame ``tick`` may owe)."""
+        """Set for what the main thread must see: the run's end, or a rank's unfinished line
+        (a frame ``tick`` may owe). Everything else is printed on the thread that publishes
+        it, and a signal reaches this thread through its handler, not as news."""
 
     def frames_owed(self) -> bool:
         """Whether a frame already seen may still be owed to the console (``tick``)."""
         return self._out.frames_waiting() or self._err.frames_waiting()
 
     def __call__(self, event: Event) -> None:
-        if not isinstance(event, (RankOutput, RankStats)) or (
+        if isinstance(event, RunFinished) or (
                 isinstance(event, RankOutput) and event.partial):
             self.news.set()
         if isinstance(event, RankOutput):
@@ -313,9 +314,9 @@ def run_headless(
         if host is not None:
             host.started()
         printer.line(f"process tracking: {sup.snapshot().tracking_detail}")
-        # Wait on the run's news, not on a clock: a signal interrupts the wait (its handler
-        # runs on this thread at once, and its notice is news); a frame owed to the console
-        # is looked at in slices until it is printed.
+        # Wait on the run's news (its end, a frame), not on a clock: a signal's handler runs
+        # on this thread and gives the console up at once; a frame owed to the console is
+        # looked at in slices until it is printed.
         while sup.finished is None:
             printer.news.wait(FRAME_LOOK_S if printer.frames_owed() else None)
             printer.news.clear()

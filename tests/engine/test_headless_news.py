@@ -1,13 +1,22 @@
-"""The headless console's main thread sleeps until the run has news for it: an event of the
-run's life (a signal's notice, the end) or a rank's unfinished line (a progress frame it may
-owe the console); plain output and stats never wake it."""
+"""The headless console's main thread sleeps until the run has news for it: the run's end or
+a rank's unfinished line (a progress frame it may owe the console); output, stats, notices
+and state changes are printed on the thread that publishes them and never wake it (a signal
+reaches it through its handler: tests/reliability/test_console_pipes.py)."""
 
 from __future__ import annotations
 
 import io
 
 from rankvisor.engine.entry.headless import _HeadlessPrinter
-from rankvisor.engine.events import RankOutput, RankStats, SupervisorNotice
+from rankvisor.engine.events import (
+    RankOutput,
+    RankStateChanged,
+    RankStats,
+    RunFinished,
+    SupervisorNotice,
+)
+from rankvisor.engine.result import RunProcsResult
+from rankvisor.engine.states import RankState
 from rankvisor.engine.std import Std
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
 
@@ -28,7 +37,9 @@ def test_what_wakes_the_main_thread() -> None:
                    num_threads=1, num_descendants=0, cpu_affinity=(), cpu_num=None,
                    numa_node=None, uptime_s=1.0, t=0.0), False),
         (RankOutput(1, "stdout", (), partial="epoch 1:  10%"), True),
-        (SupervisorNotice("got SIGTERM: stopping all ranks", "warning"), True),
+        (SupervisorNotice("got SIGTERM: stopping all ranks", "warning"), False),
+        (RankStateChanged(0, RankState.STARTING, RankState.RUNNING, pid=1), False),
+        (RunFinished(RunProcsResult(return_values={0: None, 1: None}), 0, None), True),
     ]
     for event, news in rows:
         printer.news.clear()
