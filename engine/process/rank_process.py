@@ -96,6 +96,8 @@ class RankProcess:
         self.stderr_path = stderr_path
         self.signals_sent: list[tuple[int, int]] = []
         self.cgroup: Optional[_cgroups.RankCgroup] = None
+        self._memory_read: Optional[tuple[float, Optional[_cgroups.MemoryReading]]] = None
+        """The latest memory reading, and when (``memory``)."""
         self._lock = threading.Lock()
         """Held while reaping and while signalling: a pid is never signalled once reaped."""
         self._exitcode: Optional[int] = None
@@ -417,10 +419,22 @@ class RankProcess:
             return False
         return True
 
-    def memory(self) -> Optional[_cgroups.MemoryReading]:
+    def memory(self, max_age_s: float = 0.0) -> Optional[_cgroups.MemoryReading]:
         """The rank's memory and OOM kills as its cgroup counts them (its last reading once
-        closed); None without a cgroup with memory accounting."""
-        return self.cgroup.memory() if self.cgroup is not None else None
+        closed); None without a cgroup with memory accounting.
+
+        ``max_age_s``: a reading taken that recently (by anyone: the stats sample) will do.
+        Three cgroup files a rank cost most of a snapshot of sleeping ranks.
+        """
+        if self.cgroup is None:
+            return None
+        now = clock.monotonic()
+        last = self._memory_read
+        if last is not None and now - last[0] < max_age_s:
+            return last[1]
+        reading = self.cgroup.memory()
+        self._memory_read = (now, reading)
+        return reading
 
     def descendants(self) -> list[psutil.Process]:
         """The rank's live descendants (children first), checked against recycled pids."""

@@ -40,7 +40,7 @@ from ..kernel.run import Effect, NewAttempt, Over, Respawn
 from ..logfile.tail import last_lines
 from ..names.signals import signal_name
 from ..process.guard import Guard
-from ..process.py_bootstrap import read_hold
+from ..process.py_bootstrap import ENV_POST_MORTEM, read_hold
 from ..process.rank_process import RankProcess
 from ..result import RunProcsResult
 from .collective_watch import CollectiveWatch
@@ -359,9 +359,12 @@ class Monitor:
 
 def held_ranks(state: RunState) -> list[int]:
     """The live ranks a person is debugging at a post-mortem prompt (a debug hold: their
-    hold file names their own pid, and nobody asked them to stop); caller holds the lock."""
+    hold file names their own pid, and nobody asked them to stop); caller holds the lock.
+    Only a rank started under ``--post-mortem`` can hold: no other's file is read."""
     held = []
     for s in state.live():
+        if ENV_POST_MORTEM not in s.env:
+            continue
         hold = read_hold(s.error_file) if s.error_file else None
         if hold is not None and hold.get("pid") == s.pid and s.stop_reason is None:
             held.append(s.rank)

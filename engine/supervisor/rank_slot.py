@@ -133,7 +133,9 @@ class RankSlot(RankLife):
     def info(self) -> RankInfo:
         """The plain-data view a UI gets from ``snapshot()``."""
         final = self.state.is_final
-        memory = self.proc.memory() if self.proc is not None else None
+        # A live rank's reading may be the stats sample's; an ended one's is its last.
+        age = 0.0 if final else SNAPSHOT_MEMORY_AGE_S
+        memory = self.proc.memory(age) if self.proc is not None else None
         oom_kills = memory.oom_kills if memory is not None else None
         return RankInfo(
             rank=self.rank,
@@ -154,6 +156,11 @@ class RankSlot(RankLife):
             exit_cause=self.exit_cause if final else None,
             input_wait=self.input_wait,
         )
+
+
+SNAPSHOT_MEMORY_AGE_S = 6.0
+"""A snapshot takes a rank's memory reading (its OOM kills) from the stats sample when it is
+this recent: the sample comes every 5 s at the slowest (nobody watching)."""
 
 
 def incarnation_dir(attempt_rank_dir: str, incarnation: int | None) -> str:
