@@ -89,6 +89,10 @@ class Waker:
 PollWaker = Waker
 
 
+WATCHED_SWEEP_S = 5.0
+"""The pump's safety sweep while every file it follows is watched (``InotifyWaker``); a file
+with no watch (out of watches, a directory not made yet) keeps the pump's own, quicker one."""
+
 _RESOLVE_TRIES = 8
 """Tries to watch a file's nearest directory while directories on its path are removed."""
 
@@ -160,6 +164,10 @@ class InotifyWaker(Waker):
                     self._arrived.add(own)
 
     def wait(self, timeout: float, busy: bool = False, debounce: float | None = None) -> Wake:
+        if timeout is not None and not self._unresolved:
+            # Every file's directory is watched: the sweep is a net for a lost event only
+            # (an overflow says so itself), not the way lines arrive.
+            timeout = max(timeout, WATCHED_SWEEP_S)
         ready = self._poller.poll(None if timeout is None else timeout * 1000)
         if not ready:
             return Wake(None)  # a safety sweep: nothing is lost if an event was
