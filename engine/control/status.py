@@ -59,7 +59,7 @@ EffectiveState = Literal["running", "finished", "stale"]
 
 NOT_ANSWERING_S: Final = 5.0
 """A running run's status (or a viewer's stream) older than this: its supervisor is not
-answering (SIGSTOPped, swapped out, stuck). It writes status.json every second and sends
+answering (SIGSTOPped, swapped out, stuck). It writes status.json every 2 s and sends
 each viewer every rank's stats every second, so this is several beats missed. Readers then
 say how old the status is and judge no rank (no straggler, no stall) from it."""
 
