@@ -8,8 +8,8 @@ which something changed (or ``dirs=None``: look at every file).
 - ``InotifyWaker`` (Linux, the default): blocks in ``poll()`` on an inotify descriptor and a
   self-pipe, so an idle pump costs nothing and a change wakes it at once (plus ``debounce``
   to batch a burst of writes).
-- ``RustNotifyWaker`` (watchfiles; used where ctypes inotify is unavailable, e.g. macOS):
-  watchfiles' own loop steps every ``step_ms``, which costs some idle CPU.
+- ``WatchfilesWaker`` (watchfiles' public ``watch()``; used where ctypes inotify is
+  unavailable): watchfiles' own loop steps every ``step_ms``, which costs some idle CPU.
 - ``PollWaker``: wakes every ``interval`` and asks to look at everything. The fallback for
   filesystems where change notifications do not arrive (NFS written by other hosts).
 
@@ -24,12 +24,13 @@ import os
 import select
 import threading
 import time
-from typing import NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from ..process.wakeup import Wakeup
 from . import inotify
 
-__all__ = ["InotifyWaker", "PollWaker", "RustNotifyWaker", "Wake", "Waker", "make_waker"]
+__all__ = ["InotifyWaker", "PollWaker", "Wake", "WatchfilesWaker", "Waker", "make_waker"]
 
 logger = logging.getLogger(__name__)
 
@@ -228,8 +229,11 @@ class InotifyWaker(Waker):
         self._dirs.close()
 
 
-class RustNotifyWaker(Waker):
-    """Wake through watchfiles' RustNotify (portable; steps every ``step_ms`` while waiting)."""
+class WatchfilesWaker(Waker):
+    """Wake through watchfiles' ``watch()`` (its public API), where the kernel's inotify
+    cannot be had through ctypes: it steps every ``step_ms`` while waiting, which costs some
+    idle CPU. One ``watch()`` generator serves while the directories and the timeout stay
+    the same; a poke ends it (its stop event) and the next wait makes a new one."""
 
     mode = "watchfiles"
 
@@ -238,8 +242,8 @@ class RustNotifyWaker(Waker):
         self._step_ms = step_ms
         self._debounce_ms = debounce_ms
         self._files: set[str] = set()
-        self._watched: tuple[str, ...] = ()
-        self._notify: object | None = None
+        self._key: tuple[tuple[str, ...], int] | None = None
+        self._changes: Iterator[set[tuple[Any, str]]] | None = None
         self._poked = threading.Event()
 
     def watch(self, file_path: str) -> None:
@@ -252,39 +256,47 @@ class RustNotifyWaker(Waker):
         self._poked.set()
 
     def is_set(self) -> bool:
-        """The stop_event protocol RustNotify checks every step: true when poked."""
+        """The stop event ``watch()`` checks every step: true when poked."""
         return self._poked.is_set()
 
     def wait(self, timeout: float, busy: bool = False, debounce: float | None = None) -> Wake:
-        from watchfiles._rust_notify import RustNotify
+        import watchfiles
 
         dirs = tuple(sorted({_nearest_existing_dir(f) for f in list(self._files)}))
-        if dirs != self._watched or self._notify is None:
-            if self._notify is not None:
-                self._notify.close()  # type: ignore[attr-defined]
-            self._notify = RustNotify(list(dirs), False, False, 50, False, True) if dirs else None
-            self._watched = dirs
-        if self._notify is None:
+        key = (dirs, max(1, int(timeout * 1000)))
+        if key != self._key or self._changes is None:
+            self._end()
+            self._key = key
+            if dirs:
+                self._changes = watchfiles.watch(
+                    *dirs, watch_filter=None, debounce=self._debounce_ms, step=self._step_ms,
+                    stop_event=self, rust_timeout=key[1], yield_on_timeout=True,
+                    raise_interrupt=False, recursive=False, ignore_permission_denied=True,
+                )
+        if self._changes is None:
             self._poked.wait(timeout)
             self._poked.clear()
             return Wake(None, True)
-        result = self._notify.watch(  # type: ignore[attr-defined]
-            self._debounce_ms, self._step_ms, max(1, int(timeout * 1000)), self
-        )
-        if self._poked.is_set() or result == "stop":
+        changes = next(self._changes, None)
+        if changes is None:
+            self._changes = None  # it ended: poked
+        if self._poked.is_set() or changes is None:
             self._poked.clear()
             return Wake(None, True)
-        if isinstance(result, str):  # "timeout" or "signal"
+        if not changes:  # its timeout: a sweep
             return Wake(None)
-        changed = frozenset(os.path.dirname(path) for _, path in result)
-        created = any(change != 2 for change, _ in result)  # 2: modified
+        changed = frozenset(os.path.dirname(path) for _, path in changes)
+        created = any(change != watchfiles.Change.modified for change, _ in changes)
         return Wake(changed, created)
+
+    def _end(self) -> None:
+        changes, self._changes = self._changes, None
+        if changes is not None:
+            changes.close()  # type: ignore[attr-defined]
 
     def close(self) -> None:
         super().close()
-        if self._notify is not None:
-            self._notify.close()  # type: ignore[attr-defined]
-            self._notify = None
+        self._end()
 
 
 def make_waker(mode: str, *, poll_interval: float, debounce: float) -> Waker:
@@ -300,8 +312,8 @@ def make_waker(mode: str, *, poll_interval: float, debounce: float) -> Waker:
         mode = "watchfiles"
     if mode == "watchfiles":
         try:
-            import watchfiles._rust_notify  # noqa: F401
+            import watchfiles  # noqa: F401
         except ImportError:
             return PollWaker(poll_interval)
-        return RustNotifyWaker(debounce_ms=max(1, int(debounce * 1000)))
+        return WatchfilesWaker(debounce_ms=max(1, int(debounce * 1000)))
     return PollWaker(poll_interval)
