@@ -11,7 +11,7 @@ The server answers on its own C++ thread: asking never pauses the rank's Python 
 
 Who may connect: a unix socket is reached by whoever may write to it and search its
 directory, and torch makes the socket with the rank's umask. So a rank's socket sits in a
-directory of its own, ``sockets/`` beside the rank's logs, made 0700 by the supervisor before
+directory of its own, ``worker/`` beside the rank's logs, made 0700 by the supervisor before
 the rank starts: another local user never reaches it, whatever the umask (the rank's logs keep
 the log dir's own mode).
 
@@ -49,9 +49,11 @@ __all__ = [
     "socket_path",
 ]
 
-SOCKET_NAME: Final = "worker.sock"
-SOCKET_DIR: Final = "sockets"
+SOCKET_DIR: Final = "worker"
 """The rank's private directory (0700) in its incarnation dir, where its socket goes."""
+SOCKET_NAME: Final = "sock"
+"""``worker/sock``: as long as the ``worker.sock`` it replaced, so a log dir that fitted a
+socket's path still does."""
 _MAX_PATH: Final = 100  # sun_path holds 108 bytes with its NUL; a margin for odd kernels
 DEFAULT_TIMEOUT_S: Final = 2.0
 MAX_ANSWER_BYTES: Final = 32 << 20

@@ -146,7 +146,7 @@ class _Server(threading.Thread):
 
 def test_ask_posts_to_the_handler_and_reads_its_answer(tmp_path: Path) -> None:
     path = socket_path(str(tmp_path))
-    assert path == str(tmp_path / "sockets" / "worker.sock")
+    assert path == str(tmp_path / "worker" / "sock")
     prepare(path)
     server = _Server(path, b'{"entries": []}')
     server.start()

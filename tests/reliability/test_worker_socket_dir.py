@@ -5,7 +5,7 @@ server: the Flight Recorder) to ``<tmp>/rankvisor-<uid>``, whose owner was never
 another user made it first, served a fake Flight Recorder at the socket's path, and the
 supervisor believed it. Here ``nobody`` (a real other user, through setpriv) makes that
 directory first and serves an answer there; then the table of what else may stand at the name.
-A socket in a short log dir sits in the rank's own ``sockets/`` directory, 0700 whatever the
+A socket in a short log dir sits in the rank's own ``worker/`` directory, 0700 whatever the
 umask: ``nobody`` cannot connect to it even where torch made the socket world-writable.
 """
 
@@ -155,10 +155,18 @@ def test_a_socket_we_serve_is_asked(shared_tmp: Path) -> None:
     assert answer.ok and answer.body == b"{}"
 
 
-def test_a_short_log_dirs_socket_is_out_of_another_users_reach(tmp_path: Path) -> None:
+def test_a_short_log_dirs_socket_is_out_of_another_users_reach() -> None:
     _needs_other_user()
-    tmp_path.chmod(0o755)
-    rank_dir = tmp_path / "attempt_0" / "0"
+    base = Path(tempfile.mkdtemp(prefix="rv-", dir="/tmp"))  # short: the socket stays in it
+    try:
+        _short_log_dirs_socket(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _short_log_dirs_socket(base: Path) -> None:
+    base.chmod(0o755)
+    rank_dir = base / "attempt_0" / "0"
     old = os.umask(0)  # the worst umask: what torch makes is world-writable
     try:
         rank_dir.mkdir(parents=True, mode=0o777)
