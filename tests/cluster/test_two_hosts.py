@@ -152,6 +152,16 @@ def test_a_whole_second_host_that_skips_all_reduce_5_is_named_from_the_first(
             suspect["reason"])
     first = next(s for s in named.values() if s["node"] == 0)
     assert first.get("live") is True, first
+    # `rankvisor collectives` on node 0 judges the whole job too: node 1's ranks by their
+    # global numbers, not numbered as node 0's own.
+    run_dir = next(job.logs[first["host"]].glob("*/status.json")).parent
+    got = hosts.run(first["host"], [sys.executable, "-m", "rankvisor.tui", "collectives",
+                                    "--json", str(run_dir)], cwd=ROOT, env=dict(os.environ))
+    assert got.returncode == 0, got.stderr
+    data = json.loads(got.stdout)
+    assert sorted(r["rank"] for r in data["ranks"]) == [0, 1, 2, 3], data["ranks"]
+    assert [(v["op"], v["seq"], v["entered"], v["missing"]) for v in data["verdicts"]] == [
+        ("all_reduce", 5, [0, 1], [2, 3])], data["verdicts"]
     entered = _entered_5_at(job, first["host"])
     print(f"named from node 0 {first['seen_at'] - entered:.1f} s after its ranks entered "
           "all_reduce #5")

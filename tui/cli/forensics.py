@@ -100,6 +100,21 @@ def stack(sub: Subcommand, argv: list[str]) -> int:
     )
 
 
+def _job_collectives(command: str, entry: Any) -> tuple[dict[str, Any], str] | None:
+    """A multi-node run's collectives as its supervisor reads them: this node's ranks asked
+    now, the other nodes' from their last readings in the store, every rank by its global
+    number (what the live suspect judges). None when the supervisor gives no answer: then
+    this node's ranks are asked directly."""
+    from ...engine.handle import ReadCollectives
+
+    got: list[CommandResult] = []
+    code = connect_and_run(command, entry, lambda _h: ReadCollectives(), show=got.append)
+    if code != EXIT_OK or not got or not got[0].ok or not isinstance(got[0].data, dict):
+        return None
+    data = dict(got[0].data)
+    return data, str(data.pop("source", "live")) or "live"
+
+
 def _remote_stack(command: str, args: Any, ranks: tuple[int, ...], there: Elsewhere,
                   show: Any) -> int:
     """``stack --rank`` of ranks on another node: that node's supervisor dumps them."""
@@ -150,9 +165,14 @@ def collectives(sub: Subcommand, argv: list[str]) -> int:
                    "and completed, and the verdicts (COLLECTIVES.md)")
     args = p.parse_args(argv)
     entry = registry.resolve(args.run, running_only=False)
-    status = registry.entry_state(entry)[1]
-    attempt = current_attempt(entry.run_dir, status) or 0
-    data, source = read_run(entry.run_dir, attempt)
+    state, status = registry.entry_state(entry)
+    answer = _job_collectives(sub.name, entry) if (
+        state == "running" and int((status or {}).get("nnodes") or 1) > 1) else None
+    if answer is not None:
+        data, source = answer  # every node's ranks, by global rank
+    else:
+        attempt = current_attempt(entry.run_dir, status) or 0
+        data, source = read_run(entry.run_dir, attempt)
     if args.json:
         print(json.dumps({**data, "source": source}, indent=2))
     else:
