@@ -74,6 +74,13 @@ class RankOutput:
     attempt: int = 0
     first_line: int = 0
     """0-based index in the rank's file (this attempt/incarnation) of ``lines[0]``."""
+    start_byte: int = -1
+    """Byte offset in that file where ``lines[0]`` begins (-1: not known: a line made up
+    rather than read, a filtered stream, a batch trimmed at its head)."""
+    end_byte: int = -1
+    """Byte offset in that file just past ``lines[-1]``'s newline: what a pane showed of the
+    file, exactly, whatever the sanitiser or the display cap made of the lines (-1: not
+    known)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -353,13 +353,12 @@ class RankvisorApp(DebugKeys, App[int]):
             follow = run.following_file(rank)
             most = LAST_LINES_BYTES if tiles and rank != self.selected else None
             for kind, path in (("stdout", view.stdout_path), ("stderr", view.stderr_path)):
-                tail = self.follower.look((rank, kind), path, follow=follow, max_bytes=most)
+                tail = self.follower.look((rank, kind), path, follow=follow, max_bytes=most,
+                                          after=run.shown_offset(rank, kind))
                 if tail is None:
                     continue
                 growing.add(rank)
-                if run.add_file_tail(
-                    rank, kind, path, tail.lines, tail.partial, start=tail.start, gap=tail.gap
-                ):
+                if run.add_file_tail(rank, kind, path, tail.lines, tail.partial, gap=tail.gap):
                     shown.add(rank)
             if run.following_file(rank):
                 self._tell_following(view)

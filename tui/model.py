@@ -343,10 +343,10 @@ class RankView:
         default_factory=lambda: deque(maxlen=HISTORY)
     )
     events_bytes: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """stream -> (path, about how many bytes of that file its events showed): their lines'
-    UTF-8 size with newlines, the file's bytes but for escapes the sanitiser neutralised and
-    lines cut at the display cap (a file's first tail is set against it); -1 once lines
-    of the rank were not drawn (the UI fell behind): how many bytes is then unknown."""
+    """stream -> (path, the byte offset in that file just past the last line its events
+    drew: the batch's ``end_byte``). A file read to follow a flood goes on from there
+    (``RunView.shown_offset``), so it repeats no line the events drew, whatever the lines
+    say (a line printed a thousand times is a thousand lines)."""
     file_ahead: dict[str, str] = field(default_factory=dict)
     """stream -> path of the file the pane shows that stream from, ahead of the events (a
     flood: ``RunView.add_file_tail``); while the rank's files are those, its events draw no
@@ -661,12 +661,8 @@ class RunView:
         view.lines_seen += len(event.lines)
         if view.file_ahead and _follows_its_files(view):
             return True  # older than what the pane shows from the files
-        path = _path_of(view, kind)
-        shown = _events_shown(view, kind)
-        if shown is None:
-            shown = 0
-        if shown >= 0:
-            view.events_bytes[kind] = (path, shown + _utf8_size(event.lines))
+        if event.end_byte >= 0:
+            view.events_bytes[kind] = (_path_of(view, kind), event.end_byte)
         if event.lines:
             self._show_lines(view, kind, event.lines)
         if event.partial or view.buffer.partial_stream == kind:
@@ -698,14 +694,25 @@ class RunView:
 
     def lines_not_drawn(self, rank: int, marker: str) -> bool:
         """Lines of ``rank`` were dropped on their way (the UI fell behind): ``marker``
-        says so in its pane, and the bytes its events showed are no longer known."""
+        says so in its pane (what the events drew still ends where the last drawn batch
+        did: a file read from there brings the dropped lines back)."""
         if not 0 <= rank < len(self.ranks):
             return False
-        view = self.ranks[rank]
-        view.buffer.mark(marker)
-        for kind in ("stdout", "stderr"):
-            view.events_bytes[kind] = (_path_of(view, kind), -1)  # type: ignore[arg-type]
+        self.ranks[rank].buffer.mark(marker)
         return True
+
+    def shown_offset(self, rank: int, stream: str) -> int:
+        """Where the lines the events drew of ``rank``'s current ``stream`` file end (a
+        byte offset): a file read on from there repeats none of them. -1 when not known, or
+        when the pane follows that file already (the events draw none of it)."""
+        if stream not in ("stdout", "stderr") or not 0 <= rank < len(self.ranks):
+            return -1
+        view = self.ranks[rank]
+        kind: LineKind = "stdout" if stream == "stdout" else "stderr"
+        if view.file_ahead.get(kind) == _path_of(view, kind):
+            return -1
+        shown = _events_shown(view, kind)
+        return -1 if shown is None else shown
 
     def following_file(self, rank: int) -> bool:
         """Whether the pane of ``rank`` shows its lines from its files, ahead of its events."""
@@ -719,18 +726,15 @@ class RunView:
         lines: Sequence[str],
         partial: str = "",
         *,
-        start: int = 0,
         gap: bool = False,
     ) -> bool:
         """Show new lines of a rank's file, read from the file because they come faster
-        than its events (``engine.logfile.follow``); False when nothing changed.
+        than its events (``engine.logfile.follow``, read on from ``shown_offset``: no line
+        the events drew comes again); False when nothing changed.
 
         From the first of them on, the pane shows that rank from its files (both streams,
         each in its file's order) and its events draw no more lines, until its files change
-        (a restart). A marker says so. The first tail of a file may repeat lines the events
-        showed (``start``, its byte offset, is set against ``RankView.events_bytes``: those
-        up to the last line shown of that stream are left out), or be older than what they
-        showed since it was read (then it is not taken: they keep up)."""
+        (a restart). A marker says so."""
         if stream not in ("stdout", "stderr") or not 0 <= rank < len(self.ranks):
             return False
         view = self.ranks[rank]
@@ -738,19 +742,6 @@ class RunView:
         if path != _path_of(view, kind):
             return False  # an earlier incarnation's file
         if view.file_ahead.get(kind) != path:
-            shown = _events_shown(view, kind)
-            last = view.buffer.tail(1, kind, this_incarnation=True)
-            after = _after_last(lines, last[0]) if last else None
-            if shown is not None and shown < 0:
-                # Lines were not drawn: what the events showed is known by its last line
-                # only. The lines after it in this read are new; all are if it is not there.
-                lines = lines if after is None else after
-            elif shown is not None and shown > start:
-                # The events reached into this read (it took a while): the lines after the
-                # last they showed are new; if it is not among them, they went past it.
-                if after is None:
-                    return False  # they keep up: no need to follow the file
-                lines = after
             if not _follows_its_files(view):
                 view.buffer.mark(
                     "… lines too fast to draw: the pane shows the newest of this rank's "
@@ -1065,30 +1056,14 @@ def _path_of(view: RankView, kind: LineKind) -> str:
 
 
 def _events_shown(view: RankView, kind: LineKind) -> int | None:
-    """Bytes of the current file of ``kind`` that the events showed (-1: not known, lines
-    were dropped; None: none yet). Lines shown before the run's paths were known (a viewer
-    can draw a rank's first lines before the snapshot that names its files) were the first
-    files' lines: they count for the first path the view learns."""
+    """Where the lines the events drew of the current file of ``kind`` end (None: none
+    yet). Lines shown before the run's paths were known (a viewer can draw a rank's first
+    lines before the snapshot that names its files) were the first files' lines: they count
+    for the first path the view learns."""
     before = view.events_bytes.get(kind)
     if before is None or before[0] not in (_path_of(view, kind), ""):
         return None
     return before[1]
-
-
-def _after_last(lines: Sequence[str], line: str) -> Sequence[str] | None:
-    """The lines after the last ``line`` among ``lines``; None when it is not there."""
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i] == line:
-            return lines[i + 1:]
-    return None
-
-
-def _utf8_size(lines: Sequence[str]) -> int:
-    """The bytes ``lines`` took in their file, each with its newline (counted in C: a flood
-    brings thousands a batch)."""
-    text = "\n".join(lines)
-    size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
-    return size + 1 if lines else 0
 
 
 def _follows_its_files(view: RankView) -> bool:

@@ -610,10 +610,10 @@ class RemoteHandle:
             attempt, first, count, _ = unread
             path = self._path_of(rank, stream)
             start = max(first, first + count - self.reread_lines)
-            lines = self._read_lines(path, start, first + count) if path else []
+            lines, end = self._read_lines(path, start, first + count) if path else ([], -1)
             if lines:
                 self._deliver(RankOutput(rank, stream, tuple(lines),  # type: ignore[arg-type]
-                                         attempt=attempt, first_line=start))
+                                         attempt=attempt, first_line=start, end_byte=end))
 
     def _path_of(self, rank: int, stream: str) -> str:
         if stream.startswith("filtered_"):
@@ -621,12 +621,12 @@ class RemoteHandle:
         _, out, err = self._paths.get(rank, (0, "", ""))
         return out if stream == "stdout" else err
 
-    def _read_lines(self, path: str, start: int, stop: int) -> list[str]:
+    def _read_lines(self, path: str, start: int, stop: int) -> tuple[list[str], int]:
         store = self._stores.get(path)
         if store is None:
             store = self._stores[path] = LogStore(path, tail_lines=0)
         store.refresh()
-        return store.get_lines(start, stop)
+        return store.lines_and_end(start, stop)
 
     # -- replay ---------------------------------------------------------------------------
 
@@ -676,9 +676,10 @@ def recent_output(rank: int, attempt: int, out: str, err: str,
             count = 1
             while row + count < rows and order.locate(row + count) == (stream_no, line + count):
                 count += 1
-            text = source.stores[stream_no].get_lines(line, line + count)
+            text, end = source.stores[stream_no].lines_and_end(line, line + count)
             batches.append(RankOutput(rank, "stderr" if stream_no else "stdout",
-                                      tuple(text), attempt=attempt, first_line=line))
+                                      tuple(text), attempt=attempt, first_line=line,
+                                      end_byte=end))
             row += count
         # The unfinished last line (a progress bar redrawn with \r) is part of what the
         # rank shows now: a late viewer gets it too, after the complete lines.
@@ -709,7 +710,8 @@ def _trim(watcher: _Watcher, event: RankOutput) -> RankOutput | None:
     if skip >= len(event.lines) and not (end >= upto and event.partial):
         return None
     return RankOutput(event.rank, event.stream, event.lines[skip:], event.partial,
-                      event.attempt, event.first_line + min(skip, len(event.lines)))
+                      event.attempt, event.first_line + min(skip, len(event.lines)),
+                      end_byte=event.end_byte)
 
 
 def _call(sink: EventSink, event: Event) -> None:

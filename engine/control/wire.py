@@ -448,6 +448,8 @@ def encode_event(event: Event) -> bytes:
             parts += [',"p":', _dumps_utf8(event.partial)]
         if event.attempt:
             parts += [',"a":', str(event.attempt)]
+        if event.end_byte >= 0:
+            parts += [',"b":', str(event.start_byte), ',"e":', str(event.end_byte)]
         parts.append("}\n")
         try:
             return "".join(parts).encode()
@@ -468,6 +470,8 @@ def event_from_wire(message: dict[str, Any]) -> Event | None:
                 partial=message.get("p", ""),
                 attempt=int(message.get("a", 0)),
                 first_line=int(message["f"]),
+                start_byte=int(message.get("b", -1)),
+                end_byte=int(message.get("e", -1)),
             )
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             raise WireError(f"bad output batch: {e!r}") from None

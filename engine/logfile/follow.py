@@ -93,9 +93,15 @@ class FileFollower:
         """Reads so far (a test can tell that a quiet file was never read)."""
 
     def look(self, key: Hashable, path: str, *, follow: bool = False,
-             max_bytes: int | None = None) -> FileTail | None:
+             max_bytes: int | None = None, after: int = -1) -> FileTail | None:
         """Look at ``path`` (under ``key``) now: its new lines if it grows faster than
         ``flood_rate`` since the last look, or if ``follow`` and it grew; else None.
+
+        ``after``: where the lines shown so far end, while the caller shows the file from
+        elsewhere (its events: the last batch's ``end_byte``); -1 once it shows what this
+        follower reads, or when unknown. A read goes on from there: its tail repeats none of
+        those lines, and has no gap if no more than ``max_bytes`` came since. Otherwise each
+        read goes on from the last.
 
         Cheap: one ``stat``, and at most ``max_bytes`` (default: the follower's) read and
         cut into lines: a rank shown only by its last line needs far less than a pane."""
@@ -109,6 +115,8 @@ class FileFollower:
         state = self._files.get(key)
         if state is None or state.path != path:
             state = self._files[key] = _Followed(path)
+        if after >= 0:
+            state.end = after
         grown = size - state.size if state.size >= 0 else 0
         rate = grown / max(now - state.at, _MIN_WINDOW_S)
         state.size, state.at = size, now

@@ -149,14 +149,19 @@ class LogStore:
 
     def get_lines(self, start: int, stop: int) -> list[str]:
         """Display text of lines ``[start, stop)``, clipped to the indexed lines."""
+        return self.lines_and_end(start, stop)[0]
+
+    def lines_and_end(self, start: int, stop: int) -> tuple[list[str], int]:
+        """``get_lines``, and the byte offset just past the last line's newline (-1: no
+        line): how much of the file the lines reach, for a batch's ``end_byte``."""
         with self._lock:
             stop = min(stop, self._index.line_count)
             start = max(0, start)
             if start >= stop or self._fd is None:
-                return []
+                return [], -1
             fd = self._fd
-            raw = self._raw_lines(fd, start, stop)
-        return self._display(raw)
+            raw, end = self._raw_lines(fd, start, stop)
+        return self._display(raw), (end if raw else -1)
 
     @property
     def partial(self) -> str:
@@ -169,8 +174,11 @@ class LogStore:
             data = os.pread(self._fd, min(size, self._byte_cap), start)
         return self._display([(data, size - len(data))])[0]
 
-    def _raw_lines(self, fd: int, start: int, stop: int) -> list[tuple[bytes, int]]:
-        """(head bytes, bytes cut) of each line in ``[start, stop)``."""
+    def _raw_lines(
+        self, fd: int, start: int, stop: int
+    ) -> tuple[list[tuple[bytes, int]], int]:
+        """(head bytes, bytes cut) of each line in ``[start, stop)``, and the offset just
+        past the last one's newline."""
         index = self._index
         cp = index.checkpoint_for(start)
         pos = cp.offset
@@ -206,7 +214,7 @@ class LogStore:
                 break  # the file shrank under us; refresh() will notice
             buf = buf[pos - base :] + more
             base = pos
-        return out
+        return out, pos
 
     def _skip(self, fd: int, pos: int, lines: int) -> int:
         """Bytes from ``pos`` (a line start) to the start of the ``lines``-th line after it.

@@ -61,9 +61,11 @@ class _Tail:
         "hole_from",
         "index",
         "ino",
+        "line_end",
         "offset",
         "path",
         "rank",
+        "sent_end",
         "sent_partial",
         "skip_nul",
         "stream",
@@ -78,6 +80,10 @@ class _Tail:
         self.fd: int | None = None
         self.ino = 0
         self.offset = 0
+        self.line_end = 0
+        """Byte offset just past the last newline read: where the next line begins."""
+        self.sent_end = 0
+        """``line_end`` when the last batch was collected (where its first line began)."""
         self.first_line = 0
         self.counted = 0
         """``asm.lines_done`` when the last batch was collected."""
@@ -447,7 +453,7 @@ class OutputPump:
             return False
         tail.fd = fd
         tail.ino = os.fstat(fd).st_ino
-        tail.offset = 0
+        tail.offset = tail.line_end = tail.sent_end = 0
         tail.head = b""
         tail.head_at = 0
         tail.skip_nul = False
@@ -599,6 +605,9 @@ class OutputPump:
             if len(head) < _HEAD and at == tail.head_at + len(head):
                 tail.head = head + data[: _HEAD - len(head)]
             feed(data, parts)
+            nl = data.rfind(b"\n")  # C speed, from the end: a line ends near it
+            if nl >= 0:
+                tail.line_end = at + nl + 1
             if read >= budget:
                 full = True  # more may wait: another pass, after the other files
                 break
@@ -655,6 +664,7 @@ class OutputPump:
         if text:
             tail.skip_nul = False
             tail.offset = tail.head_at = at
+            tail.line_end = tail.sent_end = at  # the new content's first line begins here
             return text
         size = os.fstat(fd).st_size
         # The hole reaches at least our old offset (see _Tail.hole_from); never past the end.
@@ -680,6 +690,7 @@ class OutputPump:
             )
         batch.append(out)
         tail.first_line = 0
+        tail.line_end = tail.sent_end = 0
         tail.sent_partial = ""
 
     def _close_lines(self, tail: _Tail) -> list[bytes]:
@@ -699,13 +710,17 @@ class OutputPump:
         data = join_blocks(parts)  # one copy of what the reads gave, at most
         count = tail.asm.lines_done - tail.counted
         out: Batch
+        # A partial line closed at the end is a line of ours, not the file's: it ends where
+        # the file does.
+        end = tail.offset if closed else tail.line_end
         if self._text:
             out = TextBatch(tail.rank, tail.stream, data, count, partial, tail.attempt, first_line)
         else:
             out = RankOutput(
                 tail.rank, tail.stream, LineBlock(data, count, self._reads),  # type: ignore[arg-type]
-                partial, tail.attempt, first_line,
+                partial, tail.attempt, first_line, tail.sent_end, end,
             )
+        tail.sent_end = end
         text = data.decode("utf-8", "surrogatepass") if f is not None and data else ""
         batch.append(out)
         tail.counted = tail.asm.lines_done

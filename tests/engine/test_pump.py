@@ -360,7 +360,25 @@ def test_outputs_are_rankoutput_events(tmp_path: Path) -> None:
     pump = OutputPump(got.extend)
     pump.add(2, "stderr", str(path), attempt=3)
     pump.stop()
-    assert got == [RankOutput(2, "stderr", ("x", "y"), "", 3, 0)]
+    # With the bytes of the file they took: from 0 to just past "y"'s newline.
+    assert got == [RankOutput(2, "stderr", ("x", "y"), "", 3, 0, 0, 4)]
+
+
+def test_a_batch_knows_the_bytes_its_lines_took(tmp_path: Path) -> None:
+    got: list[RankOutput] = []
+    path = tmp_path / "o.log"
+    path.write_bytes("\u00e9\u00e9 \x1b]0;t\x07one\ntwo\nthr".encode())
+    pump = OutputPump(got.extend)
+    pump.add(0, "stdout", str(path))
+    pump.flush()
+    with path.open("ab") as f:
+        f.write(b"ee\n" + b"x" * 70000 + b"\nlast")  # a line past the display cap
+    pump.flush()
+    pump.stop()  # the unfinished last line is closed: it ends where the file does
+    lines = [(b.first_line, len(b.lines), b.start_byte, b.end_byte) for b in got if b.lines]
+    first = len("\u00e9\u00e9 \x1b]0;t\x07one\ntwo\n".encode())
+    assert lines == [(0, 2, 0, first), (2, 2, first, first + 6 + 70001),
+                     (4, 1, first + 6 + 70001, path.stat().st_size)]
 
 
 def test_a_log_dir_removed_and_recreated_is_followed(tmp_path: Path) -> None:
@@ -487,6 +505,11 @@ def test_backlog_is_read_round_robin_across_files(tmp_path: Path) -> None:
     for rank in (0, 1):
         lines = [line for call in calls for out in call if out.rank == rank for line in out.lines]
         assert lines == ["r%d line %06d" % (rank, i) for i in range(5000)]
+        # Each batch begins where the one before ended, and the last ends with the file.
+        spans = [(out.start_byte, out.end_byte)
+                 for call in calls for out in call if out.rank == rank and out.lines]
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert spans[0][0] == 0 and spans[-1][1] == 5000 * 15
     pump.stop()
 
 
@@ -506,7 +529,8 @@ def test_lines_are_a_block_read_as_a_tuple(tmp_path: Path) -> None:
     assert pump._reads == [0], "the last lines are not a read of the whole block"
     assert block == ("one", "two é", "three") and batch.partial == "four"
     assert pump._reads == [1]
-    assert batch == RankOutput(0, "stdout", ("one", "two é", "three"), "four", 0, 0)
+    assert batch == RankOutput(0, "stdout", ("one", "two é", "three"), "four", 0, 0, 0,
+                               len("one\ntwo é\nthree\n".encode()))
     assert list(block) == ["one", "two é", "three"]
     assert block[0] == "one" and block[1:] == block[-2:]
     pump.stop()

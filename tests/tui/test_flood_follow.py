@@ -38,9 +38,15 @@ WRITER = Path(__file__).parents[1] / "bench" / "tui_writer.py"
 _NUMBER = re.compile(r"^r(\d+) n=(\d+) ")
 
 
+def _at(stream: str, line: int) -> int:
+    """Where line ``line`` of a file of ``{stream} {i}`` lines begins."""
+    return sum(len(f"{stream} {i}\n") for i in range(line))
+
+
 def _out(rank: int, start: int, stop: int, stream: str = "stdout") -> RankOutput:
     lines = tuple(f"{stream} {i}" for i in range(start, stop))
-    return RankOutput(rank, stream, lines, first_line=start)  # type: ignore[arg-type]
+    return RankOutput(rank, stream, lines, first_line=start,  # type: ignore[arg-type]
+                      start_byte=_at(stream, start), end_byte=_at(stream, stop))
 
 
 def _texts(run: RunView, rank: int) -> list[tuple[str, str]]:
@@ -54,9 +60,11 @@ def test_the_pane_goes_on_from_the_file_and_the_late_events_draw_nothing() -> No
     out, err = view.stdout_path, view.stderr_path
     run.add_output(_out(0, 0, 5))
     run.add_output(_out(0, 0, 2, "stderr"))
-    # The follower's first tail of the file repeats what the events showed: left out.
-    lines = tuple(f"stdout {i}" for i in range(3, 9))  # "stdout 3" starts at byte 27
-    assert run.add_file_tail(0, "stdout", out, lines, "stdout 9 unfinis", start=27, gap=True)
+    # The follower reads on from where the events' lines end: none of them comes again.
+    assert run.shown_offset(0, "stdout") == _at("stdout", 5)
+    lines = tuple(f"stdout {i}" for i in range(5, 9))
+    assert run.add_file_tail(0, "stdout", out, lines, "stdout 9 unfinis", gap=True)
+    assert run.shown_offset(0, "stdout") == -1  # followed: the events draw none of it
     assert run.following_file(0) and not run.following_file(1)
     assert view.last_line == "stdout 9 unfinis" and view.buffer.partial == "stdout 9 unfinis"
     # The events are behind the file: they draw nothing (they are counted).
@@ -64,7 +72,8 @@ def test_the_pane_goes_on_from_the_file_and_the_late_events_draw_nothing() -> No
     run.add_output(_out(0, 2, 3, "stderr"))
     assert view.lines_seen == 10
     assert run.add_file_tail(0, "stdout", out, ("stdout 9 unfinished", "stdout 10"))
-    assert run.add_file_tail(0, "stderr", err, ("stderr 1", "stderr 2"), start=9, gap=True)
+    assert run.shown_offset(0, "stderr") == _at("stderr", 2)
+    assert run.add_file_tail(0, "stderr", err, ("stderr 2",), gap=True)
     assert run.add_file_tail(0, "stdout", out, ("stdout 900",), gap=True)
     kinds = [kind for kind, _ in _texts(run, 0)]
     texts = [text for _, text in _texts(run, 0)]
@@ -80,25 +89,34 @@ def test_the_pane_goes_on_from_the_file_and_the_late_events_draw_nothing() -> No
     # The other rank is untouched; an earlier incarnation's file is not drawn.
     assert _texts(run, 1) == []
     assert not run.add_file_tail(1, "stdout", "/elsewhere/stdout.log", ("x",))
-    # A first tail older than what the events showed since it was read is not taken.
+    # A batch that does not know its bytes (a line made up) leaves the offset as it was.
     run.add_output(_out(1, 0, 10))
-    assert not run.add_file_tail(1, "stdout", run.ranks[1].stdout_path,
-                                 ("stdout 2", "stdout 3"), start=18, gap=True)
-    assert not run.following_file(1)
-    assert [t for _, t in _texts(run, 1)] == [f"stdout {i}" for i in range(10)]
+    run.add_output(RankOutput(1, "stdout", ("made up",)))
+    assert run.shown_offset(1, "stdout") == _at("stdout", 10)
 
 
-def test_a_first_tail_of_non_ascii_lines_repeats_none_of_what_the_events_showed() -> None:
-    # Each "é" is two bytes in the file: the events showed 5 lines of 7 bytes (35), the
-    # tail was read from byte 28 ("éé 4" on): counted in characters (25) the events would
-    # seem not to reach it, and "éé 4" would be drawn twice.
+def test_a_followed_file_goes_on_where_the_events_ended_whatever_its_lines_say(
+    tmp_path: Path,
+) -> None:
+    # A rank that prints the same line again and again ("loss=nan"), in two-byte
+    # characters, and an escape the pane neutralises: only the bytes say where the events
+    # ended (text, or sizes counted from what the pane shows, took lines out or twice).
     run = RunView(scripted_info(1))
     view = run.ranks[0]
-    run.add_output(RankOutput(0, "stdout", tuple(f"\u00e9\u00e9 {i}" for i in range(5))))
-    tail = tuple(f"\u00e9\u00e9 {i}" for i in range(4, 7))
-    assert run.add_file_tail(0, "stdout", view.stdout_path, tail, start=28, gap=True)
-    texts = [t for kind, t in _texts(run, 0) if kind != "marker"]
-    assert texts == [f"\u00e9\u00e9 {i}" for i in range(7)]
+    view.stdout_path = str(tmp_path / "stdout.log")
+    raw = [b"\xc3\xa9 loss=nan \x1b]0;title\x07"] * 6 + [b"\xc3\xa9 loss=nan"] * 4 + [b"end"]
+    Path(view.stdout_path).write_bytes(b"".join(line + b"\n" for line in raw))
+    drawn = 7  # the events drew the first seven lines
+    end = sum(len(line) + 1 for line in raw[:drawn])
+    run.add_output(RankOutput(0, "stdout", ("\u00e9 loss=nan",) * drawn, end_byte=end))
+    follower = FileFollower(flood_rate=0)
+    tail = follower.look((0, "stdout"), view.stdout_path, after=run.shown_offset(0, "stdout"))
+    assert tail is not None and not tail.gap
+    assert run.add_file_tail(0, "stdout", view.stdout_path, tail.lines, tail.partial,
+                             gap=tail.gap)
+    texts = [t for kind, t in _texts(run, 0) if kind == "stdout"]
+    assert len(texts) == len(raw) and texts[-1] == "end"
+    assert sum("loss=nan" in t for t in texts) == 10
 
 
 @pytest.mark.parametrize("events_after", [False, True])
@@ -118,9 +136,11 @@ def test_lines_drawn_before_the_paths_were_known_count_for_the_first_files(
     assert view.stdout_path == out
     if events_after:
         run.add_output(_out(0, 5, 7))
-    # The first read begins inside what the events showed ("stdout 3" starts at byte 27).
-    lines = tuple(f"stdout {i}" for i in range(3, 9))
-    assert run.add_file_tail(0, "stdout", out, lines, start=27, gap=True)
+    # The first read goes on from where the events ended, in the file it now knows.
+    upto = 7 if events_after else 5
+    assert run.shown_offset(0, "stdout") == _at("stdout", upto)
+    lines = tuple(f"stdout {i}" for i in range(upto, 9))
+    assert run.add_file_tail(0, "stdout", out, lines, gap=True)
     shown = [t for k, t in _texts(run, 0) if k == "stdout"]
     assert shown == [f"stdout {i}" for i in range(9)]
 
@@ -288,20 +308,22 @@ async def test_an_attached_viewer_is_sent_no_line_of_a_rank_whose_files_it_follo
     assert after_cue and set(after_cue.values()) == {0}, after_cue
 
 
-def test_lines_not_drawn_leave_the_first_tail_to_the_last_line_shown() -> None:
-    # The UI fell behind and 10 lines never came as events: the bytes they showed are not
-    # the file's offset any more, so the first tail is set against the last line shown.
+def test_lines_not_drawn_leave_the_offset_at_the_last_batch_drawn() -> None:
+    # The UI fell behind and 10 lines never came as events: the file is read on from where
+    # the last batch drawn ended, neither from the dropped lines nor before them.
     run = RunView(scripted_info(1))
     view = run.ranks[0]
 
-    def lines(a: int, b: int) -> tuple[str, ...]:
-        return tuple(f"stdout {i:03d}" for i in range(a, b))  # 11 bytes each, newline too
+    def batch(a: int, b: int) -> RankOutput:
+        lines = tuple(f"stdout {i:03d}" for i in range(a, b))  # 11 bytes each, newline too
+        return RankOutput(0, "stdout", lines, first_line=a, start_byte=a * 11, end_byte=b * 11)
 
-    run.add_output(RankOutput(0, "stdout", lines(0, 10), first_line=0))
+    run.add_output(batch(0, 10))
+    assert run.shown_offset(0, "stdout") == 10 * 11
     assert run.lines_not_drawn(0, "… 10 lines not drawn")
-    run.add_output(RankOutput(0, "stdout", lines(20, 25), first_line=20))
-    # Read from line 15 on: its offset is what the events' 15 lines took, by chance.
-    assert run.add_file_tail(0, "stdout", view.stdout_path, lines(15, 31), start=15 * 11,
-                             gap=True)
+    assert run.shown_offset(0, "stdout") == 10 * 11  # the dropped lines come from the file
+    run.add_output(batch(20, 25))
+    assert run.shown_offset(0, "stdout") == 25 * 11
+    assert run.add_file_tail(0, "stdout", view.stdout_path, batch(25, 31).lines, gap=False)
     shown = [int(text.split()[1]) for kind, text in _texts(run, 0) if kind == "stdout"]
     assert shown == [*range(10), *range(20, 31)]
