@@ -236,10 +236,10 @@ class RunHost:
         finally:
             self._lock.release()
 
-    def _flush(self, durable: bool = True) -> None:
+    def _flush(self) -> None:
+        """The events queued, then the status, flushed to disk (the run's start, an event,
+        its end: each a change of the run's state)."""
         with self._lock:
-            # An event to record, or the run's end: the new status is flushed to disk.
-            durable = durable or bool(self._pending) or self._sup.finished is not None
             if self._sup.finished is not None:
                 # Every rank has ended: nothing of the run competes for the space any more.
                 self._release_reserve()
@@ -249,7 +249,7 @@ class RunHost:
                 self._append(wire.encode_event(event))
                 if isinstance(event, RunFinished):
                     finished = event
-            self._write_status(durable)
+            self._write_status()
             if finished is not None:
                 self._after_finish(finished)
 
