@@ -82,7 +82,11 @@ def main() -> None:
             say(kind="notice", message=event.message, t=now)
 
     info, _unsub = viewer.watch(sink)
-    say(kind="info", nprocs=info.nprocs, places=info.rank_places)
+    # What a view starts from: the remote ranks' states and pids at the watch, which the
+    # state events then change (the viewer may have connected to their node before).
+    say(kind="info", nprocs=info.nprocs, places=info.rank_places,
+        remote={str(r.rank): [r.state.value, r.pid] for r in info.ranks
+                if r.rank not in local_ranks})
     start = time.monotonic()
     if target is not None:
         time.sleep(1.0)
