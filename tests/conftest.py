@@ -20,6 +20,10 @@ GLOO_JOBS = pytest.mark.xdist_group("gloo-jobs")
 agent's restart) run one after another on one worker (pyproject: ``--dist loadgroup``): two
 such jobs at once on two cores starve each other's ranks, and the silence looks like none."""
 
+TORCH_IMPORT = pytest.mark.xdist_group("torch-import")
+"""Pure tests that import torch's launcher in the test process (3 s of one core each time):
+on one worker, torch is imported once for all of them, not once per worker."""
+
 NEEDS_PIDFD_EXIT = pytest.mark.skipif(
     tuple(int(x) for x in os.uname().release.split(".")[:2]) < (6, 15),
     reason="PIDFD_INFO_EXIT (an exit status kept with a pidfd) needs Linux 6.15 or later",

@@ -10,6 +10,8 @@ import pytest
 import rankvisor.engine.errors  # noqa: F401
 from rankvisor import engine
 
+from tests.conftest import TORCH_IMPORT
+
 # Names whose callables add keyword-only parameters (with defaults) after torch's own.
 EXTENDED = {"ProcessFailure", "RunProcsResult", "SubprocessHandler"}
 
@@ -38,6 +40,7 @@ def _assert_same_signature(name: str, ours: Any, theirs: Any) -> None:
 
 
 @pytest.mark.torch
+@TORCH_IMPORT
 def test_same_names_and_signatures_as_torch() -> None:
     tm = importlib.import_module("torch.distributed.elastic.multiprocessing")
     te = importlib.import_module("torch.distributed.elastic.multiprocessing.errors")

@@ -110,7 +110,9 @@ class RunHost:
         self._hook_thread: threading.Thread | None = None
         self._writer = threading.Thread(target=self._write_loop, name="rankvisor-status",
                                         daemon=True)
-        self._ticker = Ticker("rankvisor-status", STATUS_TICK_S, self._refresh_tick)
+        # On the run loop's beat when the run has one (a Supervisor in this process).
+        self._ticker = Ticker("rankvisor-status", STATUS_TICK_S, self._refresh_tick,
+                              beat=getattr(sup, "beat", None))
         self._unsubscribe = sup.subscribe(self._sink)
         self.server.start()
 

@@ -34,7 +34,7 @@ from ..forensics.worker_server import DEFAULT_TIMEOUT_S as ASK_TIMEOUT_S
 from ..forensics.worker_server import Answer, ask_all
 from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from .state import RunState
-from .ticker import Ticker
+from .ticker import Beat, Ticker
 
 __all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "CollectiveWatch", "recorder_env"]
 
@@ -58,7 +58,7 @@ class CollectiveWatch:
     """Asks the live ranks' worker servers, keeps their last answers, saves captures."""
 
     def __init__(self, state: RunState, run_dir: Callable[[], str | None],
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float = 1.0, *, beat: Beat | None = None) -> None:
         self._state = state
         self._run_dir = run_dir
         self._interval = interval_s
@@ -84,7 +84,7 @@ class CollectiveWatch:
         self._job: tuple[list[RankCollectives], list[Verdict]] | None = None
         # On the beat: its look at the ranks is a few stat calls while no rank serves; the
         # asks of ranks that serve wait on their servers (bounded), on a thread of their own.
-        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll)
+        self._ticker = Ticker("rankvisor-collectives", interval_s, self._poll, beat=beat)
         self.start = self._ticker.start
         self._asking: threading.Thread | None = None
         """The asks under way off the beat, if any (one at a time)."""
@@ -111,8 +111,12 @@ class CollectiveWatch:
         if not paths:
             return
         if not any(os.path.lexists(p) for p in paths.values()):
-            # No rank serves (yet): each answers at once that it does not, without a wait.
-            self.ask(paths, timeout_s=self._timeout_s())
+            # No rank serves (yet): each answers at once that it does not, without a wait;
+            # asked once for these sockets, the answer stands until one of them appears.
+            with self._lock:
+                said = all(self._errors.get(r, ("",))[0] == p for r, p in paths.items())
+            if not said:
+                self.ask(paths, timeout_s=self._timeout_s())
             return
         if self._asking is not None and self._asking.is_alive():
             return  # the last poll's asks are still waiting: they answer for this one too

@@ -56,6 +56,7 @@ from .stack_capture import CaptureSchedule, StackCapture
 from .state import RunState, Wakeup
 from .stats import StatsSampler, sample_every
 from .stopper import Stopper
+from .ticker import Beat
 from .timer_watchdog import HealthCheck, Watchdog
 
 __all__ = ["Supervisor", "SupervisorConfig"]
@@ -96,6 +97,8 @@ class Supervisor:
         )
         self._state.driven = driven
         self._wakeup = Wakeup()
+        self.beat = Beat("rankvisor-run", driver=self._wakeup.wake)
+        """The run's periodic readings, taken by its run loop (``monitor.Monitor``)."""
         self._events = Publisher(self._state)
         # The run's own events tell who a person paused (a prompt, a SIGSTOP): the suspect's.
         self._events.subscribe(self._state.pauses.observe)
@@ -104,7 +107,7 @@ class Supervisor:
             readings=lambda: self.collectives.job_readings() if self.collectives else (),
         )
         self.collectives: CollectiveWatch | None = (
-            CollectiveWatch(self._state, lambda: self._logs.run_log_dir)
+            CollectiveWatch(self._state, lambda: self._logs.run_log_dir, beat=self.beat)
             if any(config.serves_collectives(r) for r in range(config.nprocs)) else None
         )
         """Every rank's Flight Recorder, read live (None: no rank serves it)."""
@@ -116,6 +119,7 @@ class Supervisor:
             silence_min_s=max(config.suspect_silence_min_s, config.live_quiet_s),
             debugger_waits=(self._events if config.debug is not None
                             and config.debug.debugpy_wait else None),
+            beat=self.beat,
         ) if config.live_quiet_s > 0 else None
         self._stopper = Stopper(
             self._state, self._events,
@@ -132,7 +136,7 @@ class Supervisor:
         self._debugpy_hold: DebugpyHold | None = None
         self._tracking_detail = ""
         self._sampler = StatsSampler(
-            self._events.publish_now, interval=config.sample_interval or 1.0
+            self._events.publish_now, interval=config.sample_interval or 1.0, beat=self.beat
         )
         self._sampler.on_descendants(lambda _rank, pids: self._guard.add_descendants(pids))
         self._watchdog = Watchdog.from_env(
@@ -173,7 +177,7 @@ class Supervisor:
         )
         self._monitor = Monitor(
             config, self._state, self._events, self._stopper, self._launcher, self._pump,
-            self._wakeup, self._guard, collectives=self.collectives,
+            self._wakeup, self._guard, collectives=self.collectives, beat=self.beat,
         )
 
     # -- events and commands --------------------------------------------------------------

@@ -9,8 +9,9 @@ that long while another never entered it (a heartbeat keeps the output moving), 
 takes, once per quiet spell, a nonblocking py-spy dump (the ranks are never paused) and a
 capture of the collectives, and names a live suspect with that evidence: the FR's verdict
 first, else one rank's main thread outside any collective while the others wait in one.
-Both dumps are saved in the run dir; the suspect is the Supervisor's ``live_suspect`` (in
-status.json while the run lasts) and a notice says it once.
+The dumps are taken on a thread of their own (they take seconds; the check runs on the
+run loop, beside the ranks' exits) and saved in the run dir; the suspect is the
+Supervisor's ``live_suspect`` (in status.json while the run lasts) and a notice says it once.
 
 Under ``--debugpy-wait`` each check also reads which ranks wait for a debugger (the marker
 their bootstrap keeps beside error.json) and publishes ``RankDebuggerWait`` when that changes:
@@ -21,6 +22,8 @@ debugger)".
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,9 +46,14 @@ from .monitor import held_ranks
 from .publisher import Publisher
 from .stack_capture import StackCapture
 from .state import RunState
-from .ticker import Ticker
+from .ticker import Beat, Ticker
 
 __all__ = ["LiveReading", "LiveSuspect", "held_now"]
+
+log = logging.getLogger(__name__)
+
+_TAKE_LIMIT_S = 8.0
+"""The longest a stop waits for a spell's dumps (py-spy's 5 s and the collectives' 1 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,7 @@ class LiveSuspect:
         self, state: RunState, stacks: StackCapture, collectives: CollectiveWatch | None,
         say: Callable[[str], None], *, silence_factor: float, silence_min_s: float,
         interval_s: float = 1.0, debugger_waits: Publisher | None = None,
+        beat: Beat | None = None,
     ) -> None:
         self._state = state
         self._debugger_events = debugger_waits
@@ -79,10 +88,20 @@ class LiveSuspect:
         self._say = say
         self._factor = silence_factor
         self._min_s = silence_min_s
-        self._ticker = Ticker("rankvisor-live-suspect", interval_s, self._check)
-        self.start, self.stop = self._ticker.start, self._ticker.stop
+        self._ticker = Ticker("rankvisor-live-suspect", interval_s, self._check, beat=beat)
+        self.start = self._ticker.start
         self._spell: object = None
         self.reading: LiveReading | None = None
+        self._taking: threading.Thread | None = None
+        """The dumps of a spell under way, off the beat (py-spy and the Flight Recorder
+        take seconds; the run loop must not wait for them)."""
+
+    def stop(self) -> None:
+        """No check runs or will run once this returns, nor dumps of one."""
+        self._ticker.stop()
+        taking = self._taking
+        if taking is not None:
+            taking.join(_TAKE_LIMIT_S)
 
     def _now(self, now_ns: int) -> tuple[_Run | None, dict[int, int]]:
         """The running ranks as the rules read them (None: the run is not one to watch:
@@ -175,10 +194,22 @@ class LiveSuspect:
             key = ("quiet", quiet.since_ns)
         if key == self._spell:
             return
+        if self._taking is not None and self._taking.is_alive():
+            return  # the last spell's dumps are still being taken: this one's come next
         self._spell = key
         since = min(t for t in (quiet.since_ns if quiet else None,
                                 waited.since_ns if waited else None) if t)
-        self._take(pids, since, run.attempt, quiet)
+        self._taking = threading.Thread(
+            target=self._take_quietly, args=(key, pids, since, run.attempt, quiet),
+            name="rankvisor-live-dumps", daemon=True)
+        self._taking.start()
+
+    def _take_quietly(self, key: object, pids: dict[int, int], since: int, attempt: int,
+                      quiet: Quiet | None) -> None:
+        try:
+            self._take(key, pids, since, attempt, quiet)
+        except Exception:  # noqa: BLE001 - a reading never touches the run
+            log.exception("the live suspect's dumps failed")
 
     def _drop(self, why: str) -> None:
         """The reading's evidence is gone: forget it, and say so if it named a rank."""
@@ -187,7 +218,8 @@ class LiveSuspect:
             self._say(f"{LIVE_SUSPECT_DROPPED_PREFIX}rank "
                       f"{reading.suspect.rank}: {why}")
 
-    def _take(self, pids: dict[int, int], since: int, attempt: int, quiet: Quiet | None) -> None:
+    def _take(self, key: object, pids: dict[int, int], since: int, attempt: int,
+              quiet: Quiet | None) -> None:
         dumps = []
         dump = self._stacks.dump(pids, nonblocking=True, timeout_s=5.0,
                                  reason="live: every rank quiet")
@@ -217,6 +249,8 @@ class LiveSuspect:
             if odd is not None and odd.rank not in held:
                 suspect = Suspect(rank=odd.rank, reason=odd.words() + " (live, still hanging)",
                                   ranks=(odd.rank,), evidence=(odd.words(),), kind="stack")
+        if self._spell != key:
+            return  # the spell ended while its dumps were taken: they name nobody now
         self.reading = LiveReading(suspect, since, tuple(dumps), attempt)
         taken = f" (dumps: {', '.join(dumps)})" if dumps else ""
         if suspect is not None:

@@ -1,21 +1,25 @@
-"""The Supervisor's monitor thread: exits, deadlines, restarts, the end of the run.
+"""The Supervisor's run loop: exits, deadlines, restarts, the end of the run, its readings.
 
 One loop, one thread, so that every consequence of an exit (state event, end of an
 escalation, teardown of the others, a restart, the restart policy, RunFinished) happens in
-one place and in one order. It sleeps in ``poll()`` on:
+one place and in one order, and the run's periodic readings (stats, the live suspect, the
+collectives, status.json's refresh: the run's ``Beat``) ride the same sleep instead of a
+thread and a clock of their own. It sleeps in ``poll()`` on:
 
 * each live rank's pidfd, readable the moment the rank exits (the goal is an event within
   50 ms of an exit; in practice it is about a millisecond);
 * the wake-up pipe (``Wakeup``), written by commands, spawns, signal handlers and
   ``shutdown``;
-* a timeout equal to the nearest escalation deadline (SIGKILL time, or the end of the
-  bounded wait after a SIGKILL);
+* a timeout equal to the nearest deadline: an escalation's (SIGKILL time, or the end of the
+  bounded wait after a SIGKILL) or a reading's;
 * the guard process's pidfd: if someone kills the guard, a new one is started at once (a
   SIGKILL of rankvisor after that must still leave nothing behind).
 
-Each pass brings the run up to date under the state lock, then, with the lock released,
-runs the queued pump calls and delivers the queued events (in that order, so a rank's last
-output lines come before its exit event).
+A pass woken by anything but a reading's deadline brings the run up to date under the state
+lock, then, with the lock released, runs the queued pump calls and delivers the queued events
+(in that order, so a rank's last output lines come before its exit event); last, with no lock
+held, the readings due are taken (each a few milliseconds; one that waits on something
+outside hands that part to a thread of its own).
 
 Reaping is done by engine.process's watcher thread; ``proc.poll()`` here only reads the result
 (or reaps first if the watcher has not yet), so nothing is ever signalled after its reap.
@@ -51,6 +55,7 @@ from .rank_slot import RankSlot
 from .run_config import SupervisorConfig
 from .state import RunState, Wakeup
 from .stopper import Stopper
+from .ticker import Beat
 
 __all__ = ["Monitor"]
 
@@ -72,6 +77,7 @@ class Monitor:
         guard: Guard | None = None,
         *,
         collectives: CollectiveWatch | None = None,
+        beat: Beat | None = None,
     ) -> None:
         self._config = config
         self._state = state
@@ -82,6 +88,8 @@ class Monitor:
         self._wakeup = wakeup
         self._guard = guard
         self._collectives = collectives
+        self._beat = beat
+        """The run's readings, driven by this loop (None: none)."""
         self._fr_attempt = -1
         """The attempt whose first failure's collectives were captured."""
         self._thread: threading.Thread | None = None
@@ -142,10 +150,14 @@ class Monitor:
                 polling_needed = any(p.pidfd is None for p in _procs(live))
                 deadline = self._stopper.next_deadline()
                 guard_fd = self._guard.watch_fd() if self._guard is not None else None
+            due = self._beat.next_due() if self._beat is not None else None
+            now = clock.monotonic()
             timeout_ms: float | None = None
-            if deadline is not None:
-                # poll() takes a C int of milliseconds: a far deadline is woken for again.
-                timeout_ms = min(_MAX_POLL_MS, max(0.0, (deadline - clock.monotonic()) * 1000.0))
+            for at in (deadline, due):
+                if at is not None:
+                    # poll() takes a C int of milliseconds: a far deadline is woken for again.
+                    ms = min(_MAX_POLL_MS, max(0.0, (at - now) * 1000.0))
+                    timeout_ms = ms if timeout_ms is None else min(timeout_ms, ms)
             if polling_needed:
                 # No pidfd (old kernel): look again every 10 ms.
                 timeout_ms = 10.0 if timeout_ms is None else min(timeout_ms, 10.0)
@@ -156,26 +168,37 @@ class Monitor:
             if guard_fd is not None:
                 poller.register(guard_fd, select.POLLIN)
             try:
-                poller.poll(None if timeout_ms is None else int(timeout_ms) + 1)
+                ready = poller.poll(None if timeout_ms is None else int(timeout_ms) + 1)
                 self._wakeup.drain()
             except OSError:
                 return  # our pipe was closed: shutdown is over
-            try:
-                with state.lock:
-                    self._reconcile()
-                failed_steps = 0
-            except Exception as e:  # noqa: BLE001 - the monitor must survive a bug in one step
-                # The pidfd that woke us is still readable, so a step that fails every time
-                # would spin a core and fill the log: log the first few, then back off.
-                failed_steps += 1
-                if failed_steps <= 3:
-                    log.exception("monitor step failed")
-                elif failed_steps == 4:
-                    log.error("monitor step keeps failing (%s); retrying every 0.5 s", e)
-                time.sleep(min(0.5, 0.01 * failed_steps))
-            # Outside the lock: pump calls first (a rank's last lines), then the events.
-            self._pump.run_ops()
-            self._events.flush()
+            now = clock.monotonic()
+            # Only a reading fell due: nothing of the run can have changed (an exit, a
+            # command and a signal each wake a descriptor; escalations have their deadline).
+            if ready or polling_needed or (deadline is not None and deadline <= now + 0.001):
+                failed_steps = self._pass(failed_steps)
+            if self._beat is not None:
+                self._beat.run_due(clock.monotonic())
+
+    def _pass(self, failed_steps: int) -> int:
+        """One pass over the run; returns the count of passes in a row that failed."""
+        try:
+            with self._state.lock:
+                self._reconcile()
+            failed_steps = 0
+        except Exception as e:  # noqa: BLE001 - the monitor must survive a bug in one step
+            # The pidfd that woke us is still readable, so a step that fails every time
+            # would spin a core and fill the log: log the first few, then back off.
+            failed_steps += 1
+            if failed_steps <= 3:
+                log.exception("monitor step failed")
+            elif failed_steps == 4:
+                log.error("monitor step keeps failing (%s); retrying every 0.5 s", e)
+            time.sleep(min(0.5, 0.01 * failed_steps))
+        # Outside the lock: pump calls first (a rank's last lines), then the events.
+        self._pump.run_ops()
+        self._events.flush()
+        return failed_steps
 
     def _reconcile(self) -> None:
         """Bring everything up to date; caller holds the lock. Order matters."""

@@ -47,7 +47,7 @@ from ..forensics.gpu import GpuProbe, GpuSnapshot
 from ..process.cgroups import MemoryReading
 from ..process.numa import parse_cpulist
 from ..process.proc_table import started_wall, stat_fields
-from .ticker import Ticker
+from .ticker import Beat, Ticker
 
 __all__ = ["UNWATCHED_SAMPLE_S", "StatsSampler", "cpu_to_numa_node", "descendants",
            "sample_every"]
@@ -213,8 +213,10 @@ class StatsSampler:
         interval: float = 1.0,
         *,
         gpu: GpuProbe | None | Literal["auto"] = "auto",
+        beat: Beat | None = None,
     ) -> None:
         self._sink = sink
+        self._beat = beat
         # NVML is opened at the first sample, and never again if it is not there.
         self._gpu = GpuProbe() if gpu == "auto" else gpu
         self._interval = interval
@@ -254,7 +256,8 @@ class StatsSampler:
         with self._pace_lock:
             if self._thread is not None:
                 return
-            self._thread = Ticker("rankvisor-stats", self._interval, self._sample_quietly)
+            self._thread = Ticker("rankvisor-stats", self._interval, self._sample_quietly,
+                                  beat=self._beat)
             self._thread.start()
 
     def pace(self, interval: float) -> None:
@@ -265,7 +268,8 @@ class StatsSampler:
             self._interval = interval
             if self._thread is not None:
                 self._thread.stop()
-                self._thread = Ticker("rankvisor-stats", interval, self._sample_quietly)
+                self._thread = Ticker("rankvisor-stats", interval, self._sample_quietly,
+                                      beat=self._beat)
                 self._thread.start()
 
     @property

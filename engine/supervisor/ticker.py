@@ -1,16 +1,19 @@
-"""Periodic readings on one beat: the Supervisor's background looks share a thread.
+"""Periodic readings on one beat: the run's background looks share one timer heap.
 
-The stats sample (1 s), the live suspect's check (0.5 s) and the like each used to sleep on
-a thread of its own, each woken on a clock of its own: an idle supervisor of 8 sleeping
-ranks woke five threads several times a second. A ``Ticker`` now joins the process's one
-``Beat``: a thread that sleeps until the earliest ticker is due, calls every ticker due then
-and sleeps again. Deadlines sit on a grid of each ticker's own interval on the monotonic
-clock, so tickers of 0.5 s and 1 s fall due together and cost one wake-up, not two. The beat
-thread exists only while a ticker is registered.
+The stats sample (1 s), the live suspect's check, the status refresh and the like each used
+to sleep on a thread of its own, each woken on a clock of its own: an idle supervisor of 8
+sleeping ranks woke five threads several times a second. A ``Ticker`` now joins a ``Beat``,
+one heap of deadlines on the monotonic clock. Deadlines sit on a grid of each ticker's own
+interval, so tickers of 0.5 s and 1 s fall due together and cost one wake-up, not two.
+
+A Supervisor's beat has no thread: its run loop (``monitor.Monitor``) drives it, sleeping
+until the nearest of its ranks' exits, its escalation deadlines and its readings. Elsewhere
+(the stats of a torchrun job that rankvisor watches) the process's beat runs on a thread of
+its own that exists only while a ticker is registered.
 
 A tick must be short (a few milliseconds: a /proc read, a look at the activity): one that
-blocks delays every other ticker, so a reading that waits on something outside (a socket,
-py-spy) takes a thread of its own (``own_thread=True``) or hands its work on. A call that
+blocks delays every other ticker, and on a run loop the ranks' exits too, so a reading that
+waits on something outside (a socket, py-spy) hands its work to a thread of its own. A call that
 raises is logged and the next one comes as usual: a reading never touches the run.
 """
 
@@ -74,11 +77,21 @@ def next_on_grid(now: float, interval_s: float, phase: float = 0.0) -> float:
 
 
 class Beat:
-    """One thread for every ticker registered, woken only when one is due."""
+    """The tickers' timers in one heap, woken only when one is due.
 
-    def __init__(self, name: str = "rankvisor-beat", phase: float = 0.0) -> None:
+    A beat runs its tickers on a thread of its own, or, given ``driver``, on a loop that
+    drives it: the Supervisor's run loop (``engine.supervisor.monitor``) already sleeps in
+    ``poll()`` on its ranks' exits and its wake-up pipe until its nearest deadline, so the
+    run's readings ride that sleep (``next_due`` is one more deadline, ``run_due`` runs what
+    fell due) instead of a thread and a clock of their own. ``driver`` wakes that loop when
+    a ticker joins, so that it sleeps no longer than the new ticker's first deadline.
+    """
+
+    def __init__(self, name: str = "rankvisor-beat", phase: float = 0.0, *,
+                 driver: Callable[[], None] | None = None) -> None:
         self._name = name
         self._phase = phase
+        self._driver = driver
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Ticker]] = []
         self._live: dict[int, Ticker] = {}
@@ -86,6 +99,9 @@ class Beat:
         self._key: dict[int, int] = {}  # id(ticker) -> its heap id
         self._running: Ticker | None = None
         self._thread: threading.Thread | None = None
+        """The beat's own thread (none when driven)."""
+        self._ticking: threading.Thread | None = None
+        """The thread running ticks now: a ticker stopped from it never waits for itself."""
 
     def add(self, ticker: Ticker) -> None:
         with self._cond:
@@ -96,13 +112,15 @@ class Beat:
             self._live[key] = ticker
             due = next_on_grid(clock.monotonic(), ticker.interval_s, self._phase)
             heapq.heappush(self._heap, (due, key, ticker))
-            if self._thread is None:
+            if self._driver is None and self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             self._cond.notify_all()
+        if self._driver is not None:
+            self._driver()
 
     def remove(self, ticker: Ticker) -> None:
-        on_beat = threading.current_thread() is self._thread
+        on_beat = threading.current_thread() is self._ticking
         with self._cond:
             key = self._key.pop(id(ticker), None)
             if key is not None:
@@ -116,34 +134,46 @@ class Beat:
         if thread is not None:
             thread.join(5.0)  # no ticker left: the beat's thread is gone when we return
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                due: list[Ticker] = []
-                while True:
-                    while self._heap and self._heap[0][1] not in self._live:
-                        heapq.heappop(self._heap)  # removed since
-                    if not self._heap:
-                        self._thread = None
-                        self._cond.notify_all()
-                        return
-                    now = clock.monotonic()
-                    # A timed wait may end a hair early: within a millisecond is due (else
-                    # a second wake-up for nothing).
-                    if self._heap[0][0] <= now + _EARLY_S:
-                        now = max(now, self._heap[0][0])
-                        break
-                    self._cond.wait(self._heap[0][0] - now)
-                while self._heap and self._heap[0][0] <= now:
-                    _, key, ticker = heapq.heappop(self._heap)
-                    if key in self._live:
-                        due.append(ticker)
-                        due_next = next_on_grid(now, ticker.interval_s, self._phase)
-                        heapq.heappush(self._heap, (due_next, key, ticker))
+    def next_due(self) -> float | None:
+        """When the earliest ticker falls due (the monotonic clock); None: no ticker."""
+        with self._cond:
+            self._drop_removed()
+            return self._heap[0][0] if self._heap else None
+
+    def run_due(self, now: float) -> None:
+        """Call every ticker due at ``now`` (a wake-up a hair early counts) and schedule
+        each one's next call; from the driving loop's thread, never under its locks."""
+        with self._cond:
+            due = self._take_due(now)
+        self._call(due)
+
+    def _drop_removed(self) -> None:
+        while self._heap and self._heap[0][1] not in self._live:
+            heapq.heappop(self._heap)  # removed since
+
+    def _take_due(self, now: float) -> list[Ticker]:
+        """The tickers due at ``now``, each put back one interval on; caller holds _cond."""
+        self._drop_removed()
+        if self._heap:
+            # A timed wait may end a hair early: within a millisecond is due (else a second
+            # wake-up for nothing).
+            now = max(now, self._heap[0][0]) if self._heap[0][0] <= now + _EARLY_S else now
+        due: list[Ticker] = []
+        while self._heap and self._heap[0][0] <= now:
+            _, key, ticker = heapq.heappop(self._heap)
+            if key in self._live:
+                due.append(ticker)
+                heapq.heappush(self._heap, (next_on_grid(now, ticker.interval_s, self._phase),
+                                            key, ticker))
+        return due
+
+    def _call(self, due: list[Ticker]) -> None:
+        self._ticking = threading.current_thread()
+        try:
             for ticker in due:
                 with self._cond:
                     if id(ticker) not in self._key:
-                        continue  # stopped by an earlier tick of this beat
+                        continue  # stopped by an earlier tick of this pass
                     self._running = ticker
                 try:
                     ticker.call()
@@ -151,6 +181,24 @@ class Beat:
                     with self._cond:
                         self._running = None
                         self._cond.notify_all()
+        finally:
+            self._ticking = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    self._drop_removed()
+                    if not self._heap:
+                        self._thread = None
+                        self._cond.notify_all()
+                        return
+                    now = clock.monotonic()
+                    due = self._take_due(now)
+                    if due:
+                        break
+                    self._cond.wait(self._heap[0][0] - now)
+            self._call(due)
 
 
 _EARLY_S = 0.001

@@ -1,6 +1,7 @@
 """status.json while a healthy run lasts: rewritten once a tick (no lifecycle event needed),
 so that each rank's ``step`` and ``last_output_age_s`` are fresh for a cron job or a script,
-and ``written_at`` moves on; output alone never costs a write per line."""
+and ``written_at`` moves on; output alone never costs a write per line. The refresh is one
+of the readings the Supervisor's run loop takes (its beat), not a thread of its own."""
 
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ def test_a_healthy_run_s_status_carries_fresh_steps(tmp_path: Path) -> None:
             seen = now
             time.sleep(0.02)
         assert writes < 30 and steps >= 1
+        # The refresh rides the run loop's beat (taken on its thread), not a beat of its own.
+        assert host._ticker._beat is sup.beat
     finally:
         sup.shutdown()
         host.close()

@@ -22,6 +22,10 @@ import pytest
 from rankvisor.engine.supervisor.run_config import ConfigError
 from rankvisor.tui.cli.run_args import build_run_parser, config_from_args, parse_run_args
 
+from tests.conftest import TORCH_IMPORT
+
+pytestmark = TORCH_IMPORT
+
 TORCH_ENV_FLAGS = 28
 """How many env-backed flags torch 2.13's torchrun has."""
 

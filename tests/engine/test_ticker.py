@@ -112,3 +112,44 @@ def test_own_thread_keeps_a_blocking_reading_off_the_beat() -> None:
     assert set(names) == {"rankvisor-test-own"}
     with pytest.raises(ValueError, match="positive"):
         Ticker("never", 0.0, lambda: None)
+
+
+def test_a_driven_beat_has_no_thread_and_runs_what_fell_due_when_its_loop_asks() -> None:
+    # The Supervisor's run loop drives its beat: it sleeps until ``next_due`` and calls
+    # ``run_due``. A table of moments on a fake clock; no thread is started.
+    from rankvisor.engine import clock
+
+    fake = clock.FakeClock(monotonic=100.2)
+    woken: list[int] = []
+    calls: list[tuple[str, float]] = []
+    beat = Beat("test-driven", driver=lambda: woken.append(1))
+    before = threading.active_count()
+    with clock.using(fake):
+        stats = Ticker("stats", 1.0, lambda: calls.append(("stats", fake.monotonic())),
+                       beat=beat)
+        status = Ticker("status", 2.0, lambda: calls.append(("status", fake.monotonic())),
+                        beat=beat)
+        stats.start()
+        status.start()
+        assert woken == [1, 1]  # the loop is told: a new deadline may be nearer
+        assert threading.active_count() == before
+        assert beat.next_due() == pytest.approx(101.0)
+        for now, due_next, seen in [
+            (100.5, 101.0, []),                                # nothing due yet
+            (100.9995, 102.0, [("stats", 100.9995)]),          # a hair early counts
+            (102.0, 103.0, [("stats", 102.0), ("status", 102.0)]),  # one wake-up for both
+            (105.3, 106.0, [("stats", 105.3), ("status", 105.3)]),  # late: once, not thrice
+        ]:
+            fake.advance(now - fake.monotonic())
+            calls.clear()
+            beat.run_due(fake.monotonic())
+            assert calls == seen, now
+            assert beat.next_due() == pytest.approx(due_next), now
+        stats.stop()
+        assert beat.next_due() == pytest.approx(106.0)  # the status ticker's, on its grid
+        status.stop()
+        assert beat.next_due() is None
+        fake.advance(10)
+        calls.clear()
+        beat.run_due(fake.monotonic())
+        assert calls == []
