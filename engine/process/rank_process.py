@@ -15,13 +15,17 @@ The low-level handle under ``SubprocessContext`` and the Supervisor. What it gua
   (``engine.process.spawner``) and get PR_SET_PDEATHSIG=SIGKILL, so they die with this process even
   on SIGKILL. (Their own children do not inherit it; the Supervisor's guard covers those.)
 * **Exits seen at once.** A watcher thread polls all pidfds, reaps, and stamps
-  ``exit_time_ns`` within about a millisecond of the exit; ``wait_any`` blocks on that.
+  ``exit_time_ns`` within about a millisecond of the exit; ``wait_any`` blocks on that. A
+  caller that already sleeps on its ranks' pidfds (the Supervisor's run loop) spawns them
+  ``watched=False`` and calls ``observe_exit`` when one is readable: no second thread
+  wakes for the same exit.
 * **No fd leaks.** Log files are opened for the spawn and closed in the parent right after
   (the child has its own copies), so nothing is left open for ranks that exited (torch leaks).
 
 Threads: ``spawn`` may be called from any thread (the fork itself happens on the spawner
 thread); ``poll``/``wait``/``send_signal``/``wait_any`` are thread-safe. The watcher thread
-reaps: nothing else may ``waitpid`` a rank.
+(or the caller that watches, through ``observe_exit`` and ``poll``) reaps: nothing else may
+``waitpid`` a rank.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class RankProcess:
         self.stderr_path = stderr_path
         self.signals_sent: list[tuple[int, int]] = []
         self.cgroup: Optional[_cgroups.RankCgroup] = None
+        self.watched = True
+        """Whether the exit watcher thread watches it (False: its caller does)."""
         self._memory_read: Optional[tuple[float, Optional[_cgroups.MemoryReading]]] = None
         """The latest memory reading, and when (``memory``)."""
         self._lock = threading.Lock()
@@ -129,6 +135,7 @@ class RankProcess:
         stdin: Optional[int] = None,
         pdeathsig: bool = True,
         cgroup: Optional[_cgroups.RankCgroup] = None,
+        watched: bool = True,
     ) -> RankProcess:
         """Start ``argv`` as a new rank (no shell), in its own session and process group.
 
@@ -150,6 +157,9 @@ class RankProcess:
             pdeathsig: give the rank PR_SET_PDEATHSIG=SIGKILL (see ``engine.process.spawner``).
             cgroup: a fresh cgroup the rank joins before it execs its program, so that
                 nothing it forks can leave it (``RunCgroups.new_rank``).
+            watched: False: the caller polls the pidfd itself and calls ``observe_exit``
+                once it is readable (or ``poll`` where there is no pidfd); the exit watcher
+                thread leaves the rank alone.
 
         Returns:
             The running rank.
@@ -173,7 +183,7 @@ class RankProcess:
         return _spawner.call(
             lambda: cls._spawn_here(
                 argv, full_env, stdout_path, stderr_path, cwd, log_mode, affinity, stdin,
-                pdeathsig, cgroup,
+                pdeathsig, cgroup, watched,
             )
         )
 
@@ -190,6 +200,7 @@ class RankProcess:
         stdin: Optional[int],
         pdeathsig: bool,
         cgroup: Optional[_cgroups.RankCgroup],
+        watched: bool = True,
     ) -> RankProcess:
         # Runs on the spawner thread: the thread the rank's death signal is tied to.
         program = _spawner.resolve_program_in_job(argv[0], env.get("PATH"), cwd)
@@ -243,6 +254,7 @@ class RankProcess:
                 os.close(fd)
         proc = cls(popen, argv, stdout_path, stderr_path)
         proc.cgroup = cgroup
+        proc.watched = watched
         # Watched (and discarded if the caller gave up) when the spawner job ends.
         _spawner.current_job_note(proc)
         return proc
@@ -297,6 +309,14 @@ class RankProcess:
         self._exit_time_ns = now_ns
         self._exitcode = code
         return True
+
+    def observe_exit(self) -> Optional[int]:
+        """``poll`` for a caller that watches the pidfd itself (``watched=False``), once it
+        is readable: the process's identity is kept before the reap frees its pid, as the
+        watcher keeps it. The exit code, or None if it has not exited."""
+        if self._exitcode is None and self._observe_exit(clock.wall_ns()):
+            _exitwatch.watcher().notify()
+        return self._exitcode
 
     def poll(self) -> Optional[int]:
         """The exit code if the rank has exited, else None. Never blocks."""
@@ -502,6 +522,10 @@ def _open_for_join(paths: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(fds)
 
 
+_UNWATCHED_STEP_S = 0.01
+"""How often ``wait_any`` looks at a rank the exit watcher leaves to its caller."""
+
+
 def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> list[RankProcess]:
     """Block until at least one of ``procs`` has exited, or ``timeout`` seconds pass.
 
@@ -517,19 +541,25 @@ def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> l
         return []
     deadline = None if timeout is None else clock.monotonic() + max(0.0, timeout)
     cond = _exitwatch.watcher().cond
+    # A rank its caller watches is reaped when the caller looks: look too, every 10 ms.
+    step = None if all(p.watched for p in procs) else _UNWATCHED_STEP_S
     with cond:
         while True:
             done = [p for p in procs if p._exitcode is not None]
             if done:
                 return done
+            if step is not None:
+                done = [p for p in procs if not p.watched and p.poll() is not None]
+                if done:
+                    return done
             if deadline is None:
-                cond.wait()
+                cond.wait(step)
                 continue
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 # One direct check, in case an exit happened but the watcher has not run yet.
                 return [p for p in procs if p.poll() is not None]
-            cond.wait(remaining)
+            cond.wait(remaining if step is None else min(remaining, step))
 
 
 def send_signal_all(

@@ -127,7 +127,8 @@ def _loop(state: _State) -> None:
             state.local.job = None
             # One wake-up of the exit watcher per job, not one per rank: waking it for each
             # rank of a batch costs ~0.3 ms a rank in GIL hand-overs.
-            _exitwatch.watcher().add_many(job.spawned)
+            _exitwatch.watcher().add_many(
+                p for p in job.spawned if getattr(p, "watched", True))
         with job.lock:
             job.finished = True
             abandoned = job.abandoned

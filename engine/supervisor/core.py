@@ -7,14 +7,17 @@ object that sees only what it needs: ``RunState`` and ``Wakeup`` (state.py), ``P
 ``InputWatch`` (the ranks' stdin pipes, and who waits on one) and ``Monitor``. Everything
 is per Supervisor, nothing module-global, so tests and a multi-node agent can hold several.
 
-Why one monitor thread blocked in ``poll()`` on every pidfd, the wake-up pipe and the
-nearest escalation deadline: an exit is seen within a millisecond, and a SIGKILL is sent at
-its deadline, with no polling loop. ``execute`` runs on the caller's thread and never waits
-for a rank. Why one state lock with events queued under it and delivered after it is
-released: a sink may call back into the Supervisor without a deadlock, and lifecycle events
-keep their order. An exit is ``caused_by_us`` only when our signal plausibly ended it: a rank
-that failed on its own during a teardown is a real failure. Restarts never delete a file:
-a rank restarted alone writes under ``restart_<k>/``, a new attempt under ``attempt_<n+1>/``.
+Why one run loop (``Monitor``) blocked in ``poll()`` on every pidfd, the wake-up pipe and
+the nearest deadline (an escalation's, or one of the run's periodic readings on its
+``beat``: stats, the stdin watch, the live suspect, the collectives, status.json's refresh):
+an exit is seen within a millisecond, a SIGKILL is sent at its deadline, and an idle run
+wakes once for all its readings, with no polling loop and no thread or clock per reading.
+``execute`` runs on the caller's thread and never waits for a rank. Why one state lock with
+events queued under it and delivered after it is released: a sink may call back into the
+Supervisor without a deadlock, and lifecycle events keep their order. An exit is
+``caused_by_us`` only when our signal plausibly ended it: a rank that failed on its own
+during a teardown is a real failure. Restarts never delete a file: a rank restarted alone
+writes under ``restart_<k>/``, a new attempt under ``attempt_<n+1>/``.
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ class Supervisor:
         self.unhealthy: str | None = None
         """Why torch's D-state rule found the group unhealthy (an agent stops it then)."""
 
-        self._input = InputWatch(self._state, self._events)
+        self._input = InputWatch(self._state, self._events, beat=self.beat)
         self._launcher = Launcher(
             config, self._state, self._events, self._stopper, self._pump,
             env_opts=EnvOptions(

@@ -6,20 +6,21 @@ refused with the reason, and a line that went is a ``RankInput`` event and an en
 incarnation's ``stdin.log``. A line that went also ends the rank's wait: it is answered, and
 the rank is busy with it until it reads again.
 
-The watch thread passes every ``interval`` seconds over every live rank with an open pipe
+The watch passes every ``interval`` seconds over every live rank with an open pipe
 (``engine.process.input_probe``) and publishes ``RankInputWait`` when a rank starts or stops
 waiting, or when what it asks changes; what it asks is read from the ends of its log files
 (``engine.output.prompt``). To stay cheap with many ranks, a pass looks at a rank's main
 thread only if the rank may have begun to read: it wrote lately or ends in an unfinished
 line (a prompt), else at every ``quiet_every``-th pass; every thread and its children at
 every ``deep_every``-th pass (staggered across ranks), and at each pass while it waits.
+The passes are one of the run's periodic readings: a ticker on the run loop's beat
+(``ticker.py``), not a thread of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import select
 import threading
 
 from .. import clock
@@ -32,12 +33,13 @@ from ..process.stdin_pipe import StdinRefused
 from .publisher import Publisher
 from .rank_slot import RankSlot
 from .state import RunState
+from .ticker import Beat, Ticker
 
 __all__ = ["InputWatch"]
 
 
 class _Target:
-    """One watched incarnation: what the thread needs, without taking the state lock."""
+    """One watched incarnation: what a pass needs, without taking the state lock."""
 
     __slots__ = ("answers", "attempt", "err", "inode", "moved", "out", "partial", "pid", "rank",
                  "sizes", "wait")
@@ -79,6 +81,7 @@ class InputWatch:
     def __init__(
         self, state: RunState, events: Publisher, *, interval: float = DEFAULT_INTERVAL_S,
         deep_every: int = DEFAULT_DEEP_EVERY, quiet_every: int = DEFAULT_QUIET_EVERY,
+        beat: Beat | None = None,
     ) -> None:
         self._state = state
         self._events = events
@@ -88,20 +91,19 @@ class InputWatch:
         self._every_s = (self._deep_every * interval, self._quiet_every * interval)
         """How often, in seconds, a rank is looked at deeply and a quiet rank at all: the
         same whatever the pace (``pace``)."""
-        self._pipe_lock = threading.Lock()
+        self._beat = beat
+        self._ticker: Ticker | None = None
+        self._stopped = False
+        self._look_lock = threading.Lock()
+        """One pass at a time (the beat's, and the one a pace change asks at once)."""
         self._probe = StdinProbe()
         self._targets: dict[int, _Target] = {}
-        """The ranks to watch, by rank: changed under the state lock, read by the thread."""
+        """The ranks to watch, by rank: changed under the state lock, read by a pass."""
         self._busy: dict[int, None] = {}
         """Ranks whose output moved lately or ends unfinished: looked at every pass."""
         self._waiting: dict[int, None] = {}
         """Ranks waiting now: looked at (closely) every pass."""
         events.subscribe(self._output)
-        self._stop_r = self._stop_w = -1
-        """A pipe written once by ``stop`` ("x"), and by ``pace`` ("p"): the thread sleeps in
-        ``select`` on it (an Event's wait costs several times more CPU per wake-up, and this
-        one wakes 4 times a second)."""
-        self._thread: threading.Thread | None = None
         self.passes = 0
         """How many passes the watch has made (for tests and the benchmark)."""
 
@@ -172,14 +174,15 @@ class InputWatch:
         self._targets.pop(slot.rank, None)
         self.answered(slot)
 
-    # -- the watch thread -------------------------------------------------------------------
+    # -- the watch ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is None:
-            self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
-            self._thread = threading.Thread(target=self._run, name="rankvisor-input",
-                                            daemon=True)
-            self._thread.start()
+        """Pass every ``interval`` seconds, on the beat (idempotent)."""
+        with self._look_lock:
+            if self._ticker is None and not self._stopped:
+                self._ticker = Ticker("rankvisor-input", self._interval, self._look_quietly,
+                                      beat=self._beat)
+                self._ticker.start()
 
     def pace(self, interval: float) -> None:
         """A pass every ``interval`` seconds from now on, the first at once (a viewer who
@@ -188,9 +191,13 @@ class InputWatch:
         self._interval = interval
         self._deep_every = max(1, round(deep_s / interval))
         self._quiet_every = max(1, round(quiet_s / interval))
-        with self._pipe_lock:
-            if self._stop_w >= 0:
-                os.write(self._stop_w, b"p")
+        with self._look_lock:
+            ticker, self._ticker = self._ticker, None
+        if ticker is None:
+            return  # not started: the start takes the new pace
+        ticker.stop()
+        self.start()
+        self._look_quietly()
 
     @property
     def interval(self) -> float:
@@ -198,29 +205,22 @@ class InputWatch:
         return self._interval
 
     def stop(self) -> None:
-        with self._pipe_lock:
-            if self._stop_w >= 0:
-                os.write(self._stop_w, b"x")
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5.0)
-        with self._pipe_lock:
-            for fd in (self._stop_r, self._stop_w):
-                if fd >= 0:
-                    os.close(fd)
-            self._stop_r = self._stop_w = -1
-        self._probe.close()
+        """No pass runs or will run once this returns."""
+        with self._look_lock:
+            self._stopped = True
+            ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.stop()
+        with self._look_lock:
+            self._probe.close()
 
-    def _run(self) -> None:
-        stop = self._stop_r
-        while True:
-            if select.select([stop], [], [], self._interval)[0]:
-                said = os.read(stop, 64)
-                if not said or b"x" in said:
-                    return
-            try:
-                self.look()
-            except Exception:  # noqa: BLE001 - a view of the ranks must not end the run
-                log.exception("input watch pass failed")
+    def _look_quietly(self) -> None:
+        try:
+            with self._look_lock:
+                if not self._stopped:
+                    self.look()
+        except Exception:  # noqa: BLE001 - a view of the ranks must not end the run
+            log.exception("input watch pass failed")
 
     def look(self) -> None:
         """One pass over the live ranks with an open pipe that may have begun to read."""

@@ -244,6 +244,7 @@ class Launcher:
                 slot.argv, slot.env, slot.stdout_path, slot.stderr_path,
                 cwd=self._config.cwd, stdin=stdin,
                 cpu_affinity=self._cpu_sets.get(slot.rank), cgroup=cgroup,
+                watched=False,  # the run loop sleeps on its pidfd (monitor.py)
             )
         except (OSError, ValueError) as e:
             if cgroup is not None:

@@ -21,8 +21,9 @@ lock, then, with the lock released, runs the queued pump calls and delivers the 
 held, the readings due are taken (each a few milliseconds; one that waits on something
 outside hands that part to a thread of its own).
 
-Reaping is done by engine.process's watcher thread; ``proc.poll()`` here only reads the result
-(or reaps first if the watcher has not yet), so nothing is ever signalled after its reap.
+The loop is the only watcher of its ranks' pidfds: they are spawned ``watched=False`` (no
+exit-watcher thread wakes for the same exit) and reaped here, by ``observe_exit`` under the
+rank's lock, the lock every signal takes, so nothing is ever signalled after its reap.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ class Monitor:
         for slot in state.slots.values():
             proc = slot.proc
             if slot.alive and proc is not None:
-                code = proc.poll()
+                code = proc.observe_exit()
                 if code is not None:
                     self._on_exit(slot, proc, code)
         self._stopper.run_deadlines(clock.monotonic())

@@ -242,6 +242,38 @@ def test_fileno_is_a_pollable_pidfd() -> None:
     proc.wait(30)
 
 
+def test_a_rank_its_caller_watches_is_left_alone_by_the_exit_watcher(tmp_path: Path) -> None:
+    """``watched=False`` (the Supervisor's run loop): the exit watcher neither watches nor
+    reaps it; the caller's ``observe_exit`` reaps it when its pidfd is readable, and keeps
+    its identity first; ``wait`` still returns, looking for itself."""
+    import select
+
+    from rankvisor.engine.process import exit_watch
+
+    gate = tmp_path / "gate"
+    code = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)"
+    proc = RankProcess.spawn([PYTHON, "-c", code], None, None, None, watched=False)
+    try:
+        assert proc.pidfd is not None
+        assert proc.pidfd not in exit_watch.watcher()._by_fd
+        assert proc.observe_exit() is None  # running: nothing to reap
+        started = proc.create_time
+        gate.touch()
+        select.select([proc], [], [], 30)  # as the run loop sleeps on it
+        time.sleep(0.2)  # nobody else reaps it meanwhile
+        assert proc.exit_time_ns is None
+        assert proc.observe_exit() == 0
+        assert proc.exit_time_ns is not None
+        assert proc.create_time == pytest.approx(started, abs=0.05)  # its own, kept
+    finally:
+        gate.touch()
+        proc.wait(30)
+    other = RankProcess.spawn([PYTHON, "-c", "pass"], None, None, None, watched=False)
+    assert other.wait(30) == 0  # no watcher thread to wake it: it looks every 10 ms
+    other.close()
+    proc.close()
+
+
 def test_close_refuses_while_running() -> None:
     proc = _sleep()
     try:

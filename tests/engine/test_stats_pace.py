@@ -96,3 +96,39 @@ def test_the_stdin_watch_keeps_its_quiet_and_deep_looks_in_seconds() -> None:
     for pace, quiet, deep in rows:
         watch.pace(pace)
         assert (watch.interval, watch._quiet_every, watch._deep_every) == (pace, quiet, deep)
+
+
+def test_the_stdin_watch_passes_on_the_run_loops_beat_and_a_new_pace_passes_at_once() -> None:
+    from rankvisor.engine import clock
+    from rankvisor.engine.supervisor.input_watch import InputWatch
+    from rankvisor.engine.supervisor.publisher import Publisher
+    from rankvisor.engine.supervisor.state import RunState
+    from rankvisor.engine.supervisor.ticker import Beat
+
+    fake = clock.FakeClock(monotonic=50.0)
+    beat = Beat("test-input", driver=lambda: None)  # the loop: this test, by hand
+    state = RunState({}, max_restarts=0)
+    with clock.using(fake):
+        watch = InputWatch(state, Publisher(state), beat=beat)
+        watch.pace(2.0)  # not started: only remembered, no pass
+        assert (watch.interval, watch.passes, beat.next_due()) == (2.0, 0, None)
+        watch.start()
+        rows = [  # (seconds on, the pace asked then or None, passes after, next due)
+            (1.0, None, 0, 52.0),
+            (1.0, None, 1, 54.0),      # due at 52: the beat's pass
+            (0.5, 0.25, 2, 52.75),     # a viewer attached: a pass at once, then every 0.25 s
+            (0.25, None, 3, 53.0),
+            (0.0, 2.0, 4, 54.0),       # the last one left: a pass, then every 2 s
+        ]
+        for step, pace, passes, due in rows:
+            fake.advance(step)
+            if pace is not None:
+                watch.pace(pace)
+            beat.run_due(fake.monotonic())
+            assert (watch.passes, beat.next_due()) == (passes, due), (step, pace)
+        watch.stop()
+        assert beat.next_due() is None
+        watch.pace(0.25)
+        fake.advance(5.0)
+        beat.run_due(fake.monotonic())
+        assert watch.passes == 4 and beat.next_due() is None  # stopped stays stopped
