@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -138,6 +139,12 @@ def _inner_loop(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background of a script (``cmd &`` in a shell without job
+    # control) inherits SIGINT ignored, and so would every process a test starts (an ignored
+    # signal survives exec): a rank sent SIGINT, or a TUI's Ctrl-C, would do nothing. The
+    # tests are about what a person's terminal gives: the default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if _inner_loop(config):
         sys.addaudithook(_GUARD.audit)
         import multiprocessing.util
