@@ -3,13 +3,15 @@ escalations in flight; inputs in, effects out.
 
 The Supervisor (over real processes) and its scripted double (over scripted ones, a fixed
 clock) both hold a ``RunKernel`` and carry out what it returns, as an httpx client over a
-real transport or a ``MockTransport``: one state machine, two edges. An input is a call (a
-stop or kill asked, signals delivered, a rank exited, a deadline passed, a restart or the
-shutdown asked, "what now?" after exits); its answer is a list of effects, in the order the
-edge must carry them out (publish a state change, deliver a signal, schedule or finish an
-escalation, say something, start a rank or an attempt, end the run or its round). The
-kernel moves its own records as it decides; nothing here delivers a signal, spawns, reads a
-clock or takes a lock: the edge passes ``now`` in and holds the lock around every call.
+real transport or a ``MockTransport``: one state machine, two edges. What happens on its
+own (a rank exited, a signal reached the supervisor, time passed) comes in through one door,
+``step(input, now)``; what a person asks (stop, kill, restart one or all, shut down) comes in
+as a call that can be refused. Either answer is a list of effects, in the order the edge
+must carry them out (publish a state change, deliver a signal, schedule or finish an
+escalation, say something, note a failure, start a rank or an attempt, end the run or its
+round). The kernel moves its own records as it decides; nothing here delivers a signal,
+spawns, reads a clock or takes a lock: the edge passes ``now`` in and holds the lock around
+every call.
 
 A delivery is the one effect whose outcome comes back: a rank may have exited before the
 signal reached it, so the edge answers ``Deliver`` with ``delivered`` (who got it), and
@@ -37,17 +39,22 @@ __all__ = [
     "Deliver",
     "Effect",
     "EscalationDone",
+    "FailedOnOwn",
+    "Input",
     "InvalidTransition",
     "KillSurvivors",
     "Moved",
     "NewAttempt",
     "Over",
+    "RankExited",
     "RankLife",
     "Respawn",
     "RunKernel",
     "Say",
     "Scheduled",
+    "SignalReceived",
     "StopReason",
+    "Tick",
     "signame",
 ]
 
@@ -222,8 +229,56 @@ class Over:
     kind: Literal["finish", "round"]
 
 
-Effect = Union[Moved, Deliver, Scheduled, KillSurvivors, EscalationDone, Say, Respawn,
-               NewAttempt, Over]
+@dataclass(frozen=True, slots=True)
+class FailedOnOwn:
+    """A rank failed, not by our signal: what the ranks did after this moment is the
+    failure's aftermath, not evidence (the edge cuts the activity record here). ``first``:
+    the attempt's first such failure, before any teardown signal goes (the edge reads the
+    live ranks' collectives now, while they still hold what they were doing)."""
+
+    rank: int
+    exit_time_ns: int | None
+    first: bool
+
+
+Effect = Union[Moved, Deliver, Scheduled, KillSurvivors, EscalationDone, Say, FailedOnOwn,
+               Respawn, NewAttempt, Over]
+
+
+# -- inputs to ``step`` ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RankExited:
+    """A rank's process ended with ``code`` (``caused``: by our signal, as the edge judged
+    with ``RankLife.exit_is_ours`` and what only it can read). ``held``: the ranks a person
+    holds at a post-mortem prompt now (the edge reads their hold files)."""
+
+    rank: int
+    code: int
+    exit_time_ns: int | None
+    caused: bool
+    held: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    """SIGTERM, SIGINT or SIGHUP reached the supervisor itself."""
+
+    sig: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The edge is up to date with every exit: what is due at ``now`` (escalations, a
+    debug hold that ended, restarts and attempts whose ranks have all exited, the end).
+    ``finished``: the run's end was published already (by us, or by an agent)."""
+
+    held: tuple[int, ...] = ()
+    finished: bool = False
+
+
+Input = Union[RankExited, SignalReceived, Tick]
 
 L = TypeVar("L", bound=RankLife)
 
@@ -271,7 +326,66 @@ class RunKernel(Generic[L]):
         self.rank_base = 0
         """In a multi-node run: the global rank of local rank 0 in the current round. Lives
         keep local ranks; what a person reads names ``rank_base + rank``."""
+        self.received_signal: int | None = None
+        """The first signal that reached the supervisor (the run ends with 128 + it)."""
         self._exits = itertools.count(1)
+        self._failure_attempt = -1
+        """The attempt whose first failure on its own was seen (``FailedOnOwn.first``)."""
+
+    # -- one step --------------------------------------------------------------------------
+
+    def step(self, event: Input, now: float) -> list[Effect]:
+        """What follows ``event`` at ``now`` (the edge's monotonic clock).
+
+        A ``Tick`` whose answer starts ranks (``Respawn``, ``NewAttempt``) is followed by
+        another once the edge has started them: only then can the end be judged (a start
+        that failed leaves its rank final).
+        """
+        if isinstance(event, RankExited):
+            return self._rank_exited(event)
+        if isinstance(event, SignalReceived):
+            return self._signal_received(event.sig)
+        if isinstance(event, Tick):
+            return self._tick(event, now)
+        raise TypeError(f"not an input of the run kernel: {event!r}")
+
+    def _rank_exited(self, event: RankExited) -> list[Effect]:
+        """The exit's move and the escalations it ends; a failure on its own is noted, then
+        (torch's rule) the others are torn down, or held while a person debugs one."""
+        rank = event.rank
+        out = self.exited(rank, event.code, event.exit_time_ns, event.caused)
+        if not self.lives[rank].failed_on_own:
+            return out
+        first = self._failure_attempt != self.attempt
+        self._failure_attempt = self.attempt
+        out.append(FailedOnOwn(rank, event.exit_time_ns, first))
+        if self.tears_down(rank):
+            held = [r for r in event.held if r != rank and self.lives[r].alive]
+            out += self.failed(rank, held)
+        return out
+
+    def _signal_received(self, sig: int) -> list[Effect]:
+        """The first such signal is passed on to every rank, SIGKILL at the term timeout
+        (torch's agent does the same on its SignalException); a second one means it: SIGKILL
+        now."""
+        name = signame(sig)
+        if self.received_signal is None:
+            self.received_signal = sig
+            say = Say(f"got {name}: stopping all ranks (SIGKILL in {self.term_timeout_s:g} s)",
+                      "warning")
+            return [say, *self.shut_down(self.term_timeout_s, sig)]
+        say = Say(f"got {name} again: killing all ranks", "warning")
+        return [say, *self.kill([life.rank for life in self.live()], "shutdown")]
+
+    def _tick(self, event: Tick, now: float) -> list[Effect]:
+        out = self.deadlines(now)
+        if self.teardown_held and not any(self.lives[r].alive for r in event.held):
+            out += self.hold_ended()
+        starts = self.settle()
+        out += starts
+        if not starts:
+            out += self.end(finished=event.finished)
+        return out
 
     # -- views ---------------------------------------------------------------------------
 

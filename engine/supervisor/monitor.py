@@ -41,7 +41,16 @@ from ..forensics.exit_cause import ExitCause, diagnose
 from ..forensics.own_traceback import raised_before_stop, raised_line
 from ..forensics.stdin_hint import note_null_stdin
 from ..forensics.suspect import TOGETHER_S, RankFacts, find_suspect
-from ..kernel.run import Effect, NewAttempt, Over, Respawn
+from ..kernel.run import (
+    Effect,
+    FailedOnOwn,
+    NewAttempt,
+    Over,
+    RankExited,
+    Respawn,
+    SignalReceived,
+    Tick,
+)
 from ..logfile.tail import last_lines
 from ..names.signals import signal_name
 from ..process.guard import Guard
@@ -91,8 +100,6 @@ class Monitor:
         self._collectives = collectives
         self._beat = beat
         """The run's readings, driven by this loop (None: none)."""
-        self._fr_attempt = -1
-        """The attempt whose first failure's collectives were captured."""
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -202,29 +209,42 @@ class Monitor:
         return failed_steps
 
     def _reconcile(self) -> None:
-        """Bring everything up to date; caller holds the lock. Order matters."""
+        """Bring everything up to date; caller holds the lock. The kernel decides
+        (``RunKernel.step``); this reads what it needs and carries out what it answers."""
         state = self._state
         self._check_guard()
-        self._handle_our_signals()
+        while state.signals_pending:
+            sig = state.signals_pending.pop(0)
+            self._carry_out(state.step(SignalReceived(sig), clock.monotonic()))
         for slot in state.slots.values():
             proc = slot.proc
             if slot.alive and proc is not None:
                 code = proc.observe_exit()
                 if code is not None:
                     self._on_exit(slot, proc, code)
-        self._stopper.run_deadlines(clock.monotonic())
-        if state.teardown_held and not held_ranks(state):
-            self._stopper.apply(state.hold_ended())
-        self._carry_out(state.settle())
-        self._carry_out(state.end(finished=state.finished is not None))
+        now = clock.monotonic()
+        self._stopper.start_captures(now)
+        while True:
+            held = tuple(held_ranks(state)) if state.teardown_held else ()
+            effects = state.step(Tick(held, finished=state.finished is not None), now)
+            self._carry_out(effects)
+            # Ranks were started: only now can the end be judged (a failed start is final).
+            if not any(isinstance(e, (Respawn, NewAttempt)) for e in effects):
+                break
         state.changed.notify_all()
 
     def _carry_out(self, effects: list[Effect]) -> None:
-        """The kernel's effects after exits: its stops and words go to the Stopper, the
-        starts and the end are ours."""
+        """The kernel's effects, in order: stops and words go to the Stopper; the notes of a
+        failure, the starts and the end are ours."""
         state = self._state
-        for effect in self._stopper.apply(effects):
-            if isinstance(effect, Respawn):
+        for effect in effects:
+            if isinstance(effect, FailedOnOwn):
+                if effect.first:
+                    self._capture_collectives(effect.rank)
+                # Output after the first failure (tracebacks, the teardown) is not what the
+                # ranks were doing before it: the suspect's silence is measured up to here.
+                state.activity.cutoff(effect.exit_time_ns or clock.wall_ns())
+            elif isinstance(effect, Respawn):
                 self._launcher.respawn(state.slots[effect.rank])
             elif isinstance(effect, NewAttempt):
                 self._launcher.start_attempt(first=False)
@@ -236,6 +256,8 @@ class Monitor:
                 state.finished = self._run_finished()
                 # ``wait()`` returns once this event has been delivered (see Publisher.flush).
                 self._events.emit(state.finished)
+            else:
+                self._stopper.apply([effect])
 
     def _check_guard(self) -> None:
         guard = self._guard
@@ -248,28 +270,10 @@ class Monitor:
                 f"the guard process (pid {old}) died; started a new one (pid {new})", "warning"
             )
 
-    def _handle_our_signals(self) -> None:
-        state = self._state
-        while state.signals_pending:
-            sig = state.signals_pending.pop(0)
-            if state.received_signal is None:
-                # SIGTERM/SIGINT/SIGHUP to us: forward the same signal to every rank,
-                # SIGKILL at the term timeout (torch's agent does the same on SignalException).
-                state.received_signal = sig
-                self._events.notice(
-                    f"got {signal_name(sig)}: stopping all ranks "
-                    f"(SIGKILL in {self._config.term_timeout:g} s)",
-                    "warning",
-                )
-                self._stopper.apply(state.shut_down(self._config.term_timeout, sig))
-            else:
-                # A second signal: the person means it. SIGKILL now.
-                self._events.notice(f"got {signal_name(sig)} again: killing all ranks", "warning")
-                self._stopper.kill_now(state.live(), "shutdown")
-
     # -- exits ----------------------------------------------------------------------------
 
     def _on_exit(self, slot: RankSlot, proc: RankProcess, code: int) -> None:
+        state = self._state
         slot.exitcode = code
         slot.exit_time_ns = proc.exit_time_ns
         # Ours only if our signal plausibly ended it (see RankSlot.exit_caused_by_us): a
@@ -285,35 +289,29 @@ class Monitor:
                 slot.rank, proc.pid, code, slot.error_file,
                 exit_time_ns=slot.exit_time_ns, caused_by_us=caused,
             )
-        # STARTING/RUNNING/TERMINATING/RESTARTING -> SUCCEEDED/FAILED/SIGNALLED: it exited
-        effects = self._state.exited(slot.rank, code, slot.exit_time_ns, caused)
+        held = tuple(held_ranks(state)) if code != 0 and not caused else ()
+        effects = state.step(RankExited(slot.rank, code, slot.exit_time_ns, caused, held),
+                             clock.monotonic())
         if code != 0:
+            # Read before the rank's cgroup is released; published with its exit.
             slot.exit_cause = _exit_cause(slot, proc, code)
             if self._config.stdin == "null" and not caused:
                 slot.exit_cause = note_null_stdin(slot.exit_cause, slot.stderr_path)
-        self._stopper.apply(effects)
         self._launcher.retire(slot, proc)
-        if code != 0 and not caused:
-            self._capture_collectives(slot)
-            # Output after the first failure (tracebacks, the teardown) is not what the
-            # ranks were doing before it: the suspect's silence is measured up to here.
-            self._state.activity.cutoff(slot.exit_time_ns or clock.wall_ns())
-        if self._state.tears_down(slot.rank):
-            self._stopper.apply(self._state.failed(slot.rank, held_ranks(self._state)))
+        self._carry_out(effects)
 
-    def _capture_collectives(self, slot: RankSlot) -> None:
+    def _capture_collectives(self, rank: int) -> None:
         """At an attempt's first failure, before the teardown signals the others: what every
         live rank's Flight Recorder says now (bounded; their server answers off their
         Python threads), saved on a thread of its own."""
         watch = self._collectives
-        if watch is None or self._fr_attempt == self._state.attempt:
+        if watch is None:
             return
-        self._fr_attempt = self._state.attempt
         paths = watch.live_paths()
         try:
             if paths:
                 watch.ask(paths, timeout_s=0.5)
-            watch.capture_later(f"rank {self._state.shown(slot.rank)} failed", {}, 0.0)
+            watch.capture_later(f"rank {self._state.shown(rank)} failed", {}, 0.0)
         except Exception:  # noqa: BLE001 - a reading must never touch the run
             log.exception("collectives capture at the first failure failed")
 

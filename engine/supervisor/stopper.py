@@ -6,9 +6,10 @@ moves, when each escalation's SIGKILL is due and when to give up on a rank the k
 the OS does not reap; the Stopper carries its effects out over real processes: it sends
 each stop signal to the rank's process group and descendants, notes when it went, says so
 (``RanksSignalled``), continues stopped ranks, and starts a stack capture before a SIGKILL.
-The monitor thread calls ``run_deadlines`` whenever it wakes (it also wakes at the nearest
-deadline). Commands, the monitor and ``shutdown`` all stop ranks through here, holding the
-state lock; events are queued on the publisher and delivered after the lock is released.
+The monitor's loop wakes at the nearest deadline, starts the captures due and hands the
+kernel a ``Tick`` (its SIGKILLs come back here as ``KillSurvivors``). Commands, the monitor
+and ``shutdown`` all stop ranks through here, holding the state lock; events are queued on
+the publisher and delivered after the lock is released.
 """
 
 from __future__ import annotations
@@ -192,7 +193,9 @@ class Stopper:
         self._state.signal_log.append(SignalRecord(ranks_t, name, by, reason, now))
         self._events.emit(RanksSignalled(ranks_t, name, by, reason, now / 1e9))
 
-    def _start_captures(self, now: float) -> None:
+    def start_captures(self, now: float) -> None:
+        """The stack captures due before an escalation's SIGKILL, each on a thread of its
+        own (``before_kill``): started before the kernel's deadlines, never delaying them."""
         if self._captures is None or self._before_kill is None:
             return
         for targets, deadline, why in self._captures.due(now, self._live_pid):
@@ -205,11 +208,3 @@ class Stopper:
     def _live_pid(self, rank: int) -> int | None:
         slot = self._state.slots[rank]
         return slot.pid if slot.alive else None
-
-    def run_deadlines(self, now: float) -> None:
-        """SIGKILL the ranks whose deadline passed; give up on those SIGKILL did not end.
-
-        Captures due are started first, on threads of their own: they never delay a SIGKILL.
-        """
-        self._start_captures(now)
-        self.apply(self._state.deadlines(now))

@@ -91,11 +91,13 @@ from ..kernel.run import (
     Moved,
     NewAttempt,
     Over,
+    RankExited,
     RankLife,
     Respawn,
     RunKernel,
     Say,
     Scheduled,
+    Tick,
     signame,
 )
 from ..names import refusals as words
@@ -735,14 +737,17 @@ class ScriptedSupervisor:
                 timestamp=int(EPOCH + 60),
                 caused_by_us=caused,
             )
-        self._apply(self._kernel.exited(rank, exitcode, None, caused))
-        if self._kernel.tears_down(rank):
-            self._apply(self._kernel.failed(rank))
+        self._apply(self._kernel.step(RankExited(rank, exitcode, None, caused), self._clock()))
 
     def _settle(self) -> None:
-        """What the monitor does after exits: restarts, the new attempt, the end."""
-        self._apply(self._kernel.settle())
-        self._apply(self._kernel.end(finished=self._finished))
+        """What the monitor does after exits: restarts, the new attempt, the end (one more
+        look once ranks were started, as the monitor takes)."""
+        while True:
+            # A scripted run's deadlines pass only at ``expire_escalations``: none is due here.
+            effects = self._kernel.step(Tick(finished=self._finished), _NOTHING_DUE)
+            self._apply(effects)
+            if not any(isinstance(e, (Respawn, NewAttempt)) for e in effects):
+                return
 
     def _run_finished(self) -> RunFinished:
         ended = [(r, life.failure) for r, life in sorted(self._life.items()) if life.failure]
@@ -852,6 +857,10 @@ class ScriptedSupervisor:
                 t=t,
             )
         )
+
+
+_NOTHING_DUE = float("-inf")
+"""The ``now`` of a scripted pass: before every deadline."""
 
 
 def _split(script: Iterable[ScriptItem]) -> list[list[Event]]:
