@@ -4,8 +4,9 @@ What happens to a run's ranks (which a command reaches and when it is refused, w
 moves a rank, whose exit was ours, the SIGTERM -> SIGKILL escalations and their deadlines,
 what follows an exit: a restart alone, a new attempt, torch's restart policy, the end) is
 decided here, once, for every handle that carries it out: ``run.RunKernel`` holds the run's
-lifecycle (the Supervisor's state over real processes is one; its scripted double,
-``engine.testing``, drives one over scripted ones), ``policy`` and ``escalation`` its rules
+lifecycle and takes what happens on its own through ``step(input, now)`` (the Supervisor's
+state over real processes is one; its scripted double, ``engine.testing``, drives one over
+scripted ones), ``policy`` and ``escalation`` its rules
 as plain functions and data (the handle of a torchrun job uses them too). Nothing here
 starts a thread, reads a clock, a file or a process, or sends a signal; an import-linter
 contract in pyproject.toml keeps it so. A rule is tested as a table of inputs at given
