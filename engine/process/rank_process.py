@@ -161,9 +161,6 @@ class RankProcess:
                 once it is readable (or ``poll`` where there is no pidfd); the exit watcher
                 thread leaves the rank alone.
 
-        Returns:
-            The running rank.
-
         Raises:
             FileNotFoundError: the program does not exist (or is not on PATH).
             PermissionError: the program is not executable.
@@ -529,12 +526,8 @@ _UNWATCHED_STEP_S = 0.01
 def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> list[RankProcess]:
     """Block until at least one of ``procs`` has exited, or ``timeout`` seconds pass.
 
-    Args:
-        procs: the ranks to watch.
-        timeout: seconds; None waits for ever, 0 only checks.
-
-    Returns:
-        Every one of ``procs`` that has exited (empty on timeout, or if ``procs`` is empty).
+    ``timeout``: None waits for ever, 0 only checks. Returns every one of ``procs`` that has
+    exited (empty on timeout, or if ``procs`` is empty).
     """
     procs = list(procs)
     if not procs:
