@@ -19,7 +19,6 @@ the run's ``attempt_<n>`` directories count every round this node started.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from collections.abc import Callable
@@ -43,8 +42,6 @@ from ..supervisor.core import Supervisor
 from .board import StatusBoard
 
 __all__ = ["RankvisorAgent", "make_spec"]
-
-log = logging.getLogger(__name__)
 
 
 def make_spec(sup: Supervisor, opts: ClusterOptions) -> WorkerSpec:

@@ -31,7 +31,6 @@ thread); ``poll``/``wait``/``send_signal``/``wait_any`` are thread-safe. The wat
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import select
 import signal
@@ -51,9 +50,6 @@ from . import spawner as _spawner
 __all__ = ["RankProcess", "on_spawner_thread", "resolve_program", "send_signal_all", "wait_any"]
 
 resolve_program = _spawner.resolve_program
-
-logger = logging.getLogger(__name__)
-
 
 
 def on_spawner_thread(fn: Any) -> Any:
