@@ -137,13 +137,8 @@ class DefaultLogsSpecs(LogsSpecs):
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         """Build ``attempt_<TORCHELASTIC_RESTART_COUNT>`` and the per-rank paths.
 
-        Run id and restart count come from rank 0's environment, as in torch.
-
-        Args:
-            envs: per-rank environments; ``TORCHELASTIC_ERROR_FILE`` is set in each.
-
-        Returns:
-            The attempt's ``LogsDest``.
+        Run id and restart count come from rank 0's environment, as in torch;
+        ``TORCHELASTIC_ERROR_FILE`` is set in each rank's ``envs``.
         """
         nprocs = len(envs)
         if nprocs == 0:

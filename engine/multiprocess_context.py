@@ -74,20 +74,10 @@ class _MpPopen:
 class MultiprocessContext(PContext):
     """``PContext`` holding worker processes invoked as a function.
 
-    Args:
-        name: Role name; the default log line prefix is ``[{name}{local_rank}]:``.
-        entrypoint: The function each rank runs; picklable by reference unless
-            ``start_method`` is "fork".
-        args: Arguments per local rank (keys exactly 0..n-1).
-        envs: Extra environment per local rank, applied in the child before the function
-            and its module are unpickled.
-        start_method: "spawn", "fork" or "forkserver".
-        logs_specs: Where stdout/stderr/error.json go (see ``DefaultLogsSpecs``).
-        log_line_prefixes: Per-rank prefix of tee'd lines.
-        numa_options: Bind each rank's CPUs to its NUMA node (``engine.process.numa``).
-        duplicate_stdout_filters: Tee'd stdout lines containing any of these also go to
-            filtered_stdout.log.
-        duplicate_stderr_filters: The same for stderr.
+    Args: as ``PContext``, plus ``start_method`` ("spawn", "fork" or "forkserver") and
+    ``numa_options`` (ours or torch's ``NumaOptions``). The function must be picklable by
+    reference unless ``start_method`` is "fork"; ``envs`` is applied in the child before the
+    function and its module are unpickled.
     """
 
     entrypoint: Callable[..., Any]

@@ -221,10 +221,6 @@ class PContext(abc.ABC):
         ``death_sig`` (default SIGTERM) goes to each live rank and its group; after one
         shared deadline of ``timeout`` s survivors get SIGKILL, and the wait after that is
         bounded too, so a rank stuck in the kernel cannot hang us. Idempotent.
-
-        Args:
-            death_sig: the first signal.
-            timeout: seconds of grace before SIGKILL (and the bound of the wait after it).
         """
         self._close(death_sig or signal.SIGTERM, timeout)
         if self._cleaned_up:

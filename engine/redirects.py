@@ -96,10 +96,6 @@ def redirect(std: str, to_file: str) -> Iterator[None]:
     block (Python and C buffers) is flushed to the old destination first, output written
     inside the block is flushed to the file before the old descriptor comes back.
 
-    Args:
-        std: "stdout" or "stderr".
-        to_file: Path of the destination file.
-
     Raises:
         ValueError: ``std`` is not one of the two standard streams (torch's message).
     """

@@ -28,22 +28,7 @@ def start_processes(
     A ``str`` entrypoint is a program (``SubprocessContext``; its args are ``str()``-ed and
     ``start_method`` is ignored); anything else is a function (``MultiprocessContext``).
 
-    Args:
-        name: role name; tee'd lines are prefixed ``[{name}{local_rank}]:``.
-        entrypoint: program path or function.
-        args: arguments per local rank; keys exactly ``0..n-1``.
-        envs: environment per local rank; same keys.
-        logs_specs: where logs go (``DefaultLogsSpecs``).
-        log_line_prefixes: per-rank prefixes for tee'd lines.
-        start_method: "spawn", "fork" or "forkserver" (functions only).
-        numa_options: bind each rank to its NUMA node's CPUs (``engine.process.numa.NumaOptions`` or
-            torch's).
-        duplicate_stdout_filters: tee'd stdout lines containing any of these also go to
-            ``filtered_stdout.log``.
-        duplicate_stderr_filters: the same for stderr.
-
-    Returns:
-        The started context.
+    Args: as the contexts' (``PContext``, ``MultiprocessContext``).
 
     Raises:
         RuntimeError: ``args``/``envs`` keys are not exactly ``0..n-1`` (nothing started).
@@ -54,35 +39,25 @@ def start_processes(
     _validate_full_rank(args, nprocs, "args")
     _validate_full_rank(envs, nprocs, "envs")
 
+    common: dict[str, Any] = dict(
+        name=name,
+        entrypoint=entrypoint,
+        args=args,
+        envs=envs,
+        logs_specs=logs_specs,
+        log_line_prefixes=log_line_prefixes,
+        numa_options=numa_options,
+        duplicate_stdout_filters=duplicate_stdout_filters,
+        duplicate_stderr_filters=duplicate_stderr_filters,
+    )
     context: PContext
     if isinstance(entrypoint, str):
-        context = SubprocessContext(
-            name=name,
-            entrypoint=entrypoint,
-            args=args,
-            envs=envs,
-            duplicate_stdout_filters=duplicate_stdout_filters,
-            duplicate_stderr_filters=duplicate_stderr_filters,
-            logs_specs=logs_specs,
-            log_line_prefixes=log_line_prefixes,
-            numa_options=numa_options,
-        )
+        context = SubprocessContext(**common)
     else:
         # Imported here: function ranks are the only path that may need multiprocessing.
         from .multiprocess_context import MultiprocessContext
 
-        context = MultiprocessContext(
-            name=name,
-            entrypoint=entrypoint,
-            args=args,
-            envs=envs,
-            duplicate_stdout_filters=duplicate_stdout_filters,
-            duplicate_stderr_filters=duplicate_stderr_filters,
-            log_line_prefixes=log_line_prefixes,
-            start_method=start_method,
-            logs_specs=logs_specs,
-            numa_options=numa_options,
-        )
+        context = MultiprocessContext(start_method=start_method, **common)
     try:
         context.start()
     except BaseException:

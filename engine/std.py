@@ -39,12 +39,6 @@ class Std(enum.IntFlag):
         ``"0"``..``"3"`` give one ``Std`` for every rank; ``"0:3,1:0,10:1"`` gives a map from
         local rank to ``Std`` (a later pair for the same rank wins, as in torch).
 
-        Args:
-            vm: the string, as typed by a person.
-
-        Returns:
-            A ``Std`` or a ``dict[int, Std]``.
-
         Raises:
             ValueError: naming the part that is neither a value nor a ``rank:value`` pair.
         """
@@ -73,13 +67,6 @@ def to_map(val_or_map: Union[Std, dict[int, Std]], local_world_size: int) -> dic
     A single ``Std`` applies to all ranks; ranks missing from a map get ``Std.NONE``. Map keys
     outside ``0..local_world_size-1`` are dropped as in torch, with a warning here, since they
     usually mean a typo on the command line.
-
-    Args:
-        val_or_map: one value for all ranks, or a map by local rank.
-        local_world_size: how many local ranks there are.
-
-    Returns:
-        ``{local_rank: Std}`` for ranks ``0..local_world_size-1``.
     """
     if isinstance(val_or_map, Std):
         return dict.fromkeys(range(local_world_size), val_or_map)

@@ -12,25 +12,15 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = [
-    "AttachError",
-    "TorchrunHandle",
-    "TorchrunJob",
-    "Worker",
-    "discover",
-    "find_by_log_dir",
-    "find_by_pid",
-]
+_MODULE_OF = {
+    "AttachError": "discovery",
+    "TorchrunHandle": "handle",
+    "TorchrunJob": "discovery",
+    "Worker": "discovery",
+    "discover": "discovery",
+    "find_by_log_dir": "discovery",
+    "find_by_pid": "discovery",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "AttachError": "discovery",
-        "TorchrunHandle": "handle",
-        "TorchrunJob": "discovery",
-        "Worker": "discovery",
-        "discover": "discovery",
-        "find_by_log_dir": "discovery",
-        "find_by_pid": "discovery",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = ["ClusterDoor", "ClusterHandle", "RankvisorAgent", "StatusBoard"]
+_MODULE_OF = {
+    "ClusterDoor": "door",
+    "ClusterHandle": "viewer",
+    "RankvisorAgent": "agent",
+    "StatusBoard": "board",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "ClusterDoor": "door",
-        "ClusterHandle": "viewer",
-        "RankvisorAgent": "agent",
-        "StatusBoard": "board",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

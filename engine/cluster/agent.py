@@ -19,7 +19,6 @@ the run's ``attempt_<n>`` directories count every round this node started.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from collections.abc import Callable
@@ -43,8 +42,6 @@ from ..supervisor.core import Supervisor
 from .board import StatusBoard
 
 __all__ = ["RankvisorAgent", "make_spec"]
-
-log = logging.getLogger(__name__)
 
 
 def make_spec(sup: Supervisor, opts: ClusterOptions) -> WorkerSpec:
@@ -110,7 +107,6 @@ class RankvisorAgent(SimpleElasticAgent):
         self._on_round = on_round
         self.rounds = 0
         self.in_rendezvous = False
-        self.stopped_by_person = False
 
     # torch calls this from _initialize_workers; flagged so a signal can interrupt it.
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
@@ -228,7 +224,6 @@ class RankvisorAgent(SimpleElasticAgent):
             if self._board.restart_asked():
                 return self._restart_by_person("a person asked for it on another node")
             # A person stopped this node's ranks: this node's run ends (no restart).
-            self.stopped_by_person = True
             self._remaining_restarts = 0
             return RunResult(
                 state=WorkerState.FAILED,

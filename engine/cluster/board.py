@@ -157,8 +157,6 @@ class StatusBoard:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.writes = 0
-        self.bytes_written = 0
         self.liveness = Liveness()
         self.door: str | None = None
         """Where this node's supervisor serves viewers of other nodes (``HOST:PORT``)."""
@@ -364,8 +362,6 @@ class StatusBoard:
         node = self.node_rank
         if self._call(lambda s: s.set(f"{_PREFIX}node/{node}", data), default=False) is False:
             return
-        self.writes += 1
-        self.bytes_written += len(data)
         self._published_key, self._published_at = key, now
         if changed:
             self._call(lambda s: s.add(_GEN, 1))
@@ -444,8 +440,6 @@ class StatusBoard:
                     if self._call(lambda s: s.set(f"{_PREFIX}fr/{node}", data),
                                   default=False) is not False:
                         self._fr_sent, self._fr_sent_at = data, now
-                        self.writes += 1
-                        self.bytes_written += len(data)
         if (read or self._fr_waiting) and now - self._fr_read_at >= self.read_interval:
             self._fr_read_at = now
             self._read_fr()

@@ -15,49 +15,27 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = [
-    "PROTOCOL_VERSION",
-    "ControlServer",
-    "NoAnswer",
-    "NoSuchRun",
-    "ProtocolMismatch",
-    "RecordedRun",
-    "RemoteHandle",
-    "RunEntry",
-    "RunHost",
-    "StateDirUnsafe",
-    "build_status",
-    "effective_state",
-    "new_socket_path",
-    "read_status",
-    "register",
-    "resolve",
-    "run_on_failure",
-    "unregister",
-    "write_status",
-]
+_MODULE_OF = {
+    "PROTOCOL_VERSION": "wire",
+    "ControlServer": "server",
+    "NoAnswer": "client",
+    "NoSuchRun": "registry",
+    "ProtocolMismatch": "client",
+    "RecordedRun": "replay",
+    "RemoteHandle": "client",
+    "RunEntry": "registry",
+    "RunHost": "host",
+    "StateDirUnsafe": "registry",
+    "build_status": "status",
+    "effective_state": "status",
+    "new_socket_path": "registry",
+    "read_status": "status",
+    "register": "registry",
+    "resolve": "registry",
+    "run_on_failure": "hooks",
+    "unregister": "registry",
+    "write_status": "status",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "PROTOCOL_VERSION": "wire",
-        "ControlServer": "server",
-        "NoAnswer": "client",
-        "NoSuchRun": "registry",
-        "ProtocolMismatch": "client",
-        "RecordedRun": "replay",
-        "RemoteHandle": "client",
-        "RunEntry": "registry",
-        "RunHost": "host",
-        "StateDirUnsafe": "registry",
-        "build_status": "status",
-        "effective_state": "status",
-        "new_socket_path": "registry",
-        "read_status": "status",
-        "register": "registry",
-        "resolve": "registry",
-        "run_on_failure": "hooks",
-        "unregister": "registry",
-        "write_status": "status",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = ["make_bundle", "run_cluster", "run_headless", "start_supervisor"]
+_MODULE_OF = {
+    "make_bundle": "bundle",
+    "run_cluster": "cluster_run",
+    "run_headless": "headless",
+    "start_supervisor": "spawn",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "make_bundle": "bundle",
-        "run_cluster": "cluster_run",
-        "run_headless": "headless",
-        "start_supervisor": "spawn",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

@@ -22,45 +22,25 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = [
-    "ExitCause",
-    "GpuProbe",
-    "OutputActivity",
-    "PauseLog",
-    "ProgressReader",
-    "RankFacts",
-    "SignalRecord",
-    "StackDump",
-    "TimelineLine",
-    "classify",
-    "diagnose",
-    "dump_stacks",
-    "find_suspect",
-    "knock_on_reason",
-    "list_dumps",
-    "merge_ranks",
-    "stragglers",
-]
+_MODULE_OF = {
+    "ExitCause": "exit_cause",
+    "GpuProbe": "gpu",
+    "OutputActivity": "activity",
+    "PauseLog": "pauses",
+    "ProgressReader": "progress",
+    "RankFacts": "suspect",
+    "SignalRecord": "suspect",
+    "StackDump": "stacks",
+    "TimelineLine": "timeline",
+    "classify": "exit_cause",
+    "diagnose": "exit_cause",
+    "dump_stacks": "stacks",
+    "find_suspect": "suspect",
+    "knock_on_reason": "knockon",
+    "list_dumps": "stacks",
+    "merge_ranks": "timeline",
+    "stragglers": "progress",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "ExitCause": "exit_cause",
-        "GpuProbe": "gpu",
-        "OutputActivity": "activity",
-        "PauseLog": "pauses",
-        "ProgressReader": "progress",
-        "RankFacts": "suspect",
-        "SignalRecord": "suspect",
-        "StackDump": "stacks",
-        "TimelineLine": "timeline",
-        "classify": "exit_cause",
-        "diagnose": "exit_cause",
-        "dump_stacks": "stacks",
-        "find_suspect": "suspect",
-        "knock_on_reason": "knockon",
-        "list_dumps": "stacks",
-        "merge_ranks": "timeline",
-        "stragglers": "progress",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

@@ -12,27 +12,16 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = [
-    "FileFollower",
-    "FileTail",
-    "LineIndex",
-    "LogStore",
-    "MergedSource",
-    "SearchJob",
-    "last_lines",
-    "search_file",
-]
+_MODULE_OF = {
+    "FileFollower": "follow",
+    "FileTail": "follow",
+    "LineIndex": "line_index",
+    "MergedSource": "merged",
+    "LogStore": "store",
+    "SearchJob": "search",
+    "last_lines": "tail",
+    "search_file": "search",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "FileFollower": "follow",
-        "FileTail": "follow",
-        "LineIndex": "line_index",
-        "MergedSource": "merged",
-        "LogStore": "store",
-        "SearchJob": "search",
-        "last_lines": "tail",
-        "search_file": "search",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

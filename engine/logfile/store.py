@@ -19,12 +19,12 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final, Iterator
+from typing import TYPE_CHECKING, Final, Iterator
 
 from ..output.lines import DEFAULT_MAX_LINE_CHARS, collapse_cr, cut_marker
 from ..output.sanitize import sanitize as _sanitize
 from .line_index import DEFAULT_BLOCK_SIZE, LineIndex
-from .search import SearchJob, search_file
+from .search import search_file
 
 if TYPE_CHECKING:
     import re
@@ -304,7 +304,3 @@ class LogStore:
             cancel=cancel,
         )
 
-    def search_job(self, pattern: str, **kwargs: Any) -> SearchJob:
-        """Start ``search`` on a thread; ``kwargs`` are ``search``'s and ``SearchJob``'s
-        (``on_match``, ``on_done``, ``max_results``). Returns the running job."""
-        return SearchJob(self, pattern, **kwargs).start()

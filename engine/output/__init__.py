@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = ["ConsoleSink", "LineAssembler", "OutputPump", "TextBatch", "sanitize"]
+_MODULE_OF = {
+    "ConsoleSink": "console",
+    "LineAssembler": "lines",
+    "OutputPump": "pump",
+    "TextBatch": "text_batch",
+    "sanitize": "sanitize",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "ConsoleSink": "console",
-        "LineAssembler": "lines",
-        "OutputPump": "pump",
-        "TextBatch": "text_batch",
-        "sanitize": "sanitize",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

@@ -11,9 +11,8 @@ and flushes once per batch. This is what ``rankvisor run --headless`` and ``Tail
   redrawn with ``\r``) is printed at most that often per rank and stream, as a line of its
   own when ``dst`` is not a terminal, and on a terminal in place (``\r``, cut to the width),
   wiped before anything else is written there. Without it a tqdm-only rank looks frozen.
-- One lock around each batch's write: several pumps (stdout and stderr tailers) may share a
-  ``dst`` through the same ``ConsoleSink`` or through ``ConsoleSink.lock_for(dst)``, and no
-  line is lost or interleaved with another.
+- One lock around each batch's write, the same for every ``ConsoleSink`` of a ``dst``: several
+  pumps (stdout and stderr tailers) may share it, and no line is lost or interleaved with another.
 - Sanitised by default (SGR colours kept, other escapes neutralised, see
   ``engine.output.sanitize``), even if the pump ran with ``sanitize=False``; ``raw=True`` writes the
   text as it came (still decoded and ``\\r``-collapsed).
@@ -253,11 +252,6 @@ class ConsoleSink:
         self.lock = self._channel.lock
         """The lock every ``ConsoleSink`` writing to this ``dst`` shares."""
         self.lines_written = 0
-
-    @staticmethod
-    def lock_for(dst: object) -> threading.Lock:
-        """The one lock for writes to ``dst`` (shared by every sink of this process)."""
-        return _channel_for(dst).lock
 
     @property
     def stopped(self) -> str | None:

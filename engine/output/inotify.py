@@ -26,7 +26,6 @@ from typing import Final, NamedTuple
 __all__ = ["DirWatcher", "InotifyEvent", "available"]
 
 IN_MODIFY: Final = 0x00000002
-IN_ATTRIB: Final = 0x00000004
 IN_CLOSE_WRITE: Final = 0x00000008
 IN_MOVED_FROM: Final = 0x00000040
 IN_MOVED_TO: Final = 0x00000080
@@ -38,7 +37,6 @@ IN_Q_OVERFLOW: Final = 0x00004000
 IN_IGNORED: Final = 0x00008000
 IN_ONLYDIR: Final = 0x01000000
 IN_ONESHOT: Final = 0x80000000
-IN_ISDIR: Final = 0x40000000
 IN_NONBLOCK: Final = os.O_NONBLOCK
 IN_CLOEXEC: Final = os.O_CLOEXEC
 

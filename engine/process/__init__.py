@@ -14,25 +14,15 @@ from __future__ import annotations
 
 from .._lazy import face
 
-__all__ = [
-    "Guard",
-    "NumaOptions",
-    "RankProcess",
-    "die_with_parent",
-    "on_spawner_thread",
-    "send_signal_all",
-    "wait_any",
-]
+_MODULE_OF = {
+    "Guard": "guard",
+    "NumaOptions": "numa",
+    "RankProcess": "rank_process",
+    "die_with_parent": "parent_death",
+    "on_spawner_thread": "rank_process",
+    "send_signal_all": "rank_process",
+    "wait_any": "rank_process",
+}
 
-__getattr__, __dir__ = face(
-    __name__,
-    {
-        "Guard": "guard",
-        "NumaOptions": "numa",
-        "RankProcess": "rank_process",
-        "die_with_parent": "parent_death",
-        "on_spawner_thread": "rank_process",
-        "send_signal_all": "rank_process",
-        "wait_any": "rank_process",
-    },
-)
+__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = face(__name__, _MODULE_OF)

@@ -76,8 +76,6 @@ class MemoryReading(NamedTuple):
     oom_kills: int
     """Processes of the cgroup the OOM killer killed (v2 ``memory.events`` oom_kill, v1
     ``memory.oom_control`` oom_kill)."""
-    limit_hits: int
-    """Times the usage hit the limit (v2 ``memory.events`` max, v1 ``memory.failcnt``)."""
 
 
 # -- small file helpers -------------------------------------------------------------------
@@ -442,17 +440,14 @@ def _read_memory(kind: Optional[str], d: str) -> Optional[MemoryReading]:
         if current is None or events is None:
             return None
         counts = dict(line.split() for line in events.splitlines() if line.count(" ") == 1)
-        return MemoryReading(
-            int(current), int(counts.get("oom_kill", 0)), int(counts.get("max", 0))
-        )
+        return MemoryReading(int(current), int(counts.get("oom_kill", 0)))
     if kind == "v1":
         usage = _read(os.path.join(d, "memory.usage_in_bytes"))
         control = _read(os.path.join(d, "memory.oom_control"))
-        failcnt = _read(os.path.join(d, "memory.failcnt"))
         if usage is None or control is None:
             return None
         counts = dict(line.split() for line in control.splitlines() if line.count(" ") == 1)
-        return MemoryReading(int(usage), int(counts.get("oom_kill", 0)), int(failcnt or 0))
+        return MemoryReading(int(usage), int(counts.get("oom_kill", 0)))
     return None
 
 

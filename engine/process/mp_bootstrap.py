@@ -93,9 +93,6 @@ class RankSpec:
 def run_rank(spec: RankSpec) -> None:
     """Run one function rank to completion (the ``multiprocessing.Process`` target).
 
-    Args:
-        spec: The rank's function, arguments, environment and file paths.
-
     Raises:
         SystemExit: With the exit code the rank must have (1 after an exception).
     """

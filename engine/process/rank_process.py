@@ -31,7 +31,6 @@ thread); ``poll``/``wait``/``send_signal``/``wait_any`` are thread-safe. The wat
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import select
 import signal
@@ -51,9 +50,6 @@ from . import spawner as _spawner
 __all__ = ["RankProcess", "on_spawner_thread", "resolve_program", "send_signal_all", "wait_any"]
 
 resolve_program = _spawner.resolve_program
-
-logger = logging.getLogger(__name__)
-
 
 
 def on_spawner_thread(fn: Any) -> Any:
@@ -160,9 +156,6 @@ class RankProcess:
             watched: False: the caller polls the pidfd itself and calls ``observe_exit``
                 once it is readable (or ``poll`` where there is no pidfd); the exit watcher
                 thread leaves the rank alone.
-
-        Returns:
-            The running rank.
 
         Raises:
             FileNotFoundError: the program does not exist (or is not on PATH).
@@ -529,12 +522,8 @@ _UNWATCHED_STEP_S = 0.01
 def wait_any(procs: Iterable[RankProcess], timeout: Optional[float] = None) -> list[RankProcess]:
     """Block until at least one of ``procs`` has exited, or ``timeout`` seconds pass.
 
-    Args:
-        procs: the ranks to watch.
-        timeout: seconds; None waits for ever, 0 only checks.
-
-    Returns:
-        Every one of ``procs`` that has exited (empty on timeout, or if ``procs`` is empty).
+    ``timeout``: None waits for ever, 0 only checks. Returns every one of ``procs`` that has
+    exited (empty on timeout, or if ``procs`` is empty).
     """
     procs = list(procs)
     if not procs:

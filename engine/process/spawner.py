@@ -332,9 +332,6 @@ def resolve_program(name: str, path: Optional[str], cwd: Optional[str]) -> str:
         path: the PATH the rank will have (None: ``os.defpath``).
         cwd: the rank's working directory (relative paths are taken from there).
 
-    Returns:
-        The path to exec.
-
     Raises:
         FileNotFoundError: no such program (the message names it).
         PermissionError: it is a directory or not executable.

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from rankvisor.engine.logfile.line_index import LineIndex
+from rankvisor.engine.logfile.search import SearchJob
 from rankvisor.engine.logfile.store import LogStore
 from rankvisor.engine.output.lines import collapse_cr, cut_marker
 from rankvisor.engine.output.sanitize import sanitize
@@ -181,22 +182,23 @@ def test_search_a_big_file_and_cancel(big_log: tuple[str, int]) -> None:
     assert list(store.search("last LINE")) == [count - 1]  # the whole file, chunk by chunk
     found: list[int] = []
     done = threading.Event()
-    job = store.search_job(
+    job = SearchJob(
+        store,
         "FIRST",
         backwards=True,
         start=count - 1,
         on_match=found.append,
         on_done=lambda j: done.set(),
-    )
+    ).start()
     assert job.wait(timeout=60) and done.is_set()
     assert found == [0] and job.error is None
-    job = store.search_job("not in the file")
+    job = SearchJob(store, "not in the file").start()
     job.cancel()
     assert job.wait(timeout=30) and job.cancelled
     assert job.count == 0
-    job = store.search_job("filler", max_results=3)
+    job = SearchJob(store, "filler", max_results=3).start()
     assert job.wait(timeout=30)
     assert [job.matches.get() for _ in range(3)] == [1, 2, 3]
-    bad = store.search_job("(", regex=True)
+    bad = SearchJob(store, "(", regex=True).start()
     assert bad.wait(timeout=10) and isinstance(bad.error, re.error)
     store.close()
