@@ -16,7 +16,6 @@ Who calls what: one owner thread reads events; ``watch_dir`` may be called from 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
@@ -70,14 +69,19 @@ class InotifyEvent(NamedTuple):
 
 
 def _load_libc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.inotify_init1.argtypes = [ctypes.c_int]
-        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-    except (OSError, AttributeError):
-        return None
-    return libc
+    """The libc this interpreter already runs on (``dlopen(NULL)``), glibc or musl alike.
+    ``ctypes.util.find_library`` is not asked: on Linux it runs ``ldconfig -p`` (a process
+    started at every import of the pump, in the supervisor and in every test worker)."""
+    for name in (None, "libc.so.6"):
+        try:
+            libc = ctypes.CDLL(name, use_errno=True)
+            libc.inotify_init1.argtypes = [ctypes.c_int]
+            libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+            libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+        except (OSError, AttributeError):
+            continue
+        return libc
+    return None
 
 
 _libc = _load_libc()
