@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import sys
@@ -138,6 +139,82 @@ def _inner_loop(config: pytest.Config) -> bool:
     return "not processes" in " ".join(expression.split())
 
 
+def _module_marks(source: str) -> frozenset[str] | None:
+    """The marks a test module's ``pytestmark`` gives all its tests, read from its source
+    without importing it: ``pytest.mark.NAME`` (called or not), alone or in a list; None
+    where the module has no such plain assignment (other entries, such as an xdist group
+    kept in a constant, are left out: the set is a lower bound)."""
+    tree = ast.parse(source)
+    found: list[ast.expr] = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+            if not isinstance(node, ast.Assign) or node.value is None:
+                return None  # added to, or annotated: not read here
+            found.append(node.value)
+    if len(found) != 1:
+        return None
+    value = found[0]
+    entries = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+    marks = set()
+    for entry in entries:
+        if isinstance(entry, ast.Call):
+            entry = entry.func
+        if (isinstance(entry, ast.Attribute) and isinstance(entry.value, ast.Attribute)
+                and entry.value.attr == "mark" and isinstance(entry.value.value, ast.Name)
+                and entry.value.value.id == "pytest"):
+            marks.add(entry.attr)
+    return frozenset(marks)
+
+
+def _never_selected(expression: str, marks: frozenset[str]) -> bool:
+    """True if no test carrying at least ``marks`` can match the ``-m`` expression,
+    whatever other marks it has: every mark the expression names is tried both ways."""
+    from itertools import product
+
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expression)
+    names: set[str] = set()
+    kwargs_used = False
+
+    def record(name: str, /, **kwargs: object) -> bool:
+        nonlocal kwargs_used
+        names.add(name)
+        kwargs_used = kwargs_used or bool(kwargs)
+        return name in marks
+
+    compiled.evaluate(record)
+    free = sorted(names - marks)
+    if kwargs_used or len(free) > 8:
+        return False
+    for values in product((False, True), repeat=len(free)):
+        given = marks | {name for name, on in zip(free, values, strict=True) if on}
+        if compiled.evaluate(lambda name, /, given=given, **_kw: name in given):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A module whose own marks leave all its tests out of ``-m`` is not imported at all.
+
+    Each xdist worker imports (and rewrites the asserts of) every module it collects, only
+    to deselect most of them in the inner loop: two thirds of its collection time. The
+    marks are read from the module's source; a module they do not settle is collected."""
+    expression = config.getoption("markexpr", "") or ""
+    name = collection_path.name
+    if not expression.strip() or not (name.startswith("test_") and name.endswith(".py")):
+        return None
+    try:
+        marks = _module_marks(collection_path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    if marks and _never_selected(expression, marks):
+        return True
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A suite started in the background of a script (``cmd &`` in a shell without job
     # control) inherits SIGINT ignored, and so would every process a test starts (an ignored
@@ -156,6 +233,31 @@ def pytest_configure(config: pytest.Config) -> None:
             return spawn(path, args, passfds)
 
         multiprocessing.util.spawnv_passfds = guarded
+        _find_libc_without_a_process()
+
+
+def _find_libc_without_a_process() -> None:
+    """``ctypes.util.find_library("c")`` runs ``/sbin/ldconfig -p`` (the engine's inotify
+    and redirects look libc up so): in the inner loop the answer is read from the libc this
+    process has already mapped, the same soname ldconfig gives on glibc. Any other name, or
+    a libc not named by its soname, is looked up as before (and refused inside a test)."""
+    import ctypes.util
+    import re
+
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            mapped = {Path(line.split()[-1]).name for line in maps if "/libc" in line}
+    except OSError:
+        return
+    sonames = sorted(name for name in mapped if re.fullmatch(r"libc\.so\.\d+", name))
+    if len(sonames) != 1:
+        return
+    libc, original = sonames[0], ctypes.util.find_library
+
+    def find_library(name: str) -> str | None:
+        return libc if name == "c" else original(name)
+
+    ctypes.util.find_library = find_library
 
 
 @pytest.hookimpl(wrapper=True)

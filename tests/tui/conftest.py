@@ -14,6 +14,36 @@ from rankvisor.engine.testing import ScriptedSupervisor
 from tests.scenarios import running_script, scripted_info
 
 
+def _share_parsed_css() -> None:
+    """Parse each piece of CSS once per process, not once per app.
+
+    Textual parses its stylesheet per app, and again from scratch on every ``reparse`` (a
+    new screen, a widget class with CSS of its own): a few parses of the same text for each
+    of the hundreds of apps the tests start, a tenth of an app's start. The parsed rules
+    depend only on the text, where it came from, its scope and the theme's variables (all
+    in the key), and nothing changes them once parsed (Textual's own cache shares them
+    within an app the same way): an app sees the same rules as before."""
+    from textual.css.stylesheet import Stylesheet
+
+    parse = Stylesheet._parse_rules
+    parsed: dict[tuple[object, ...], list[Any]] = {}
+
+    def parse_once(self: Stylesheet, css: str, read_from: Any, is_default_rules: bool = False,
+                   tie_breaker: int = 0, scope: str = "") -> list[Any]:
+        key = (tuple(sorted(self._variables.items())), css, read_from, is_default_rules,
+               tie_breaker, scope)
+        rules = parsed.get(key)
+        if rules is None:  # a parse that fails raises, and is not kept
+            rules = parsed[key] = parse(self, css, read_from, is_default_rules, tie_breaker,
+                                        scope)
+        return rules
+
+    Stylesheet._parse_rules = parse_once  # type: ignore[method-assign]
+
+
+_share_parsed_css()
+
+
 class FakeClock:
     """A monotonic clock that only moves when the test says so."""
 
