@@ -210,8 +210,12 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         marks = _module_marks(collection_path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return None
-    if marks and _never_selected(expression, marks):
-        return True
+    try:
+        # pytest's expression parser is not public API: should it change, collect as usual.
+        if marks and _never_selected(expression, marks):
+            return True
+    except Exception:  # noqa: BLE001 - a shortcut only; never a reason to lose a test
+        return None
     return None
 
 
@@ -233,31 +237,6 @@ def pytest_configure(config: pytest.Config) -> None:
             return spawn(path, args, passfds)
 
         multiprocessing.util.spawnv_passfds = guarded
-        _find_libc_without_a_process()
-
-
-def _find_libc_without_a_process() -> None:
-    """``ctypes.util.find_library("c")`` runs ``/sbin/ldconfig -p`` (the engine's inotify
-    and redirects look libc up so): in the inner loop the answer is read from the libc this
-    process has already mapped, the same soname ldconfig gives on glibc. Any other name, or
-    a libc not named by its soname, is looked up as before (and refused inside a test)."""
-    import ctypes.util
-    import re
-
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as maps:
-            mapped = {Path(line.split()[-1]).name for line in maps if "/libc" in line}
-    except OSError:
-        return
-    sonames = sorted(name for name in mapped if re.fullmatch(r"libc\.so\.\d+", name))
-    if len(sonames) != 1:
-        return
-    libc, original = sonames[0], ctypes.util.find_library
-
-    def find_library(name: str) -> str | None:
-        return libc if name == "c" else original(name)
-
-    ctypes.util.find_library = find_library
 
 
 @pytest.hookimpl(wrapper=True)
