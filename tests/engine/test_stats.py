@@ -131,3 +131,44 @@ def test_numa_map_from_sysfs(tmp_path: Path) -> None:
     (tmp_path / "possible").write_text("0-1\n")  # not a node directory
     assert cpu_to_numa_node(str(tmp_path)) == {0: 0, 1: 0, 4: 0, 2: 1, 3: 1, 5: 1, 6: 1}
     assert cpu_to_numa_node(str(tmp_path / "missing")) == {}
+
+
+def test_a_rank_s_proc_files_stay_open_between_samples_and_close_once_untracked() -> None:
+    import subprocess
+
+    from rankvisor.engine.supervisor.stats import StatsSampler
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        sampler = StatsSampler(gpu=None)
+        sampler.track(0, p.pid)
+        before = open_files()
+        first = sampler.sample_once()
+        kept = open_files()
+        assert kept == before + 2  # its stat and its (single thread's) children file
+        second = sampler.sample_once()
+        assert open_files() == kept  # read again, not reopened
+        assert "gone" not in (first[0].status, second[0].status)
+        assert second[0].num_threads == 1
+        sampler.untrack(0)
+        assert sampler.sample_once() == [] and open_files() == before
+    finally:
+        p.kill()
+        p.wait()
+    sampler.track(1, os.getpid())
+    sampler.sample_once()
+    sampler.stop()  # closes them too
+    assert open_files() == before
+    sampler.untrack(1)
+    q = subprocess.Popen(["sleep", "60"])
+    sampler.track(2, q.pid)
+    sampler.sample_once()
+    q.kill()
+    q.wait()  # reaped: its open stat file reads nothing now
+    assert [s.status for s in sampler.sample_once()] == ["gone"]
+    sampler.untrack(2)
+    sampler.sample_once()
+    assert open_files() == before
