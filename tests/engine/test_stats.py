@@ -172,3 +172,29 @@ def test_a_rank_s_proc_files_stay_open_between_samples_and_close_once_untracked(
     sampler.untrack(2)
     sampler.sample_once()
     assert open_files() == before
+
+
+def test_a_rank_s_cgroup_memory_files_are_read_again_while_open_and_by_path_once_closed(
+    tmp_path: Path,
+) -> None:
+    from rankvisor.engine.process.cgroups import _OpenFiles, _read_memory
+
+    d = tmp_path
+    (d / "memory.usage_in_bytes").write_text("4096\n")
+    (d / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    (d / "memory.failcnt").write_text("0\n")
+    files = _OpenFiles()
+    first = _read_memory("v1", str(d), files)
+    assert first is not None and (first.current_bytes, first.oom_kills) == (4096, 0)
+    with open(d / "memory.oom_control", "r+") as f:  # the same file, changed in place
+        f.write("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    opened = len(os.listdir("/proc/self/fd"))
+    again = _read_memory("v1", str(d), files)
+    assert again is not None and again.oom_kills == 2
+    assert len(os.listdir("/proc/self/fd")) == opened  # read again, nothing reopened
+    files.close()
+    assert len(os.listdir("/proc/self/fd")) == opened - 3
+    (d / "memory.usage_in_bytes").write_text("8192\n")
+    late = _read_memory("v1", str(d), files)  # closed: read by path
+    assert late is not None and late.current_bytes == 8192
+    assert len(os.listdir("/proc/self/fd")) == opened - 3
