@@ -15,7 +15,8 @@ Layout, made under the cgroup rankvisor itself is in (so the limits set above it
   ``cgroup.procs``, thaw (a frozen process cannot fork, so the list is complete);
 * memory readings: v2's ``memory`` controller when it is delegated to the run's cgroup,
   else the v1 ``memory`` hierarchy when one is mounted (a hybrid machine kills through v2
-  and reads memory from v1), else none.
+  and reads memory from v1), else none. A rank's memory files stay open while it lives and
+  are read again with ``pread`` (the stats sample reads them every few seconds).
 
 A rank joins its cgroups before it execs its program: the spawner's child writes ``0`` to
 each ``cgroup.procs`` between fork and exec (see ``engine.process.spawner.preexec_join``).

@@ -1,5 +1,5 @@
 """The Supervisor's Flight Recorder watch keeps each rank's last answer and is asked for its
-verdicts once a second by the live suspect: an answer is parsed once and the verdicts drawn
+verdicts at each of the live suspect's looks: an answer is parsed once and the verdicts drawn
 once per set of answers, not at every look (at 64 ranks each answer is a JSON of hundreds of
 entries). Real FR answers of a gloo hang (rank 1 never entered all_reduce #5)."""
 
