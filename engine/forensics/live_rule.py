@@ -20,6 +20,7 @@ A rank a person holds is never quiet, silent or a suspect: while one is held, no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -33,6 +34,8 @@ __all__ = [
     "Waited",
     "every_rank_quiet",
     "has_cadence",
+    "quiet_due",
+    "waited_due",
     "waited_verdict",
     "why_dropped",
 ]
@@ -122,6 +125,60 @@ def every_rank_quiet(
             return None
         starts.append(last)
     return Quiet(max(starts), startup)
+
+
+def quiet_due(ranks: Collection[RankNow], *, factor: float, min_s: float) -> int | None:
+    """The first moment (wall-clock ns) at which ``every_rank_quiet`` answers if no rank's
+    output moves and nobody's hold changes meanwhile; None when it cannot answer then
+    (fewer than two ranks, one wrote nothing yet, a person holds one). The live watch looks
+    again then, not before (unless something changes)."""
+    if len(ranks) < 2 or any(r.held for r in ranks):
+        return None
+    startup = not all(has_cadence(r) for r in ranks)
+    released = _released(ranks)
+    due = 0
+    for r in ranks:
+        if r.last_ns is None:
+            return None
+        need = max(min_s, factor * (r.median_gap_s or 0.0))
+        if startup:
+            need = max(need, STARTUP_QUIET_S)
+        due = max(due, max(r.last_ns, released) + _ns_for(need))
+    return due
+
+
+def _ns_for(seconds: float) -> int:
+    """The fewest whole ns ``d`` with ``d / 1e9 >= seconds``: the test the rules make."""
+    d = max(0, math.ceil(seconds * 1e9))
+    while d / 1e9 < seconds:
+        d += 1
+    while d > 0 and (d - 1) / 1e9 >= seconds:
+        d -= 1
+    return d
+
+
+def waited_due(
+    verdicts: Iterable[tuple[object, int | None, Collection[int]]],
+    ranks: Mapping[int, RankNow],
+    now_ns: int,
+    *,
+    min_s: float,
+) -> int | None:
+    """The first moment after ``now_ns`` (wall-clock ns) at which a verdict that
+    ``waited_verdict`` does not name yet will have waited long enough, if nothing changes
+    meanwhile; None when none will."""
+    if any(r.held for r in ranks.values()):
+        return None
+    released = _released(ranks.values())
+    need = _ns_for(max(min_s, WAIT_MIN_S))
+    due = None
+    for _key, entered_ns, missing in verdicts:
+        if not entered_ns or not any(r in ranks for r in missing):
+            continue
+        at = max(entered_ns, released) + need
+        if at > now_ns and (due is None or at < due):
+            due = at
+    return due
 
 
 def waited_verdict(

@@ -15,7 +15,8 @@ Layout, made under the cgroup rankvisor itself is in (so the limits set above it
   ``cgroup.procs``, thaw (a frozen process cannot fork, so the list is complete);
 * memory readings: v2's ``memory`` controller when it is delegated to the run's cgroup,
   else the v1 ``memory`` hierarchy when one is mounted (a hybrid machine kills through v2
-  and reads memory from v1), else none.
+  and reads memory from v1), else none. A rank's memory files stay open while it lives and
+  are read again with ``pread`` (the stats sample reads them every few seconds).
 
 A rank joins its cgroups before it execs its program: the spawner's child writes ``0`` to
 each ``cgroup.procs`` between fork and exec (see ``engine.process.spawner.preexec_join``).
@@ -373,6 +374,9 @@ class RankCgroup:
         self._memory_kind = tree.memory_kind
         self._final: Optional[MemoryReading] = None
         self._released = False
+        self._files = _OpenFiles()
+        """Its memory files, open while it lives: a stats sample reads them every few
+        seconds, and an open and a close each cost more than the read."""
 
     @property
     def join_files(self) -> tuple[str, ...]:
@@ -402,7 +406,7 @@ class RankCgroup:
         """The memory reading now (the last one once released); None without one."""
         if self._released or self.memory_path is None:
             return self._final
-        reading = _read_memory(self._memory_kind, self.memory_path)
+        reading = _read_memory(self._memory_kind, self.memory_path, self._files)
         return reading if reading is not None else self._final
 
     def release(self) -> None:
@@ -411,6 +415,7 @@ class RankCgroup:
         if self._released:
             return
         self._final = self.memory()
+        self._files.close()
         # Kill only if something is left: nothing can join an empty cgroup (only its
         # members fork into it), so an empty one stays empty.
         if self.pids():
@@ -419,6 +424,7 @@ class RankCgroup:
         self._tree._release(self)
 
     def _remove_now(self) -> bool:
+        self._files.close()
         done = True
         for d in dict.fromkeys(d for d in (self.path, self.memory_path) if d is not None):
             try:
@@ -433,17 +439,52 @@ class RankCgroup:
         return f"<RankCgroup {self.path}>"
 
 
-def _read_memory(kind: Optional[str], d: str) -> Optional[MemoryReading]:
+class _OpenFiles:
+    """Files kept open and read again from their start (``pread``); thread-safe, and
+    closed for good by ``close`` (a read after it opens nothing: it reads by path)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: dict[str, int] = {}
+        self._closed = False
+
+    def read(self, path: str) -> Optional[str]:
+        with self._lock:
+            if self._closed:
+                return _read(path)
+            fd = self._fds.get(path)
+            if fd is None:
+                try:
+                    fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    return None
+            try:
+                data = os.pread(fd, 65536, 0)  # a cgroup's memory file: one short page
+            except OSError:
+                return None
+        return data.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+def _read_memory(kind: Optional[str], d: str,
+                 files: Optional[_OpenFiles] = None) -> Optional[MemoryReading]:
+    read = files.read if files is not None else _read
     if kind == "v2":
-        current = _read(os.path.join(d, "memory.current"))
-        events = _read(os.path.join(d, "memory.events"))
+        current = read(os.path.join(d, "memory.current"))
+        events = read(os.path.join(d, "memory.events"))
         if current is None or events is None:
             return None
         counts = dict(line.split() for line in events.splitlines() if line.count(" ") == 1)
         return MemoryReading(int(current), int(counts.get("oom_kill", 0)))
     if kind == "v1":
-        usage = _read(os.path.join(d, "memory.usage_in_bytes"))
-        control = _read(os.path.join(d, "memory.oom_control"))
+        usage = read(os.path.join(d, "memory.usage_in_bytes"))
+        control = read(os.path.join(d, "memory.oom_control"))
         if usage is None or control is None:
             return None
         counts = dict(line.split() for line in control.splitlines() if line.count(" ") == 1)

@@ -33,6 +33,7 @@ __all__ = [
     "signal_checked",
     "started_wall",
     "stat_fields",
+    "stat_fields_at",
 ]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -61,11 +62,18 @@ def stat_fields(pid: int) -> Optional[list[bytes]]:
     except OSError:
         return None
     try:
-        data = os.read(fd, 2048)  # one line, a few hundred bytes
-    except OSError:
-        return None
+        return stat_fields_at(fd)
     finally:
         os.close(fd)
+
+
+def stat_fields_at(fd: int) -> Optional[list[bytes]]:
+    """``stat_fields`` from an open /proc/<pid>/stat (read afresh from its start: a reader
+    that samples a process often keeps it open); None once the process is gone (reaped)."""
+    try:
+        data = os.pread(fd, 2048, 0)  # one line, a few hundred bytes
+    except OSError:
+        return None
     # Field 2 (comm) may hold spaces and ')': the other fields follow the last ')'.
     try:
         return data[data.rindex(b")") + 2 :].split()

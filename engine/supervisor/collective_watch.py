@@ -10,6 +10,12 @@ and one file per capture, the JSON of ``rankvisor collectives --json``) with eac
 dump as torch wrote it (``collectives/fr/<rank>.json``, for the bundle and torchfrtrace).
 The suspect reads ``verdicts``: a rank that never entered a collective its peers waited in.
 
+While no rank serves yet (none imported torch.distributed) a look finds nothing to ask, so
+the looks back off: one second after the ranks (re)start, then 2 s, then every
+``IDLE_LOOK_S``, on the even seconds the status refresh wakes the run for anyway; a rank
+that begins to serve is asked from the next look on, every second. A new answer (what a rank
+said changed) is passed on to ``on_change``'s listeners: the live suspect looks again then.
+
 On many nodes the watch also holds the other nodes' readings (``remote``, set by the
 cluster layer: ``engine.forensics.fr_merge``), and ``job_readings`` / ``job_verdicts`` /
 ``answer`` cover every node's ranks, numbered as the job numbers them.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Container, Mapping, Sequence
@@ -44,6 +51,9 @@ BUFFER_ENV: Final = "TORCH_FR_BUFFER_SIZE"
 DEFAULT_BUFFER: Final = 500
 """Entries torch keeps per rank: enough for a hang's last steps, small to ask for."""
 DIR: Final = CAPTURES_DIR
+IDLE_LOOK_S: Final = 4.0
+"""The longest between two looks while no rank serves (a rank's first answer is asked at
+most this long after its server starts; a failure's capture asks at once regardless)."""
 
 
 def recorder_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -88,6 +98,14 @@ class CollectiveWatch:
         self.start = self._ticker.start
         self._asking: threading.Thread | None = None
         """The asks under way off the beat, if any (one at a time)."""
+        self._idle: tuple[dict[int, str], float] = ({}, 0.0)
+        """The sockets the last look found nobody serving, and the wait after that look."""
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (no arguments, on whichever thread asked; it must not block)
+        whenever a rank's answer changes."""
+        self._listeners.append(listener)
 
     def live_paths(self, only: Container[int] | None = None) -> dict[int, str]:
         """The live ranks' sockets (rank -> path), of ``only`` if given; the caller holds
@@ -105,11 +123,13 @@ class CollectiveWatch:
     def _timeout_s(self) -> float:
         return min(2.0, self._interval * 2)
 
-    def _poll(self) -> None:
+    def _poll(self) -> float | None:
+        """One look; returns when the next is due (None: in one interval)."""
         with self._state.lock:
             paths = self.live_paths()
         if not paths:
-            return
+            self._idle = ({}, 0.0)
+            return None
         if not any(os.path.lexists(p) for p in paths.values()):
             # No rank serves (yet): each answers at once that it does not, without a wait;
             # asked once for these sockets, the answer stands until one of them appears.
@@ -117,12 +137,24 @@ class CollectiveWatch:
                 said = all(self._errors.get(r, ("",))[0] == p for r, p in paths.items())
             if not said:
                 self.ask(paths, timeout_s=self._timeout_s())
-            return
+            return self._idle_look(paths)
+        self._idle = ({}, 0.0)
         if self._asking is not None and self._asking.is_alive():
-            return  # the last poll's asks are still waiting: they answer for this one too
+            return None  # the last poll's asks are still waiting: they answer for this one too
         self._asking = threading.Thread(target=self._ask_quietly, args=(paths,),
                                         name="rankvisor-collectives", daemon=True)
         self._asking.start()
+        return None
+
+    def _idle_look(self, paths: dict[int, str]) -> float | None:
+        """When to look again at sockets nobody serves: twice the last wait, up to
+        ``IDLE_LOOK_S``, on the grid of that wait (the status refresh's even seconds)."""
+        seen, wait = self._idle
+        wait = min(IDLE_LOOK_S, wait * 2) if seen == paths else self._interval
+        self._idle = (paths, wait)
+        if wait <= self._interval:
+            return None
+        return math.floor(clock.monotonic() / wait + 1) * wait
 
     def _ask_quietly(self, paths: Mapping[int, str]) -> None:
         try:
@@ -133,13 +165,22 @@ class CollectiveWatch:
     def ask(self, paths: Mapping[int, str], timeout_s: float) -> None:
         """Ask ``paths`` (rank -> socket) now and keep what they said."""
         answers = ask_all(paths, "fr_trace_json", timeout_s=timeout_s)
+        changed = False
         with self._lock:
             for rank, a in answers.items():
                 if a.ok:
+                    last = self._last.get(rank)
+                    changed |= last is None or last[1].body != a.body
                     self._last[rank] = (paths[rank], a)
                     self._errors.pop(rank, None)
                 else:
+                    # What a rank that answered before said last still stands.
+                    changed |= (rank not in self._last
+                                and self._errors.get(rank) != (paths[rank], a.error))
                     self._errors[rank] = (paths[rank], a.error)
+        if changed:
+            for listener in self._listeners:
+                listener()
 
     def read_nccl_dumps(self) -> None:
         """Take in the FR dumps NCCL ranks wrote (on a timeout, or asked through their pipe)

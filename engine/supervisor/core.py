@@ -122,7 +122,7 @@ class Supervisor:
             silence_min_s=max(config.suspect_silence_min_s, config.live_quiet_s),
             debugger_waits=(self._events if config.debug is not None
                             and config.debug.debugpy_wait else None),
-            beat=self.beat,
+            beat=self.beat, events=self._events,
         ) if config.live_quiet_s > 0 else None
         self._stopper = Stopper(
             self._state, self._events,

@@ -13,6 +13,17 @@ The dumps are taken on a thread of their own (they take seconds; the check runs 
 run loop, beside the ranks' exits) and saved in the run dir; the suspect is the
 Supervisor's ``live_suspect`` (in status.json while the run lasts) and a notice says it once.
 
+The check looks when something could have changed, not every second: given the run's
+events (``events``), it works out when its rules could next answer if nothing changes (the
+moment every rank's quiet spell would be long enough, ``live_rule.quiet_due``; the moment a
+Flight Recorder wait would have lasted long enough, ``waited_due``) and looks then, at the
+first second of its grid at or after it, which is when a look every second would have
+answered; any event of the run (output that moves, a rank held or let go, an exit, an
+attempt) and any new Flight Recorder answer bring the look forward to the next second, as
+the ranks going on ends a spell within a second. Where it must read files to see a hold (a
+rank under ``--post-mortem``, ``--debugpy-wait``) or other nodes' readings, or without the
+events, it looks every second as before.
+
 Under ``--debugpy-wait`` each check also reads which ranks wait for a debugger (the marker
 their bootstrap keeps beside error.json) and publishes ``RankDebuggerWait`` when that changes:
 the pause log, ours and every viewer's, then holds such a rank as a person's, so it is
@@ -28,18 +39,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import clock
-from ..events import LIVE_SUSPECT_DROPPED_PREFIX, LIVE_SUSPECT_PREFIX, RankDebuggerWait, Suspect
+from ..events import (
+    LIVE_SUSPECT_DROPPED_PREFIX,
+    LIVE_SUSPECT_PREFIX,
+    Event,
+    RankDebuggerWait,
+    RankStats,
+    Suspect,
+)
 from ..forensics.live_rule import (
     Quiet,
     RankNow,
     Waited,
     every_rank_quiet,
+    quiet_due,
+    waited_due,
     waited_verdict,
     why_dropped,
 )
 from ..forensics.pauses import paused_words
 from ..forensics.stack_evidence import outside_collective
-from ..process.py_bootstrap import debugger_wait_since
+from ..process.py_bootstrap import ENV_POST_MORTEM, debugger_wait_since
 from ..states import RankState
 from .collective_watch import CollectiveWatch
 from .monitor import held_ranks
@@ -54,6 +74,9 @@ log = logging.getLogger(__name__)
 
 _TAKE_LIMIT_S = 8.0
 """The longest a stop waits for a spell's dumps (py-spy's 5 s and the collectives' 1 s)."""
+LONGEST_LOOK_S = 60.0
+"""The longest the check waits for a look while nothing it reads changes (a net under the
+events: none should be missed, and one look a minute costs nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +99,7 @@ class LiveSuspect:
         self, state: RunState, stacks: StackCapture, collectives: CollectiveWatch | None,
         say: Callable[[str], None], *, silence_factor: float, silence_min_s: float,
         interval_s: float = 1.0, debugger_waits: Publisher | None = None,
-        beat: Beat | None = None,
+        beat: Beat | None = None, events: Publisher | None = None,
     ) -> None:
         self._state = state
         self._debugger_events = debugger_waits
@@ -90,7 +113,17 @@ class LiveSuspect:
         self._min_s = silence_min_s
         self._ticker = Ticker("rankvisor-live-suspect", interval_s, self._check, beat=beat)
         self.start = self._ticker.start
+        self._lazy = events is not None and debugger_waits is None
+        """Whether the check may wait for a change (see the module docstring)."""
+        if self._lazy:
+            assert events is not None
+            events.subscribe(self._heard)
+            if collectives is not None:
+                collectives.on_change(self._ticker.poke)
         self._spell: object = None
+        self._files = False
+        """Whether a hold or a reading the check uses comes without an event (a file to
+        read each time: a post-mortem hold; other nodes' readings)."""
         self.reading: LiveReading | None = None
         self._taking: threading.Thread | None = None
         """The dumps of a spell under way, off the beat (py-spy and the Flight Recorder
@@ -103,12 +136,22 @@ class LiveSuspect:
         if taking is not None:
             taking.join(_TAKE_LIMIT_S)
 
+    def _heard(self, event: Event) -> None:
+        """A sink of the run's events: something the check reads may have changed (a
+        stats sample changes nothing it reads)."""
+        if not isinstance(event, RankStats):
+            self._ticker.poke()
+
     def _now(self, now_ns: int) -> tuple[_Run | None, dict[int, int]]:
         """The running ranks as the rules read them (None: the run is not one to watch:
         ended, failed, stopping, fewer than two running), and their pids."""
         state = self._state
         with state.lock:
             live = [s for s in state.live() if s.state is RankState.RUNNING and s.proc]
+            # A post-mortem hold is read from its file, other nodes' readings come from
+            # theirs: neither sends an event.
+            self._files = any(ENV_POST_MORTEM in s.env for s in state.live()) or (
+                self._collectives is not None and self._collectives.remote is not None)
             if len(live) < 2 or state.finished is not None or state.shutting_down:
                 return None, {}
             if state.real_failure:
@@ -127,10 +170,11 @@ class LiveSuspect:
         }
         return _Run(attempt, ranks), pids
 
-    def _waited(self, run: _Run, now_ns: int) -> Waited | None:
-        """A FR verdict whose entered ranks have waited long enough (``waited_verdict``)."""
+    def _waited(self, run: _Run, now_ns: int) -> tuple[Waited | None, int | None]:
+        """A FR verdict whose entered ranks have waited long enough (``waited_verdict``),
+        and when the next one will have (``waited_due``)."""
         if self._collectives is None:
-            return None
+            return None, None
         # Every node's ranks (``job_verdicts``): a rank of another node is named too, and one
         # a person holds there holds this node's verdicts as a local one does.
         ranks = dict(run.ranks)
@@ -138,11 +182,10 @@ class LiveSuspect:
         for reading in remote:
             ranks.setdefault(reading.rank, RankNow(reading.rank, None,
                                                    held=held.get(reading.rank, "")))
-        return waited_verdict(
-            (((v.pg, v.seq, v.missing), v.entered_ns, v.missing)
-             for v in self._collectives.job_verdicts()),
-            ranks, now_ns, min_s=self._min_s,
-        )
+        told = [((v.pg, v.seq, v.missing), v.entered_ns, v.missing)
+                for v in self._collectives.job_verdicts()]
+        return (waited_verdict(told, ranks, now_ns, min_s=self._min_s),
+                waited_due(told, ranks, now_ns, min_s=self._min_s))
 
     def _note_debugger_waits(self) -> None:
         """Publish each rank that began or stopped waiting for a debugger."""
@@ -163,18 +206,28 @@ class LiveSuspect:
         if changed:
             events.flush()
 
-    def _check(self) -> None:
+    def _check(self) -> float | None:
+        """One look; returns when the next is needed (the monotonic clock; None: in one
+        interval)."""
         self._note_debugger_waits()
         now = clock.wall_ns()
+        now_mono = clock.monotonic()
         run, pids = self._now(now)
         if run is None:
             # The run ended or failed: the last live reading stays, for its attempt only.
             attempt = self._state.attempt
             if self.reading is not None and self.reading.attempt != attempt:
                 self._drop(f"attempt {attempt} began")
-            return
+            return self._next(now, now_mono, None)
         quiet = every_rank_quiet(run.ranks.values(), now, factor=self._factor, min_s=self._min_s)
-        waited = self._waited(run, now)
+        waited, waited_at = self._waited(run, now)
+        # Nothing changing, the rules answer next at ``due``; a spell in force lasts till a
+        # change (an event).
+        due = waited_at
+        if quiet is None:
+            quiet_at = quiet_due(run.ranks.values(), factor=self._factor, min_s=self._min_s)
+            if quiet_at is not None and (due is None or quiet_at < due):
+                due = quiet_at
         if self.reading is not None:
             named = self.reading.suspect.ranks if self.reading.suspect is not None else ()
             why = why_dropped(
@@ -186,16 +239,16 @@ class LiveSuspect:
                 self._drop(why)
         if quiet is None and waited is None:
             self._spell = None
-            return
+            return self._next(now, now_mono, due)
         if waited is not None:
             key: object = waited.key
         else:
             assert quiet is not None
             key = ("quiet", quiet.since_ns)
         if key == self._spell:
-            return
+            return self._next(now, now_mono, due)
         if self._taking is not None and self._taking.is_alive():
-            return  # the last spell's dumps are still being taken: this one's come next
+            return None  # the last spell's dumps are still being taken: this one's come next
         self._spell = key
         since = min(t for t in (quiet.since_ns if quiet else None,
                                 waited.since_ns if waited else None) if t)
@@ -203,6 +256,20 @@ class LiveSuspect:
             target=self._take_quietly, args=(key, pids, since, run.attempt, quiet),
             name="rankvisor-live-dumps", daemon=True)
         self._taking.start()
+        return None  # a look in a second: the dumps may still be under way then
+
+    def _next(self, now_ns: int, now_mono: float, due_ns: int | None) -> float | None:
+        """When to look next: at ``due_ns`` (wall clock) if nothing changes before, on the
+        monotonic clock the beat keeps; None (in one interval) where a change may come
+        without an event (see the module docstring)."""
+        if not self._lazy or self._files:
+            return None
+        if self._taking is not None and self._taking.is_alive():
+            return None
+        wait_ns = LONGEST_LOOK_S * 1e9
+        if due_ns is not None:
+            wait_ns = min(wait_ns, due_ns - now_ns)
+        return now_mono + wait_ns / 1e9
 
     def _take_quietly(self, key: object, pids: dict[int, int], since: int, attempt: int,
                       quiet: Quiet | None) -> None:

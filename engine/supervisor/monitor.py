@@ -149,6 +149,9 @@ class Monitor:
     def _watch(self) -> None:
         state = self._state
         failed_steps = 0
+        # One poll set for the run, brought up to date each pass (ranks come and go).
+        poller = select.poll()
+        registered: set[int] = set()
         while True:
             with state.lock:
                 if state.closed:
@@ -169,12 +172,12 @@ class Monitor:
             if polling_needed:
                 # No pidfd (old kernel): look again every 10 ms.
                 timeout_ms = 10.0 if timeout_ms is None else min(timeout_ms, 10.0)
-            poller = select.poll()
-            poller.register(self._wakeup.fd, select.POLLIN)
-            for fd in fds:
+            wanted = {self._wakeup.fd, *fds, *(() if guard_fd is None else (guard_fd,))}
+            for fd in registered - wanted:
+                poller.unregister(fd)
+            for fd in wanted - registered:
                 poller.register(fd, select.POLLIN)
-            if guard_fd is not None:
-                poller.register(guard_fd, select.POLLIN)
+            registered = wanted
             try:
                 ready = poller.poll(None if timeout_ms is None else int(timeout_ms) + 1)
                 self._wakeup.drain()

@@ -323,27 +323,31 @@ def child_whole_log(seconds: float) -> dict[str, Any]:
     return {k: _whole(_launch_cmd(k, args), seconds, warmup=6) for k in ("torchrun", "rankvisor")}
 
 
-def _threads(pid: int) -> dict[str, tuple[int, int]]:
+def _threads(pid: int) -> dict[str, tuple[int, int, int]]:
     """Each thread of ``pid`` (name#tid): its voluntary context switches (each one a sleep
-    it was woken from) and its CPU ticks (utime + stime)."""
-    out: dict[str, tuple[int, int]] = {}
+    it was woken from), its CPU ticks (utime + stime) and its CPU time in ns (schedstat:
+    a tick is 10 ms, a whole idle second's worth of several readings)."""
+    out: dict[str, tuple[int, int, int]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
             continue  # it ended between the listing and the read
         fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
         name = fields.get("Name", "?").strip()
         out[f"{name}#{tid}"] = (int(fields["voluntary_ctxt_switches"]),
-                                int(stat[11]) + int(stat[12]))
+                                int(stat[11]) + int(stat[12]), ns)
     return out
 
 
 def _wakeups(cmd: list[str], seconds: float, warmup: float) -> dict[str, Any]:
     """Wake-ups of an idle supervising process: per second, how many of its threads woke
     (a context switch or a CPU tick in that second) and how many wake-ups there were in
-    all; and over the window, each thread's wake-ups a second and the CPU in %."""
+    all; and over the window, each thread's wake-ups a second and the CPU in % (the
+    process's ticks, and in ns the threads alive at both ends: a thread that ended within
+    the window, such as the one that takes a quiet spell's dumps, is missing there)."""
     with _launched(cmd) as p:
         time.sleep(warmup)
         first = before = _threads(p.pid)
@@ -352,16 +356,18 @@ def _wakeups(cmd: list[str], seconds: float, warmup: float) -> dict[str, Any]:
         for _ in range(int(seconds)):
             time.sleep(1.0)
             now = _threads(p.pid)
-            woke = [t for t, (v, c) in now.items() if (v, c) != before.get(t, (0, 0))]
+            woke = [t for t, (v, c, _ns) in now.items() if (v, c) != before.get(t, (0, 0, 0))[:2]]
             awake.append(len(woke))
-            total.append(sum(v - before.get(t, (0, 0))[0] for t, (v, _c) in now.items()))
+            total.append(sum(v - before.get(t, (0, 0, 0))[0] for t, (v, _c, _ns) in now.items()))
             before = now
         elapsed = time.monotonic() - t0
-        per_thread = {t: round((v - first.get(t, (0, 0))[0]) / elapsed, 2)
-                      for t, (v, _c) in before.items() if v != first.get(t, (0, 0))[0]}
+        per_thread = {t: round((v - first.get(t, (0, 0, 0))[0]) / elapsed, 2)
+                      for t, (v, _c, _ns) in before.items() if v != first.get(t, (0, 0, 0))[0]}
+        ns = sum(n - first[t][2] for t, (_v, _c, n) in before.items() if t in first)
         return {"threads": len(before), "max_awake_in_a_second": max(awake),
                 "wakeups_per_s": round(sum(total) / elapsed, 1),
                 "cpu_pct": round(100.0 * (_proc_cpu(p.pid) - c0) / elapsed, 3),
+                "cpu_pct_ns": round(100.0 * ns / 1e9 / elapsed, 4),
                 "by_thread": dict(sorted(per_thread.items(), key=lambda kv: -kv[1]))}
 
 
@@ -373,6 +379,9 @@ def child_idle_wakeups(seconds: float) -> dict[str, Any]:
         # A long warm-up: the start (spawns, imports) must be over before the count begins.
         out[kind] = _wakeups(_launch_cmd(kind, [SLEEPER], "--redirects"), 3 * seconds,
                              warmup=20)
+    for unit in ("cpu_pct", "cpu_pct_ns"):
+        theirs = out["torchrun"][unit]
+        out[f"ratio_{unit}"] = round(out["rankvisor"][unit] / theirs, 3) if theirs else None
     return out
 
 

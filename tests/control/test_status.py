@@ -184,3 +184,27 @@ def test_a_rank_at_a_prompt_has_its_input_wait(tmp_path: Path) -> None:
     assert s["ranks"][0]["input_wait"] == {
         "since": 123.5, "prompt": "(Pdb) ", "where": "job.py:7 in <module>"}
     assert s["ranks"][1]["input_wait"] is None
+
+
+@pytest.mark.parametrize("ages", [
+    {0: 1.5, 1: None, 2: 12345.7},
+    {0: None, 1: None, 2: None},
+    {},  # no progress read this time: every age null
+])
+def test_a_refresh_writes_the_bytes_a_full_encode_gives_with_the_times_moved_on(ages) -> None:
+    # The tick's status where nothing happened: the last record's bytes, its times filled in.
+    from rankvisor.engine.control.status import StatusTemplate, encode_status
+
+    record = {
+        "schema": 1, "run_id": "r", "state": "running", "updated": 1.0, "written_at": 1.0,
+        "command": ["python", "train.py", '"written_at": 3', "-age-0"],
+        "ranks": [{"rank": r, "pid": 100 + r, "step": 7, "last_output_age_s": 0.1}
+                  for r in range(3)] + [{"rank": 3, "pid": 103, "state": "succeeded"}],
+        "suspect": None,
+    }
+    template = StatusTemplate(record)
+    for now in (1_765_000_000.125, 1_765_000_002.5):
+        moved = {**record, "updated": now, "written_at": now,
+                 "ranks": [{**r, "last_output_age_s": ages.get(r["rank"])}
+                           if "last_output_age_s" in r else r for r in record["ranks"]]}
+        assert template.fill(now, ages) == encode_status(moved)

@@ -1,5 +1,5 @@
 """The Supervisor's Flight Recorder watch keeps each rank's last answer and is asked for its
-verdicts once a second by the live suspect: an answer is parsed once and the verdicts drawn
+verdicts at each of the live suspect's looks: an answer is parsed once and the verdicts drawn
 once per set of answers, not at every look (at 64 ranks each answer is a JSON of hundreds of
 entries). Real FR answers of a gloo hang (rank 1 never entered all_reduce #5)."""
 
@@ -81,3 +81,46 @@ def test_a_poll_asks_on_the_beat_only_while_no_rank_serves(
     release.set()
     watch.stop()
     assert asked[1:] == [("rankvisor-collectives", paths)]
+
+
+def test_while_no_rank_serves_the_looks_back_off_onto_the_status_refresh_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nobody serves yet: a look a second at first, then every 2 s, then every 4 s (even
+    seconds, when the status refresh wakes the run anyway); a rank that serves is asked at
+    every look; new sockets (a restart) start over. A changed answer is passed on."""
+    from rankvisor.engine import clock
+
+    fake = clock.FakeClock(monotonic=1000.0)
+    watch = CollectiveWatch(RunState({}, max_restarts=0), lambda: None)
+    paths = {0: str(tmp_path / "r0.sock"), 1: str(tmp_path / "r1.sock")}
+    monkeypatch.setattr(watch, "live_paths", lambda only=None: dict(paths))
+    monkeypatch.setattr(watch, "ask", lambda p, timeout_s: None)
+    with clock.using(fake):
+        for step, (at, due) in enumerate([
+            (1000.0, None),    # the ranks just started: in a second
+            (1001.0, 1002.0),  # then on the 2 s grid
+            (1002.0, 1004.0),  # then on the 4 s grid
+            (1004.0, 1008.0),
+            (1008.0, 1012.0),
+            ("restart", None),  # new sockets: a second again
+            (1013.0, 1014.0),
+        ]):
+            if at == "restart":
+                paths = {0: str(tmp_path / "r0b.sock"), 1: str(tmp_path / "r1b.sock")}
+                at = 1012.0
+            fake.advance(at - fake.monotonic())
+            assert watch._poll() == due, step
+    told: list[int] = []
+    watch.on_change(lambda: told.append(1))
+    monkeypatch.undo()
+    monkeypatch.setattr(collective_watch, "ask_all", lambda p, *_a, **_k: answers)
+    answers = {0: Answer(error="not serving"), 1: Answer(error="not serving")}
+    watch.ask(paths, 0.1)
+    watch.ask(paths, 0.1)  # the same again: nothing new
+    answers = {0: Answer(body=b"{}", at_ns=1), 1: Answer(error="not serving")}
+    watch.ask(paths, 0.1)
+    watch.ask(paths, 0.1)
+    answers = {0: Answer(error="gone"), 1: Answer(error="not serving")}
+    watch.ask(paths, 0.1)  # rank 0's last answer still stands
+    assert told == [1, 1]

@@ -14,6 +14,8 @@ from rankvisor.engine.forensics.live_rule import (
     Waited,
     every_rank_quiet,
     has_cadence,
+    quiet_due,
+    waited_due,
     waited_verdict,
     why_dropped,
 )
@@ -124,3 +126,116 @@ def test_the_watch_drops_a_reading_of_an_attempt_that_is_over() -> None:
     watch._check()
     assert watch.reading is None
     assert said == ["live suspect dropped: rank 1: attempt 1 began"]
+
+
+@pytest.mark.parametrize(("ranks", "due_s"), [
+    # every rank's last output + its need (3 x its median gap, at least 4 s): the latest
+    ([_rank(0, 1.0), _rank(1, 2.5)], 6.5),
+    ([_rank(0, 1.0, gap=2.0), _rank(1, 2.5)], 7.0),            # rank 0 needs 6 s
+    ([_rank(0, 1.0, steps=0, gaps=3), _rank(1, 2.5)], 2.5 + STARTUP_QUIET_S),  # starting
+    ([_rank(0, 1.0, released_s=20.0), _rank(1, 1.0)], 24.0),  # timed from the hold's end
+    ([_rank(0, 0.3), _rank(1, 0.1)], 4.3),
+    ([_rank(0, 1.0, held="at a prompt"), _rank(1, 1.0)], None),  # a person holds it
+    ([_rank(0, None), _rank(1, 1.0)], None),                    # it wrote nothing yet
+    ([_rank(0, 1.0)], None),                                    # one rank: never a hang
+])
+def test_the_watch_knows_when_every_rank_will_be_quiet(
+    ranks: list[RankNow], due_s: float | None
+) -> None:
+    # The live watch looks again at this moment (unless something changes before): the
+    # rule must answer there, and not a nanosecond before.
+    due = quiet_due(ranks, factor=3.0, min_s=4.0)
+    if due_s is None:
+        assert due is None
+        return
+    assert due is not None and abs(due - (T0 + int(due_s * S))) <= 1
+    assert every_rank_quiet(ranks, due, factor=3.0, min_s=4.0) is not None
+    assert every_rank_quiet(ranks, due - 1, factor=3.0, min_s=4.0) is None
+
+
+@pytest.mark.parametrize(("now_s", "entered_s", "ranks", "due_s"), [
+    (2.0, 1.0, [_rank(0, 1.0), _rank(1, 1.0)], 5.0),    # entered at 1 s: named at 5 s
+    (6.0, 1.0, [_rank(0, 1.0), _rank(1, 1.0)], None),   # already long enough: nothing later
+    (21.0, 1.0, [_rank(0, 1.0, released_s=20.0), _rank(1, 1.0)], 24.0),  # from the hold
+    (2.0, 1.0, [_rank(0, 1.0, held="stopped by SIGSTOP"), _rank(1, 1.0)], None),
+    (2.0, 1.0, [_rank(1, 1.0), _rank(2, 1.0)], None),   # rank 0 is not one of these
+])
+def test_the_watch_knows_when_a_collective_will_have_been_waited_in_long_enough(
+    now_s: float, entered_s: float, ranks: list[RankNow], due_s: float | None
+) -> None:
+    verdicts = [(KEY, T0 + int(entered_s * S), (0,))]
+    by_rank = {r.rank: r for r in ranks}
+    due = waited_due(verdicts, by_rank, T0 + int(now_s * S), min_s=4.0)
+    assert due == (None if due_s is None else T0 + int(due_s * S))
+    if due is not None:
+        assert waited_verdict(verdicts, by_rank, due, min_s=4.0) is not None
+        assert waited_verdict(verdicts, by_rank, due - 1, min_s=4.0) is None
+
+
+def test_the_watch_looks_when_its_rules_could_answer_or_something_changed() -> None:
+    # The check on the run's beat, on a fake clock: it looks when the quiet rule could
+    # first answer (on its 1 s grid: when a look every second would have answered), and
+    # any event of the run brings the look forward to the next second; while a spell is in
+    # force nothing is looked at until something changes (a net: a look a minute).
+    from types import SimpleNamespace
+
+    from rankvisor.engine import clock
+    from rankvisor.engine.events import RankOutput, RankStats
+    from rankvisor.engine.states import RankState
+    from rankvisor.engine.supervisor.live_suspect import LONGEST_LOOK_S
+    from rankvisor.engine.supervisor.publisher import Publisher
+    from rankvisor.engine.supervisor.rank_slot import RankSlot
+    from rankvisor.engine.supervisor.ticker import Beat
+
+    fake = clock.FakeClock(monotonic=1000.0, wall=1_700_000_000.0)
+    slots = {r: RankSlot(rank=r) for r in (0, 1)}
+    for r, slot in slots.items():
+        slot.state = RankState.RUNNING
+        slot.proc = SimpleNamespace(pid=100 + r)  # type: ignore[assignment]
+    state = RunState(slots, max_restarts=0)
+    events = Publisher(state)
+    said: list[str] = []
+    spells: list[float] = []
+    beat = Beat("test-live", driver=lambda: None)
+    with clock.using(fake):
+        watch = LiveSuspect(state, None, None, said.append,  # type: ignore[arg-type]
+                            silence_factor=3.0, silence_min_s=4.0, beat=beat, events=events)
+        watch._take_quietly = lambda *a: spells.append(fake.monotonic())  # type: ignore
+        watch.start()
+
+        def output(rank: int) -> None:
+            event = RankOutput(rank, "stdout", ("ready",))
+            state.activity.note(event)
+            events.publish_now(event)
+
+        looks = 0
+        for step, (at, act, due) in enumerate([
+            # at      what happens            the next look
+            (1000.5,  "output",               1001.0),   # soon: something changed
+            (1001.0,  "look",                 1031.0),   # starting: 30 s after 1000.5
+            (1005.2,  "stats",                1031.0),   # a stats sample changes nothing
+            (1031.0,  "look",                 1032.0),   # every rank quiet: the spell
+            (1032.0,  "look",                 1032.0 + LONGEST_LOOK_S),  # in force
+            (1040.3,  "output",               1041.0),   # the ranks go on: a look soon
+            (1041.0,  "look",                 1041.0 + LONGEST_LOOK_S),  # no spell: quiet
+            # again at 1040.3 + 3 x its 39.8 s gap: 1159.7, past the net
+            (1101.0,  "look",                 1160.0),
+        ]):
+            fake.advance(at - fake.monotonic())
+            if act == "output":
+                output(0)
+                output(1)
+            elif act == "stats":
+                events.publish_now(RankStats(rank=0, pid=100, status="sleeping",
+                                             cpu_percent=0.0, rss_bytes=0, num_threads=1,
+                                             num_descendants=0, cpu_affinity=(),
+                                             cpu_num=None, numa_node=None, uptime_s=1.0,
+                                             t=fake.wall()))
+            else:
+                looks += 1
+                beat.run_due(fake.monotonic())
+                if watch._taking is not None:
+                    watch._taking.join()
+            assert beat.next_due() == pytest.approx(due), step
+        assert looks == 5 and spells == [1031.0]
+        watch.stop()

@@ -131,3 +131,69 @@ def test_numa_map_from_sysfs(tmp_path: Path) -> None:
     (tmp_path / "possible").write_text("0-1\n")  # not a node directory
     assert cpu_to_numa_node(str(tmp_path)) == {0: 0, 1: 0, 4: 0, 2: 1, 3: 1, 5: 1, 6: 1}
     assert cpu_to_numa_node(str(tmp_path / "missing")) == {}
+
+
+def test_a_rank_s_proc_files_stay_open_between_samples_and_close_once_untracked() -> None:
+    import subprocess
+
+    from rankvisor.engine.supervisor.stats import StatsSampler
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        sampler = StatsSampler(gpu=None)
+        sampler.track(0, p.pid)
+        before = open_files()
+        first = sampler.sample_once()
+        kept = open_files()
+        assert kept == before + 2  # its stat and its (single thread's) children file
+        second = sampler.sample_once()
+        assert open_files() == kept  # read again, not reopened
+        assert "gone" not in (first[0].status, second[0].status)
+        assert second[0].num_threads == 1
+        sampler.untrack(0)
+        assert sampler.sample_once() == [] and open_files() == before
+    finally:
+        p.kill()
+        p.wait()
+    sampler.track(1, os.getpid())
+    sampler.sample_once()
+    sampler.stop()  # closes them too
+    assert open_files() == before
+    sampler.untrack(1)
+    q = subprocess.Popen(["sleep", "60"])
+    sampler.track(2, q.pid)
+    sampler.sample_once()
+    q.kill()
+    q.wait()  # reaped: its open stat file reads nothing now
+    assert [s.status for s in sampler.sample_once()] == ["gone"]
+    sampler.untrack(2)
+    sampler.sample_once()
+    assert open_files() == before
+
+
+def test_a_rank_s_cgroup_memory_files_are_read_again_while_open_and_by_path_once_closed(
+    tmp_path: Path,
+) -> None:
+    from rankvisor.engine.process.cgroups import _OpenFiles, _read_memory
+
+    d = tmp_path
+    (d / "memory.usage_in_bytes").write_text("4096\n")
+    (d / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    files = _OpenFiles()
+    first = _read_memory("v1", str(d), files)
+    assert first is not None and (first.current_bytes, first.oom_kills) == (4096, 0)
+    with open(d / "memory.oom_control", "r+") as f:  # the same file, changed in place
+        f.write("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    opened = len(os.listdir("/proc/self/fd"))
+    again = _read_memory("v1", str(d), files)
+    assert again is not None and again.oom_kills == 2
+    assert len(os.listdir("/proc/self/fd")) == opened  # read again, nothing reopened
+    files.close()
+    assert len(os.listdir("/proc/self/fd")) == opened - 2
+    (d / "memory.usage_in_bytes").write_text("8192\n")
+    late = _read_memory("v1", str(d), files)  # closed: read by path
+    assert late is not None and late.current_bytes == 8192
+    assert len(os.listdir("/proc/self/fd")) == opened - 2

@@ -25,15 +25,6 @@ def test_a_ticker_falls_due_on_the_grid_of_its_interval(now, interval, due) -> N
     assert next_on_grid(now, interval) == pytest.approx(due)
 
 
-@pytest.mark.parametrize("now,interval,due", [
-    (10.2, 1.0, 10.5),   # half an interval on: between the shared beat's moments
-    (10.5, 1.0, 11.5),
-    (10.8, 1.0, 11.5),
-])
-def test_a_thread_of_its_own_ticks_between_the_beats(now, interval, due) -> None:
-    assert next_on_grid(now, interval, phase=0.5) == pytest.approx(due)
-
-
 def _beat_threads(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == name]
 
@@ -100,16 +91,7 @@ def test_a_ticker_may_stop_itself_from_its_own_tick() -> None:
     assert calls == [1]
 
 
-def test_own_thread_keeps_a_blocking_reading_off_the_beat() -> None:
-    names: list[str] = []
-    ticker = Ticker("rankvisor-test-own", 0.01, lambda: names.append(
-        threading.current_thread().name), own_thread=True)
-    ticker.start()
-    try:
-        wait_until(lambda: names, timeout=20)
-    finally:
-        ticker.stop()
-    assert set(names) == {"rankvisor-test-own"}
+def test_an_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         Ticker("never", 0.0, lambda: None)
 
@@ -153,3 +135,64 @@ def test_a_driven_beat_has_no_thread_and_runs_what_fell_due_when_its_loop_asks()
         calls.clear()
         beat.run_due(fake.monotonic())
         assert calls == []
+
+
+def test_a_tick_says_when_it_next_needs_a_call_and_a_poke_brings_it_forward() -> None:
+    # A reading that knows when it next has something to look at returns that moment: its
+    # next call is the first point of its grid at or after it (never before the next one);
+    # a poke (what it reads changed) brings the call forward to the next grid point.
+    from rankvisor.engine import clock
+
+    fake = clock.FakeClock(monotonic=100.2)
+    woken: list[int] = []
+    calls: list[float] = []
+    answers: list[float | None] = []
+    beat = Beat("test-lazy", driver=lambda: woken.append(1))
+
+    def look() -> float | None:
+        calls.append(fake.monotonic())
+        return answers.pop(0) if answers else None
+
+    with clock.using(fake):
+        lazy = Ticker("lazy", 1.0, look, beat=beat)
+        lazy.start()
+        woken.clear()
+        for step, (now, answer, poke_at, due_next) in enumerate([
+            # at      its answer  a poke at  next call
+            (101.0,   130.0,      None,      130.0),   # nothing before 130
+            (130.0,   145.3,      None,      146.0),   # off the grid: the point after it
+            (146.0,   146.2,      None,      147.0),   # never before the next grid point
+            (147.0,   None,       None,      148.0),   # no answer: one interval on
+            (148.0,   190.0,      160.4,     161.0),   # poked at 160.4: called at 161
+            (161.0,   170.0,      None,      170.0),
+        ]):
+            fake.advance(now - fake.monotonic())
+            answers.append(answer)
+            calls.clear()
+            beat.run_due(fake.monotonic())
+            assert calls == [now], step
+            if poke_at is not None:
+                fake.advance(poke_at - fake.monotonic())
+                woken.clear()
+                lazy.poke()
+                assert woken == [1], step  # the loop sleeps no longer than the new deadline
+                lazy.poke()
+                assert woken == [1], step  # already as soon as it can be: nothing to wake
+            assert beat.next_due() == pytest.approx(due_next), step
+
+        # A poke during the call itself: the call's answer does not push it back.
+        answers.clear()
+        fake.advance(170.0 - fake.monotonic())
+
+        def poked_meanwhile() -> float | None:
+            lazy.poke()
+            return 200.0
+
+        answers_fn = lazy._tick
+        lazy._tick = poked_meanwhile
+        beat.run_due(fake.monotonic())
+        assert beat.next_due() == pytest.approx(171.0)
+        lazy._tick = answers_fn
+        lazy.stop()
+        lazy.poke()  # stopped: a poke brings nothing back
+        assert beat.next_due() is None
