@@ -26,16 +26,7 @@ from rankvisor.engine.kernel.run import (
 )
 from rankvisor.engine.states import RankState as S
 
-
-def kernel(n: int = 3, **kw: object) -> RunKernel[RankLife]:
-    k = RunKernel({r: RankLife(r, S.RUNNING) for r in range(n)}, term_timeout_s=30.0,
-                  kill_wait_s=5.0, **kw)  # type: ignore[arg-type]
-    k.started = True
-    return k
-
-
-def kinds(effects: list) -> list[str]:
-    return [type(e).__name__ for e in effects]
+from .test_run import kernel, kinds
 
 
 def run(k: RunKernel[RankLife], steps: list[tuple[float, object]]) -> list[list[str]]:
