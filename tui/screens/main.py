@@ -98,6 +98,8 @@ class MainScreen(Screen[None]):
         )
         self.ready = False
         """True once composed and laid out (the app draws only then)."""
+        self._laid_out_for: tuple[int, int, str] | None = None
+        """The body's size and the layout choice of the last ``_relayout``."""
 
     def compose(self) -> ComposeResult:
         yield self.summary
@@ -125,11 +127,18 @@ class MainScreen(Screen[None]):
             self.call_after_refresh(redraw, None)
 
     def on_resize(self) -> None:
-        self._relayout()
+        # Textual sends a starting screen the same size several times: lay out once a size.
+        if self._layout_key() != self._laid_out_for:
+            self._relayout()
 
     # -- layout ----------------------------------------------------------------------------
 
+    def _layout_key(self) -> tuple[int, int, str]:
+        body = self.query_one("#body")
+        return (body.size.width, body.size.height, self.layout_choice)
+
     def _relayout(self) -> None:
+        self._laid_out_for = self._layout_key()
         body = self.query_one("#body")
         width = body.size.width or self.size.width
         # The body holds the progress strip (one line) above the panes.
