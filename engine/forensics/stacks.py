@@ -653,12 +653,18 @@ def dump_stacks(
     nonblocking: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     reason: str = "",
+    workers: int = 32,
 ) -> StackDump:
-    """Dump each rank's stack (``targets``: rank -> pid), all in parallel, and merge them.
+    """Dump each rank's stack (``targets``: rank -> pid), up to ``workers`` at once, and
+    merge them.
+
+    A person waiting on a dump gets every rank in parallel; a reading nobody waits for (the
+    live suspect's) passes ``workers=1`` and reads them one after another on its own thread,
+    so an idle supervisor never wakes a thread per rank.
 
     Never raises for a rank that cannot be read: it gets an ``error`` line instead, and a
     cause shared by every rank (py-spy missing, ptrace not permitted) becomes ``problem``.
-    Blocks for at most about ``timeout_s``.
+    Blocks for at most about ``timeout_s`` per ``workers`` ranks.
     """
     started = clock.wall()
     program = find_py_spy()
@@ -674,12 +680,15 @@ def dump_stacks(
     items = sorted(targets.items())
     if not items:
         return StackDump(started, (), native=native, nonblocking=nonblocking, reason=reason)
-    with ThreadPoolExecutor(max_workers=min(len(items), 32),
-                            thread_name_prefix="rankvisor-py-spy") as pool:
-        ranks = tuple(pool.map(
-            lambda item: _dump_rank(program, item[0], item[1], native, nonblocking, timeout_s),
-            items,
-        ))
+    def one(item: tuple[int, int]) -> RankStack:
+        return _dump_rank(program, item[0], item[1], native, nonblocking, timeout_s)
+
+    if workers <= 1:
+        ranks = tuple(map(one, items))
+    else:
+        with ThreadPoolExecutor(max_workers=min(len(items), workers),
+                                thread_name_prefix="rankvisor-py-spy") as pool:
+            ranks = tuple(pool.map(one, items))
     errors = {r.error for r in ranks if not r.threads}
     problem = ""
     if not any(r.threads for r in ranks) and len(errors) == 1:

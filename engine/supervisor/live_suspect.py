@@ -288,8 +288,9 @@ class LiveSuspect:
     def _take(self, key: object, pids: dict[int, int], since: int, attempt: int,
               quiet: Quiet | None) -> None:
         dumps = []
+        # Nobody waits on this reading: one rank after another, on this thread alone.
         dump = self._stacks.dump(pids, nonblocking=True, timeout_s=5.0,
-                                 reason="live: every rank quiet")
+                                 reason="live: every rank quiet", workers=1)
         if dump.path:
             dumps.append(dump.path)
         verdicts = []

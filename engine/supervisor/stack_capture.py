@@ -144,11 +144,13 @@ class StackCapture:
         nonblocking: bool = False,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         reason: str = "asked",
+        workers: int = 32,
     ) -> StackDump:
-        """Dump ``targets`` (rank -> pid) now, on this thread, and save the dump if any
-        rank could be read (the returned dump's ``path``; "" when nothing was saved)."""
+        """Dump ``targets`` (rank -> pid) now, from this thread (``workers`` ranks at
+        once), and save the dump if any rank could be read (the returned dump's ``path``;
+        "" when nothing was saved)."""
         dump = dump_stacks(targets, native=native, nonblocking=nonblocking,
-                           timeout_s=timeout_s, reason=reason)
+                           timeout_s=timeout_s, reason=reason, workers=workers)
         if self._readings is not None and dump.captured:
             dump = regrouped(dump, self._readings())
         run_dir = self._run_dir()

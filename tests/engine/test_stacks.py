@@ -459,3 +459,21 @@ def test_a_read_that_failed_in_passing_is_tried_again(
     dump = stacks.dump_stacks({0: os.getpid()}, nonblocking=True)
     assert calls.read_text() == "x" * (1 + stacks._READ_RETRIES)
     assert dump.ranks[0].error == "py-spy: Failed to get stack traces"
+
+
+def test_a_reading_nobody_waits_for_takes_its_ranks_one_after_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live suspect's dump (``workers=1``) reads every rank from the calling thread: no
+    pool, so an idle supervisor never wakes a thread a rank; the dump is the same."""
+    program, calls = _fake_py_spy(tmp_path, 0, "")
+    monkeypatch.setattr(stacks, "find_py_spy", lambda: program)
+
+    def no_pool(*_a: object, **_kw: object) -> None:
+        raise AssertionError("a pool of threads for a one-worker dump")
+
+    monkeypatch.setattr(stacks, "ThreadPoolExecutor", no_pool)
+    dump = stacks.dump_stacks({0: os.getpid(), 1: os.getpid(), 2: os.getpid()},
+                              nonblocking=True, workers=1)
+    assert calls.read_text() == "xxx"
+    assert [r.rank for r in dump.ranks] == [0, 1, 2]
+    assert all(r.threads[0].frames[0].name == "step" for r in dump.ranks)
