@@ -272,9 +272,9 @@ def ls_screenshot(out: Path, tmp: Path) -> Path:
     import time
     from contextlib import redirect_stdout
 
+    from rankvisor.engine import clock
     from rankvisor.engine.control import registry
     from rankvisor.engine.control.status import process_start_time, write_status
-    from rankvisor.tui.cli import listing
     from rankvisor.tui.cli import main as cli_main
     from rich.console import Console
     from rich.text import Text
@@ -313,12 +313,9 @@ def ls_screenshot(out: Path, tmp: Path) -> Path:
         entry = registry.register(run_id, str(real_dir), f"/tmp/{run_id[:8]}.sock",
                                   supervisor_pid=me, started=started)
         assert entry.run_dir == str(real_dir)
-    clock = type("Clock", (), {"time": staticmethod(lambda: LS_NOW),
-                               "localtime": staticmethod(time.localtime),
-                               "strftime": staticmethod(time.strftime)})
-    listing.time = clock  # type: ignore[assignment]
     buf = io.StringIO()
-    with redirect_stdout(buf):
+    # The listing reads the engine's one clock: a running run's duration is counted to LS_NOW.
+    with redirect_stdout(buf), clock.using(clock.FakeClock(wall=LS_NOW)):
         cli_main(["ls"])
     text = buf.getvalue().replace(str(tmp / "ls-runs"), "/work/runs")
     width = max(len(line) for line in text.splitlines()) + 2
