@@ -21,7 +21,9 @@ second for all of them. It never waits: while the writer holds the status, the t
 (the writer's status is the newer one). Where nothing happened since the last status (no
 event, the same live suspect, every rank's step the same), the tick writes the last status's
 bytes with only its times moved on (``status.StatusTemplate``) instead of building the record
-again: the same bytes, for a fraction of the CPU of an idle run.
+again: the same bytes, for a fraction of the CPU of an idle run. The tick writes them into a
+spare inode that then trades names with status.json (``rundir.atomic.SwapWriter``), not into
+a new file each time.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import clock
 from ..events import Event, RankOutput, RankStats, RunFinished
-from ..rundir.atomic import write_atomic
+from ..rundir.atomic import SwapWriter
 from ..rundir.reserve import SpaceReserve, reserve_bytes
 from ..supervisor.ticker import Ticker
 from . import registry, status, wire
@@ -112,6 +114,8 @@ class RunHost:
         """The last refresh's status with its times left open, and what it was built from."""
         self._events_file: RecordFile | None = None
         self._run_dir = ""
+        self._refresh_file: SwapWriter | None = None
+        """status.json as the tick rewrites it (two inodes that trade names)."""
         self._reserve: SpaceReserve | None = None
         self._full_said = False
         self._entry: object | None = None
@@ -143,6 +147,7 @@ class RunHost:
         # Viewers start from the run as its ranks started (with their files), as the record.
         self.server.rebase(info)
         if self._run_dir:
+            self._refresh_file = SwapWriter(os.path.join(self._run_dir, status.FILENAME))
             # Held while the ranks write, released for the run's end (engine.rundir.reserve).
             self._reserve = SpaceReserve(self._run_dir)
             self._reserve.hold(reserve_bytes(len(info.ranks)))
@@ -213,6 +218,9 @@ class RunHost:
             self._flush()
         if self._hook_thread is not None:
             self._hook_thread.join()
+        if self._refresh_file is not None:
+            with self._lock:
+                self._refresh_file.close()
         self._unsubscribe()
         self.server.close()
         self._release_reserve()
@@ -252,7 +260,7 @@ class RunHost:
     def _write_refresh(self) -> None:
         """The refresh's status, not flushed to disk: the last one's bytes with its times
         moved on where only the clock changed them, else built anew (caller holds _lock)."""
-        if not self._run_dir or self._status_hook is not None:
+        if self._refresh_file is None or self._status_hook is not None:
             # Other nodes' ranks come without an event here: built anew every time.
             self._write_status(durable=False)
             return
@@ -266,7 +274,7 @@ class RunHost:
                 self._template = (key, status.StatusTemplate(self.current_status()))
             ages = {rank: p.get("last_output_age_s") for rank, p in progress.items()}
             body = self._template[1].fill(clock.wall(), ages)
-            write_atomic(os.path.join(self._run_dir, status.FILENAME), body, durable=False)
+            self._refresh_file.write(body)
         except OSError as e:  # the last status written stays whole (an atomic replace)
             self._say_full(status.FILENAME, e)
 

@@ -219,7 +219,9 @@ def make_bundle(
     sources: list[str] = []  # paths relative to run_dir
     for entry in sorted(os.listdir(run_dir)):
         full = os.path.join(run_dir, entry)
-        if os.path.isfile(full) and not os.path.islink(full):
+        # A dot file is a writer's temporary or status.json's spare (rundir.atomic): not
+        # the run's record.
+        if not entry.startswith(".") and os.path.isfile(full) and not os.path.islink(full):
             sources.append(entry)
     for sub in (["stacks", "collectives"]
                 + ([f"attempt_{attempt}"] if attempt is not None else [])):

@@ -121,6 +121,15 @@ class OutputActivity:
             data = self._ranks.get(rank)
             return data.step if data is not None else None
 
+    def last_ns(self, rank: int, until_ns: int) -> int | None:
+        """When ``rank`` last wrote up to ``until_ns`` (``reading(...).last_ns`` without the
+        rest of a reading: status.json's refresh asks it of every rank every two seconds)."""
+        with self._lock:
+            data = self._ranks.get(rank)
+            if data is None:
+                return None
+            return next((t for t in reversed(data.times) if t <= until_ns), None)
+
     def reading(self, rank: int, until_ns: int | None = None) -> RankActivity:
         """What ``rank`` wrote up to ``until_ns`` (default: the cutoff, else now)."""
         with self._lock:

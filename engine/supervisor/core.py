@@ -559,7 +559,7 @@ class Supervisor:
         out: dict[int, dict[str, object]] = {}
         activity = self._state.activity
         for rank in list(self._state.slots):
-            last = activity.reading(rank, until_ns=now).last_ns
+            last = activity.last_ns(rank, now)
             out[rank] = {"step": activity.last_step(rank),
                          "last_output_age_s": round((now - last) / 1e9, 1) if last else None}
         return out

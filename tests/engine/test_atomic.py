@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
 from pathlib import Path
 
 import pytest
-from rankvisor.engine.rundir.atomic import atomic_file, write_atomic
+from rankvisor.engine.rundir.atomic import SwapWriter, atomic_file, write_atomic
 
 
 def test_creates_and_replaces_with_the_mode_asked_for(tmp_path: Path) -> None:
@@ -74,4 +75,52 @@ def test_a_reader_sees_whole_files_only(tmp_path: Path) -> None:
         done.set()
         reader.join()
     assert seen and seen <= set(versions)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+
+
+def test_a_swap_writer_trades_two_inodes_and_leaves_one_name(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    writer = SwapWriter(str(path))
+    inodes = set()
+    for i, body in enumerate([b"first", b"a much longer second body", b"3rd", b"", b"fifth"]):
+        writer.write(body)
+        assert path.read_bytes() == body, i
+        inodes.add(path.stat().st_ino)
+    assert writer.swaps == 5 and len(inodes) == 2
+    assert stat.S_IMODE(path.stat().st_mode) & 0o644 == 0o644
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+    assert path.read_bytes() == b"fifth"
+
+
+def test_a_swap_never_rewrites_a_file_a_reader_still_has_open(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    write_atomic(str(path), b"written by an event")
+    writer = SwapWriter(str(path))
+    writer.write(b"tick 1")
+    with open(path, "rb") as reader:  # opened while "tick 1" is the file
+        writer.write(b"tick 2")  # trades with the event's inode: the reader's is the spare
+        writer.write(b"tick 3")  # the spare is open: a new file, the reader's left alone
+        assert reader.read() == b"tick 1"
+        assert path.read_bytes() == b"tick 3"
+    assert writer.swaps == 2
+    writer.write(b"tick 4")
+    assert path.read_bytes() == b"tick 4" and writer.swaps == 3
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+
+
+def test_without_an_exchange_a_swap_writer_replaces_as_write_atomic(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    writer = SwapWriter(str(path))
+
+    def no_exchange(_a: str, _b: str) -> None:  # NFS, an old kernel
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    writer._exchange = no_exchange  # noqa: SLF001 - the file system's answer
+    for body in (b"one", b"two", b"three"):
+        writer.write(body)
+        assert path.read_bytes() == body
+    assert writer.swaps == 0 and writer._exchange is None  # noqa: SLF001 - asked once
+    writer.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]

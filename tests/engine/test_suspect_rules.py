@@ -101,8 +101,13 @@ def test_activity_keeps_what_came_before_the_cutoff() -> None:
     assert (r.last_ns, r.median_gap_s, r.last_line, r.last_line_no) == (
         T0 + 5 * S, 1.0, "50%|###", -1)
     assert act.reading(0, until_ns=T0 + 3 * S).last_line == "step 3"
+    # The status refresh's short form agrees with a whole reading at every moment.
+    for until in (T0 - 1, T0, T0 + 2 * S + 1, T0 + 5 * S, T0 + 9 * S):
+        assert act.last_ns(0, until) == act.reading(0, until_ns=until).last_ns, until
+    assert act.last_ns(1, T0 + 9 * S) is None  # a rank that wrote nothing
     act.new_attempt(1)
     assert act.reading(0).last_ns is None
+    assert act.last_ns(0, T0 + 9 * S) is None
 
 
 def test_a_person_s_restart_of_one_rank_is_the_first_domino() -> None:
