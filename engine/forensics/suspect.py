@@ -24,12 +24,15 @@ evidence read here needs nothing from the training code:
   the teardown's signal reached it.
 
 Strongest of all, when the ranks serve it: *what torch recorded of the collectives* (its
-Flight Recorder, ``engine.forensics.collectives``): a rank that never entered collective #N
-of a process group while its peers waited in it is named before any silence, whatever
-every rank printed meanwhile (a heartbeat thread, a progress bar); then *what torch printed*
-about it (``engine.forensics.torch_texts``: a collective mismatch under
-TORCH_DISTRIBUTED_DEBUG=DETAIL, a monitored barrier, NCCL's watchdog). A person's signal or
-pause of that rank, or its own failure, still tells its story in its own words.
+Flight Recorder, ``engine.forensics.collectives``) and *what torch printed* about them
+(``engine.forensics.torch_texts``: a collective mismatch under TORCH_DISTRIBUTED_DEBUG=DETAIL,
+a monitored barrier, NCCL's watchdog), named before any silence, whatever every rank
+printed meanwhile (a heartbeat thread, a progress bar). In this order: a rank the Flight
+Recorder shows in another collective under the same number; a rank torch's texts name; a
+rank that never entered collective #N of a process group while its peers waited in it
+(read from when each rank was asked, which torch's own check outweighs: when every rank
+fails at once on a loaded machine, a rank can be asked on its way in). A person's signal
+or pause of that rank, or its own failure, still tells its story in its own words.
 
 Each piece of evidence has a time (the last output, the signal, the exit); the earliest
 wins, and any other within ``TOGETHER_S`` of it is named too, the earlier first. Being
@@ -42,7 +45,7 @@ earliest knock-on failure is.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Final
@@ -157,6 +160,16 @@ def _silent(
     if own is not None and f.activity.gaps >= 3:
         need = max(need, factor * own)
     return silence if silence >= need else None
+
+
+def _named_by(verdicts: Iterable[Verdict], ranks: Mapping[int, object]) -> dict[int, str]:
+    """Each of ``ranks`` the Flight Recorder's verdicts name, with the first verdict's words."""
+    named: dict[int, str] = {}
+    for v in verdicts:
+        for r in v.missing:
+            if r in ranks:
+                named.setdefault(r, v.suspect_words(r))
+    return named
 
 
 def find_suspect(
@@ -277,20 +290,22 @@ def find_suspect(
             for e in evidence
             if not (e.kind == "silence" and e.rank in signalled)
         ]
-    # What torch recorded (the Flight Recorder), else what it printed (a collective
-    # mismatch, a monitored barrier, NCCL's watchdog), names ranks above any silence.
+    # What torch recorded (the Flight Recorder) and what it printed (a collective mismatch, a
+    # monitored barrier, NCCL's watchdog) name ranks above any silence. A Flight Recorder
+    # desync (another op under the same number) and torch's own checks compare what each
+    # rank ran; "never entered" is read from when a rank was asked, which a loaded machine
+    # fools when every rank fails at once (a rank asked on its way into the collective that
+    # torch's check then shows it ran): it comes last.
     kind = "collective"
-    named_by: dict[int, str] = {}
-    for v in collectives:
-        for r in v.missing:
-            if r in by_rank:
-                named_by.setdefault(r, v.suspect_words(r))
+    named_by = _named_by((v for v in collectives if v.kind != "missing"), by_rank)
     if not named_by:
-        kind = "torch"
         said = {f.rank: f.message for f in facts if f.message}
         for r, text in (texts or {}).items():
             said[r] = f"{said.get(r, '')}\n{text}"
         named_by = {r: w for r, w in torch_named(said).items() if r in by_rank}
+        kind = "torch" if named_by else kind
+    if not named_by:
+        named_by = _named_by((v for v in collectives if v.kind == "missing"), by_rank)
     if named_by:
         # A person's action on them, or their own failure, is the better story where
         # there is one (not a collective error their peers' would share).

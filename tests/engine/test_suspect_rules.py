@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rankvisor.engine.events import RankOutput
 from rankvisor.engine.forensics.activity import OutputActivity, RankActivity
+from rankvisor.engine.forensics.collectives import Verdict
 from rankvisor.engine.forensics.knockon import knock_on_reason
 from rankvisor.engine.forensics.suspect import RankFacts, SignalRecord, find_suspect
 
@@ -108,6 +109,42 @@ def test_activity_keeps_what_came_before_the_cutoff() -> None:
     act.new_attempt(1)
     assert act.reading(0).last_ns is None
     assert act.last_ns(0, T0 + 9 * S) is None
+
+
+def _fingerprint(me: int, op: str, other: int, other_op: str) -> str:
+    fp = "CollectiveFingerPrint(SequenceNumber=4, OpType={op}, TensorShape=[4])"
+    return (f"RuntimeError: Detected mismatch between collectives on ranks. Rank {me} is "
+            f"running collective: {fp.format(op=op)}, but Rank {other} is running "
+            f"collective: {fp.format(op=other_op)}")
+
+
+def test_torch_s_mismatch_check_outweighs_a_rank_asked_on_its_way_in() -> None:
+    # Every rank fails at once on torch's DETAIL check (rank 1 ran broadcast #4, ranks 0 and
+    # 2 all_reduce #4). On a loaded machine the Flight Recorder was asked of ranks 1 and 2
+    # before they had entered #4: "never entered" for both, though rank 2's own error shows
+    # it ran all_reduce #4 (a CI run's verdict named ranks 1 and 2).
+    texts = {0: _fingerprint(0, "ALLREDUCE", 1, "BROADCAST"),
+             1: _fingerprint(1, "BROADCAST", 0, "ALLREDUCE"),
+             2: _fingerprint(2, "ALLREDUCE", 1, "BROADCAST")}
+    facts = [_facts(rank=r, failed=True, exitcode=1, exit_time_ns=T0 + r * 1000,
+                    stopped_by=None, message=texts[r], activity=_act(r, 0.5))
+             for r in range(3)]
+    missing = Verdict("0", "default_pg", "all_reduce", 4, (0,), (1, 2), {1: 3, 2: 3})
+    s = find_suspect(facts, collectives=[missing])
+    assert s is not None and (s.rank, s.ranks) == (1, (1,)), s
+    assert "ran BROADCAST where ranks 0 and 2 ran ALLREDUCE" in s.reason
+    # Without torch's texts the Flight Recorder's reading stands.
+    plain = [_facts(rank=r, failed=True, exitcode=1, exit_time_ns=T0 + r * 1000,
+                    stopped_by=None, message="RuntimeError: boom", activity=_act(r, 0.5))
+             for r in range(3)]
+    s = find_suspect(plain, collectives=[missing])
+    assert s is not None and s.ranks == (1, 2), s
+    # A Flight Recorder desync (another op under the same number: what a rank ran, as
+    # torch's check is) still comes first; here it names another rank, to show the order.
+    desync = Verdict("0", "default_pg", "all_reduce", 4, (1, 2), (0,), {0: 4}, kind="desync",
+                     odd_of={0: "barrier"})
+    s = find_suspect(facts, collectives=[desync])
+    assert s is not None and s.ranks == (0,), s
 
 
 def test_a_person_s_restart_of_one_rank_is_the_first_domino() -> None:
