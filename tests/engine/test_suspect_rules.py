@@ -9,6 +9,8 @@ from rankvisor.engine.forensics.collectives import Verdict
 from rankvisor.engine.forensics.knockon import knock_on_reason
 from rankvisor.engine.forensics.suspect import RankFacts, SignalRecord, find_suspect
 
+from .test_torch_texts import _mismatch
+
 S = 1_000_000_000
 T0 = 1_700_000_000 * S
 
@@ -111,21 +113,14 @@ def test_activity_keeps_what_came_before_the_cutoff() -> None:
     assert act.last_ns(0, T0 + 9 * S) is None
 
 
-def _fingerprint(me: int, op: str, other: int, other_op: str) -> str:
-    fp = "CollectiveFingerPrint(SequenceNumber=4, OpType={op}, TensorShape=[4])"
-    return (f"RuntimeError: Detected mismatch between collectives on ranks. Rank {me} is "
-            f"running collective: {fp.format(op=op)}, but Rank {other} is running "
-            f"collective: {fp.format(op=other_op)}")
-
-
 def test_torch_s_mismatch_check_outweighs_a_rank_asked_on_its_way_in() -> None:
     # Every rank fails at once on torch's DETAIL check (rank 1 ran broadcast #4, ranks 0 and
     # 2 all_reduce #4). On a loaded machine the Flight Recorder was asked of ranks 1 and 2
     # before they had entered #4: "never entered" for both, though rank 2's own error shows
     # it ran all_reduce #4 (a CI run's verdict named ranks 1 and 2).
-    texts = {0: _fingerprint(0, "ALLREDUCE", 1, "BROADCAST"),
-             1: _fingerprint(1, "BROADCAST", 0, "ALLREDUCE"),
-             2: _fingerprint(2, "ALLREDUCE", 1, "BROADCAST")}
+    texts = {0: _mismatch(0, "ALLREDUCE", 1, "BROADCAST"),
+             1: _mismatch(1, "BROADCAST", 0, "ALLREDUCE"),
+             2: _mismatch(2, "ALLREDUCE", 1, "BROADCAST")}
     facts = [_facts(rank=r, failed=True, exitcode=1, exit_time_ns=T0 + r * 1000,
                     stopped_by=None, message=texts[r], activity=_act(r, 0.5))
              for r in range(3)]
