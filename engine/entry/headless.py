@@ -18,7 +18,6 @@ escalation.
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import sys
@@ -336,6 +335,19 @@ def run_headless(
     return status
 
 
+def _interrupt_main() -> None:
+    """Run the main thread's SIGINT handler (asyncio's: the app's task is cancelled) now.
+
+    A SIGINT sent to that thread itself interrupts the event loop's wait, where
+    ``_thread.interrupt_main`` only marks the handler due and the loop may sleep on. A SIGINT
+    that is not Python's to handle (ignored, as in a shell's background job) is not sent: the
+    grace period ends the process instead."""
+    if callable(signal.getsignal(signal.SIGINT)):
+        ident = threading.main_thread().ident
+        if ident is not None:
+            signal.pthread_kill(ident, signal.SIGINT)
+
+
 FRAME_LOOK_S = 0.5
 """How often the main thread looks for a progress frame it owes the console, while one is."""
 
@@ -385,8 +397,7 @@ def run_interactive(
         sup.wait()
         if sup.received_signal is None:
             return
-        # Runs asyncio's SIGINT handler in the main thread: the app's task is cancelled.
-        _thread.interrupt_main(signal.SIGINT)
+        _interrupt_main()
         if app_ended.wait(APP_EXIT_GRACE_S):
             return
         _write_summary_file(sup, config)

@@ -26,8 +26,6 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterable
-from types import FrameType
-from typing import Union
 
 from .. import clock
 from ..errors import ProcessFailure
@@ -39,6 +37,7 @@ from ..logs_specs import DefaultLogsSpecs
 from ..process import cgroups as _cgroups
 from ..process.fd_limit import raise_soft_limit
 from ..process.guard import Guard
+from ..process.signal_inbox import SignalInbox
 from ..std import Std
 from .agent_env import EnvOptions, free_port, log_line_prefixes
 from .collective_watch import CollectiveWatch
@@ -65,10 +64,6 @@ from .timer_watchdog import HealthCheck, Watchdog
 __all__ = ["Supervisor", "SupervisorConfig"]
 
 log = logging.getLogger(__name__)
-
-_Handler = Union[Callable[[int, Union[FrameType, None]], object], int, signal.Handlers, None]
-"""What ``signal.signal`` returns: a previous handler, to put back."""
-
 
 class Supervisor:
     """One supervised run (implements ``engine.handle.SupervisorHandle``).
@@ -354,35 +349,32 @@ class Supervisor:
 
         The first signal terminates every rank with the *same* signal (as torch's agent
         forwards it), SIGKILL following at the term timeout; a second one SIGKILLs at once.
-        The handler itself only records the signal and wakes the monitor (nothing in a
-        signal handler may take a lock the interrupted code could hold).
+        The signals reach the monitor through this process's wakeup fd
+        (``engine.process.signal_inbox``), not through the main thread, which the kernel may
+        leave asleep when another thread takes the signal.
 
         Args:
             signals: Which signals (default: the config's ``signals_to_handle``).
-            on_signal: Called in the handler too, on the main thread, with the signal: for a
-                caller whose main thread waits on the run's news, which the monitor may be
-                slow to bring (it can sit behind a console nobody reads). It must take no
-                lock, as the handler itself.
+            on_signal: Called in the Python-level handler, on the main thread, with the
+                signal: for a caller whose main thread waits on the run's news, which the
+                monitor may be slow to bring (it can sit behind a console nobody reads). It
+                must take no lock, as the handler itself.
 
         Returns:
-            A function restoring the previous handlers.
+            A function restoring the previous handlers (and closing the inbox).
         """
-        previous: dict[int, _Handler] = {}
         if signals is None:
             signals = self.config.signals_to_handle
-
-        def handler(signum: int, _frame: FrameType | None) -> None:
-            self._state.signals_pending.append(signum)
-            self._wakeup.wake()
-            if on_signal is not None:
-                on_signal(signum)
-
-        for sig in signals:
-            previous[sig] = signal.signal(sig, handler)
+        inbox = SignalInbox(signals)
+        undo = inbox.install(on_signal)
+        self._monitor.signals = inbox
+        self._wakeup.wake()  # the loop polls the inbox from its next pass
 
         def restore() -> None:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
+            undo()
+            with self._state.lock:
+                self._monitor.signals = None
+            inbox.close()
 
         return restore
 

@@ -8,8 +8,9 @@ thread and a clock of their own. It sleeps in ``poll()`` on:
 
 * each live rank's pidfd, readable the moment the rank exits (the goal is an event within
   50 ms of an exit; in practice it is about a millisecond);
-* the wake-up pipe (``Wakeup``), written by commands, spawns, signal handlers and
-  ``shutdown``;
+* the wake-up pipe (``Wakeup``), written by commands, spawns and ``shutdown``;
+* the signal inbox (``SignalInbox``): the handled signals' numbers, written by the C-level
+  handler of whichever thread took one;
 * a timeout equal to the nearest deadline: an escalation's (SIGKILL time, or the end of the
   bounded wait after a SIGKILL) or a reading's;
 * the guard process's pidfd: if someone kills the guard, a new one is started at once (a
@@ -56,6 +57,7 @@ from ..names.signals import signal_name
 from ..process.guard import Guard
 from ..process.py_bootstrap import ENV_POST_MORTEM, read_hold
 from ..process.rank_process import RankProcess
+from ..process.signal_inbox import SignalInbox
 from ..result import RunProcsResult
 from .collective_watch import CollectiveWatch
 from .launcher import Launcher
@@ -101,6 +103,9 @@ class Monitor:
         self._beat = beat
         """The run's readings, driven by this loop (None: none)."""
         self._thread: threading.Thread | None = None
+        self.signals: SignalInbox | None = None
+        """The handled signals' inbox, while ``install_signal_handlers``' handlers are in
+        place (set and cleared under the state lock)."""
 
     def start(self) -> None:
         """Start the thread, and a first pass at once (ranks may have exited already)."""
@@ -161,6 +166,7 @@ class Monitor:
                 polling_needed = any(p.pidfd is None for p in _procs(live))
                 deadline = self._stopper.next_deadline()
                 guard_fd = self._guard.watch_fd() if self._guard is not None else None
+                signals_fd = self.signals.fd if self.signals is not None else -1
             due = self._beat.next_due() if self._beat is not None else None
             now = clock.monotonic()
             timeout_ms: float | None = None
@@ -172,7 +178,8 @@ class Monitor:
             if polling_needed:
                 # No pidfd (old kernel): look again every 10 ms.
                 timeout_ms = 10.0 if timeout_ms is None else min(timeout_ms, 10.0)
-            wanted = {self._wakeup.fd, *fds, *(() if guard_fd is None else (guard_fd,))}
+            wanted = {self._wakeup.fd, *fds, *(() if guard_fd is None else (guard_fd,)),
+                      *(() if signals_fd < 0 else (signals_fd,))}
             for fd in registered - wanted:
                 poller.unregister(fd)
             for fd in wanted - registered:
@@ -216,8 +223,7 @@ class Monitor:
         (``RunKernel.step``); this reads what it needs and carries out what it answers."""
         state = self._state
         self._check_guard()
-        while state.signals_pending:
-            sig = state.signals_pending.pop(0)
+        for sig in self.signals.take() if self.signals is not None else ():
             self._carry_out(state.step(SignalReceived(sig), clock.monotonic()))
         for slot in state.slots.values():
             proc = slot.proc

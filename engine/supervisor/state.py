@@ -61,9 +61,6 @@ class RunState(RunKernel[RankSlot]):
         self.received_signal: int | None = None
         self.round_result: RunFinished | None = None
         """In a driven run: how the current round ended (every rank final), not published."""
-        self.signals_pending: list[int] = []
-        """Handled signals not yet acted on (appended by the signal handler, without the
-        lock: a list append is atomic, and a handler must never wait for a lock)."""
         self.activity = OutputActivity()
         """When each rank's output last moved in this attempt (its own lock: the pump's
         thread notes batches without taking this one)."""

@@ -25,6 +25,7 @@ from rankvisor.engine.events import (
 )
 from rankvisor.engine.handle import Command, KillRanks, SignalRanks, TerminateRanks
 from rankvisor.engine.process.proc_table import is_stopped
+from rankvisor.engine.process.signal_inbox import SignalInbox
 from rankvisor.engine.states import RankState
 from rankvisor.engine.supervisor import Supervisor, SupervisorConfig
 from rankvisor.engine.supervisor.rank_slot import RankSlot
@@ -221,7 +222,7 @@ def test_a_monitor_step_that_keeps_failing_neither_spins_nor_floods_the_log(
 
 @pytest.mark.parametrize("how", ["signal", "monitor-crash", "d-state"])
 def test_a_run_stopped_for_good_while_a_restart_waits_still_ends(
-    supervise: Factory, how: str,
+    supervise: Factory, how: str, request: pytest.FixtureRequest,
 ) -> None:
     """Rank 0's restart by hand waits for it to exit (it ignores SIGTERM); meanwhile the
     run is stopped for good (SIGTERM to the supervisor, its monitor failing, the group in
@@ -236,8 +237,11 @@ def test_a_run_stopped_for_good_while_a_restart_waits_still_ends(
     with run.sup._state.lock:
         assert run.sup._state.slots[0].after_exit == "restart"
     if how == "signal":
-        run.sup._state.signals_pending.append(signal.SIGTERM)  # what the handler does
-        run.sup._wakeup.wake()
+        inbox = SignalInbox([signal.SIGTERM])
+        request.addfinalizer(inbox.close)
+        with run.sup._state.lock:
+            run.sup._monitor.signals = inbox
+        os.write(inbox._write_fd, bytes([signal.SIGTERM]))  # what the C-level handler writes
     elif how == "monitor-crash":
         run.sup._monitor._stop_after_crash(RuntimeError("a bug"))
     else:
