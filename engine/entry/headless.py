@@ -305,7 +305,8 @@ def run_headless(
     sup.subscribe(printer)
     # Stopping on a signal: the teardown must not wait for a console nobody reads (a full
     # pipe stalls the output pump, and the monitor, which would bring the signal's notice,
-    # behind it). Said from the handler itself: this thread may be waiting on that notice.
+    # behind it). Said from the handler itself and by the monitor as it takes the signal:
+    # this thread may be waiting on that notice, or asleep while another thread took it.
     restore = sup.install_signal_handlers(on_signal=lambda _sig: printer.shutting_down())
     host = _open_host(sup, "headless", on_failure, err)
     try:

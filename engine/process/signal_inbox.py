@@ -12,19 +12,23 @@ with one thread starting threads beside a main thread that waits on an Event.
 
 CPython's C-level handler also writes the signal's number to the wakeup fd
 (``signal.set_wakeup_fd``) at once, from whatever thread took it. The inbox owns that fd:
-the monitor polls ``fd`` and takes the numbers, and the Python-level handler is left with
-what must run on the main thread (a caller's ``on_signal``). A wakeup fd set before ours
+the monitor polls ``fd`` and takes the numbers. A caller's ``on_signal`` (a console to give
+up, so that a teardown never waits on it) runs in the Python-level handler and again when
+the numbers are taken, whichever comes first doing the work. A wakeup fd set before ours
 (an event loop's) gets every byte forwarded, so its owner still hears its signals.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from collections.abc import Callable, Iterable
 from types import FrameType
 
 __all__ = ["SignalInbox"]
+
+log = logging.getLogger(__name__)
 
 
 class SignalInbox:
@@ -39,13 +43,16 @@ class SignalInbox:
         self.fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         """The end to poll for reading (-1 once closed)."""
         self._previous_fd = -1
+        self._on_signal: Callable[[int], None] | None = None
 
     def install(self, on_signal: Callable[[int], None] | None = None) -> Callable[[], None]:
         """Handle ``signals`` through this inbox (main thread only); returns the undo.
 
         ``on_signal`` runs in the Python-level handler, on the main thread, whenever that
-        thread gets to it; it must take no lock, as any signal handler.
+        thread gets to it, and in ``take`` on the thread that takes the signal: it must be
+        idempotent and take no lock, as any signal handler.
         """
+        self._on_signal = on_signal
 
         def handler(signum: int, _frame: FrameType | None) -> None:
             if on_signal is not None:
@@ -61,6 +68,7 @@ class SignalInbox:
             for sig, old in previous.items():
                 signal.signal(sig, old)
             self._previous_fd = -1
+            self._on_signal = None
 
         return restore
 
@@ -80,7 +88,14 @@ class SignalInbox:
                 os.write(self._previous_fd, data)
             except OSError:
                 pass  # full or gone: as the C handler would have found it
-        return [sig for sig in data if sig in self.signals]
+        taken = [sig for sig in data if sig in self.signals]
+        on_signal = self._on_signal
+        for sig in taken if on_signal is not None else ():
+            try:
+                on_signal(sig)
+            except Exception:  # noqa: BLE001 - the signal itself must still be acted on
+                log.exception("on_signal(%d) failed", sig)
+        return taken
 
     def close(self) -> None:
         """Close both ends (after ``restore``; idempotent)."""

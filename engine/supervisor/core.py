@@ -355,10 +355,10 @@ class Supervisor:
 
         Args:
             signals: Which signals (default: the config's ``signals_to_handle``).
-            on_signal: Called in the Python-level handler, on the main thread, with the
-                signal: for a caller whose main thread waits on the run's news, which the
-                monitor may be slow to bring (it can sit behind a console nobody reads). It
-                must take no lock, as the handler itself.
+            on_signal: Called with the signal in the Python-level handler, on the main
+                thread, and by the monitor as it takes the signal: for a console that must
+                be given up before the teardown's notices are written to it (nobody may
+                read it). It must be idempotent and take no lock, as a handler.
 
         Returns:
             A function restoring the previous handlers (and closing the inbox).
