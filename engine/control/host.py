@@ -127,6 +127,9 @@ class RunHost:
         self._ticker = Ticker("rankvisor-status", STATUS_TICK_S, self._refresh_tick,
                               beat=getattr(sup, "beat", None))
         self._unsubscribe = sup.subscribe(self._sink)
+        before_spawn = getattr(sup, "before_spawn", None)
+        if callable(before_spawn):
+            before_spawn(self._prepare)
         self.server.start()
 
     # -- the sink (engine threads: never blocks) ---------------------------------------------
@@ -140,6 +143,29 @@ class RunHost:
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    def _prepare(self, run_dir: str) -> None:
+        """Before the first ranks start (``Supervisor.before_spawn``): the space held for
+        the run's end, and a first status.json, on the file system they will write on. A
+        rank that fills it at once would leave the run without either if they waited for
+        ``started``."""
+        if not run_dir:
+            return
+        with self._lock:
+            self._run_dir = run_dir
+            self._hold_space(len(self._sup.snapshot().ranks))
+            try:
+                # This node's run alone: another node's view is added from ``started`` on
+                # (its board is not asked with the run's lock held).
+                status.write_status(run_dir, self._local_status(), durable=False)
+            except OSError as e:
+                self._say_full(status.FILENAME, e)
+
+    def _hold_space(self, ranks: int) -> None:
+        """Held while the ranks write, released for the run's end (engine.rundir.reserve)."""
+        if self._reserve is None:
+            self._reserve = SpaceReserve(self._run_dir)
+            self._reserve.hold(reserve_bytes(ranks))
+
     def started(self) -> str:
         """The ranks run: open the run's record, register it; returns the run's directory."""
         info = self._sup.snapshot()
@@ -148,9 +174,7 @@ class RunHost:
         self.server.rebase(info)
         if self._run_dir:
             self._refresh_file = SwapWriter(os.path.join(self._run_dir, status.FILENAME))
-            # Held while the ranks write, released for the run's end (engine.rundir.reserve).
-            self._reserve = SpaceReserve(self._run_dir)
-            self._reserve.hold(reserve_bytes(len(info.ranks)))
+            self._hold_space(len(info.ranks))
             path = os.path.join(self._run_dir, EVENTS_FILE)
             self._events_file = RecordFile(os.open(
                 path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
@@ -305,6 +329,17 @@ class RunHost:
 
     def current_status(self) -> dict[str, object]:
         """The status.json record as it would be written now."""
+        record = self._local_status()
+        if self._status_hook is None:
+            return record
+        try:
+            return self._status_hook(record)
+        except Exception:  # noqa: BLE001 - the node's own status must still be written
+            log.exception("the cluster view could not be added to status.json")
+            return record
+
+    def _local_status(self) -> dict[str, object]:
+        """This process's run alone (no other node's view added)."""
         info = self._sup.snapshot()
         record = status.build_status(
             info,
@@ -319,14 +354,7 @@ class RunHost:
         typed = tuple(getattr(config, "invocation", ()) or ())
         record["command"] = list(typed or info.command)
         record["cwd"] = getattr(config, "cwd", None) or os.getcwd()
-        record = add_live(record, self._sup)
-        if self._status_hook is None:
-            return record
-        try:
-            return self._status_hook(record)
-        except Exception:  # noqa: BLE001 - the node's own status must still be written
-            log.exception("the cluster view could not be added to status.json")
-            return record
+        return add_live(record, self._sup)
 
     def _write_status(self, durable: bool = True) -> None:
         if not self._run_dir:

@@ -340,6 +340,13 @@ class Supervisor:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    def before_spawn(self, hook: Callable[[str], None]) -> None:
+        """Call ``hook(run_dir)`` once the run's directory exists, before its first ranks
+        start (on the starting thread, with the run's lock held): what must be on that file
+        system before the ranks write there (the host's reserve and first status.json: a
+        rank that fills the disk at once must not leave the run without either)."""
+        self._launcher.before_first_spawn.append(hook)
+
     def install_signal_handlers(
         self,
         signals: Iterable[int] | None = None,

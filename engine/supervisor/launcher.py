@@ -12,9 +12,11 @@ with the state lock held (on the monitor thread, or in ``start``).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 
 from .. import clock
 from ..errors import ProcessFailure
@@ -43,6 +45,8 @@ from .stopper import Stopper
 from .timer_watchdog import Watchdog
 
 __all__ = ["Launcher"]
+
+log = logging.getLogger(__name__)
 
 
 class Launcher:
@@ -83,6 +87,9 @@ class Launcher:
         """(directory, env additions) of the ranks just started: their env.json to write."""
         self.round_env: dict[int, dict[str, str]] = {}
         """Set by an agent before each round (multi-node): each local rank's variables."""
+        self.before_first_spawn: list[Callable[[str], None]] = []
+        """Called with the run's directory once it exists, before the first ranks start
+        (``Supervisor.before_spawn``)."""
 
     def use_cgroups(self, cgroups: RunCgroups | None) -> None:
         """Spawn every later rank into a cgroup of its own under ``cgroups``."""
@@ -122,6 +129,12 @@ class Launcher:
             slot.env = self._rank_env(slot)
         envs = {r: s.env for r, s in state.slots.items()}
         state.dest = dest = self._logs.reify(envs)  # sets TORCHELASTIC_ERROR_FILE per rank
+        if first:
+            for hook in self.before_first_spawn:
+                try:
+                    hook(self._logs.run_log_dir or "")
+                except Exception:  # noqa: BLE001 - the ranks start whatever a hook does
+                    log.exception("a hook before the first spawn failed")
         for slot in state.slots.values():
             # The directory is attempt_<our round>; the variable keeps the agent's meaning.
             count = self.round_env.get(slot.rank, {}).get("TORCHELASTIC_RESTART_COUNT")
