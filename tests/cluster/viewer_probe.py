@@ -57,6 +57,7 @@ def main() -> None:
     seen_ranks: set[int] = set()
     last: dict[str, list[object]] = {}
     """Each remote rank's state and pid as the viewer's events last told them."""
+    notices: list[str] = []
 
     def say(**what: object) -> None:
         with lock:
@@ -80,6 +81,7 @@ def main() -> None:
             say(kind="state", rank=event.rank, new=event.new.value, pid=event.pid, t=now)
         elif isinstance(event, SupervisorNotice):
             say(kind="notice", message=event.message, t=now)
+            notices.append(event.message)
 
     info, _unsub = viewer.watch(sink)
     # What a view starts from: the remote ranks' states and pids at the watch, which the
@@ -118,10 +120,13 @@ def main() -> None:
     if release:
         open(release, "a").close()
         deadline = time.monotonic() + 60.0
+        # Each remote node's end, and the viewer's word on it (said once its RunFinished
+        # came or its link went after it), printed above.
         while time.monotonic() < deadline and not all(
-                n.finished for n in viewer.nodes.values()):
+                n.finished and any(f"node {n.number} (" in m and "finished its part" in m
+                                   for m in list(notices))
+                for n in viewer.nodes.values()):
             time.sleep(0.2)
-        time.sleep(1.0)  # what the viewer says after a node's end, said by now
         say(kind="end", remote=last,
             finished={n: node.finished for n, node in viewer.nodes.items()})
     viewer.detach()

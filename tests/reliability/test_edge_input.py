@@ -263,12 +263,15 @@ def test_console_per_rank_agrees_with_the_expanded_maps(
         assert config.console(rank) == want, rank
 
 
-def _best_of(fn: Callable[[], object], times: int = 5) -> float:
-    best = float("inf")
+def _best_of_each(*fns: Callable[[], object], times: int = 7) -> list[float]:
+    """The best time of each of ``fns``, taken in turns: a busy stretch of the machine
+    slows both, not one."""
+    best = [float("inf")] * len(fns)
     for _ in range(times):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t)
     return best
 
 
@@ -280,8 +283,10 @@ def test_the_console_table_of_many_ranks_grows_linearly() -> None:
                                   tee=Std.ERR)
         return lambda: [config.console(r) for r in range(n)]
 
-    small, big = _best_of(table(1000)), _best_of(table(4000))
-    assert big / small < 10, (small, big)  # 4 when linear, 16 when quadratic
+    # 8 times the ranks: 8 times the time when linear, 64 when quadratic. A loaded machine
+    # took a ratio of 4 to 11.7 once, with 4 times the ranks taken one after the other.
+    small, big = _best_of_each(table(500), table(4000))
+    assert big / small < 24, (small, big)
 
 
 def test_a_group_of_ranks_is_one_pump_call_with_one_wake_up(tmp_path: Path) -> None:
