@@ -261,8 +261,10 @@ class RemoteHandle:
 
     @property
     def connected(self) -> bool:
-        """False once the connection is gone (the supervisor exited, or detach())."""
-        return not self._ended.is_set()
+        """False once the connection is gone (the supervisor exited, or detach()): by the
+        time ``wait`` returns for a link that went, as the reader says it before waking it
+        (a loaded run once saw ``wait`` back and this still true)."""
+        return not self._gone.is_set()
 
     @property
     def detachable(self) -> bool:
