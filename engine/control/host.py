@@ -13,6 +13,11 @@ keeps in its directory:
 - ``events.ndjson``: the run as it started, then every lifecycle event in wire form, appended
   as it happens, so that a finished or stale run can be viewed as it was watched live.
 
+Both live on the file system the ranks write their logs on. Before the first rank starts
+(``Supervisor.before_spawn``), the host holds space there for the run's end
+(``rundir.reserve``) and writes a first status.json: a rank that fills the disk at once
+leaves the run with a valid status, and room to write its end.
+
 An event's writes happen on a thread of their own, woken only by events: the event sink only
 marks the status dirty and queues the encoded event, since sinks run on the engine's threads
 and must not block. The tick's refresh rides the process's beat (``supervisor.ticker``), the
