@@ -26,6 +26,8 @@ import signal
 from collections.abc import Callable, Iterable
 from types import FrameType
 
+from .wakeup import Wakeup
+
 __all__ = ["SignalInbox"]
 
 log = logging.getLogger(__name__)
@@ -40,10 +42,14 @@ class SignalInbox:
 
     def __init__(self, signals: Iterable[int]) -> None:
         self.signals = frozenset(int(s) for s in signals)
-        self.fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        """The end to poll for reading (-1 once closed)."""
+        self._pipe = Wakeup()
         self._previous_fd = -1
         self._on_signal: Callable[[int], None] | None = None
+
+    @property
+    def fd(self) -> int:
+        """The end to poll for reading (-1 once closed)."""
+        return self._pipe.fd
 
     def install(self, on_signal: Callable[[int], None] | None = None) -> Callable[[], None]:
         """Handle ``signals`` through this inbox (main thread only); returns the undo.
@@ -59,11 +65,12 @@ class SignalInbox:
                 on_signal(signum)
 
         previous = {sig: signal.signal(sig, handler) for sig in self.signals}
-        self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        self._previous_fd = signal.set_wakeup_fd(self._pipe.write_fd,
+                                               warn_on_full_buffer=False)
 
         def restore() -> None:
             current = signal.set_wakeup_fd(self._previous_fd)
-            if current != self._write_fd:
+            if current != self._pipe.write_fd:
                 signal.set_wakeup_fd(current)  # someone set theirs over ours since: it stays
             for sig, old in previous.items():
                 signal.signal(sig, old)
@@ -76,13 +83,7 @@ class SignalInbox:
         """The handled signals that came since the last call, in order (never blocks)."""
         if self.fd < 0:
             return []
-        chunks = []
-        try:
-            while data := os.read(self.fd, 4096):
-                chunks.append(data)
-        except BlockingIOError:
-            pass
-        data = b"".join(chunks)
+        data = self._pipe.drain()
         if data and self._previous_fd >= 0:
             try:
                 os.write(self._previous_fd, data)
@@ -99,10 +100,4 @@ class SignalInbox:
 
     def close(self) -> None:
         """Close both ends (after ``restore``; idempotent)."""
-        for fd in (self.fd, self._write_fd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.fd = self._write_fd = -1
+        self._pipe.close()

@@ -4,7 +4,7 @@ The sleeper waits on ``fd`` beside what it really waits for (pidfds, a socket, i
 other thread, or a signal handler, calls ``wake``. Both ends are non-blocking and
 close-on-exec, so a rank never inherits them and ``wake`` never blocks: a full pipe means a
 wake-up is pending anyway. The monitor thread, the exit watcher, the output pump's wakers,
-the control client's reader and the torchrun handle's watcher each hold one.
+the control client's reader, the torchrun handle's watcher and the signal inbox each hold one.
 """
 
 from __future__ import annotations
@@ -28,17 +28,25 @@ class Wakeup:
         except OSError:
             pass  # full (a wake-up is pending anyway) or closed (the sleeper is done)
 
-    def drain(self) -> None:
-        """Read every pending byte.
+    @property
+    def write_fd(self) -> int:
+        """The end ``wake`` writes to (-1 once closed): for a writer that is not Python's,
+        as the C-level signal handler is (``signal_inbox``)."""
+        return self._write_fd
+
+    def drain(self) -> bytes:
+        """Read every pending byte; returns them (a signal inbox reads what they say).
 
         Raises:
             OSError: the pipe was closed (a sleeper may take that as its signal to stop).
         """
+        chunks = []
         try:
-            while os.read(self.fd, 4096):
-                pass
+            while data := os.read(self.fd, 4096):
+                chunks.append(data)
         except BlockingIOError:
             pass
+        return b"".join(chunks)
 
     def close(self) -> None:
         """Close both ends (idempotent)."""

@@ -241,7 +241,7 @@ def test_a_run_stopped_for_good_while_a_restart_waits_still_ends(
         request.addfinalizer(inbox.close)
         with run.sup._state.lock:
             run.sup._monitor.signals = inbox
-        os.write(inbox._write_fd, bytes([signal.SIGTERM]))  # what the C-level handler writes
+        os.write(inbox._pipe.write_fd, bytes([signal.SIGTERM]))  # what the C-level handler writes
     elif how == "monitor-crash":
         run.sup._monitor._stop_after_crash(RuntimeError("a bug"))
     else:
