@@ -155,15 +155,16 @@ class RunHost:
         ``started``."""
         if not run_dir:
             return
-        with self._lock:
-            self._run_dir = run_dir
-            self._hold_space(len(self._sup.snapshot().ranks))
-            try:
-                # This node's run alone: another node's view is added from ``started`` on
-                # (its board is not asked with the run's lock held).
-                status.write_status(run_dir, self._local_status(), durable=False)
-            except OSError as e:
-                self._say_full(status.FILENAME, e)
+        # Not under our lock: the run's is held here, and our writer takes ours before the
+        # run's (it does not run before ``started``, nor does the tick).
+        self._run_dir = run_dir
+        self._hold_space(len(self._sup.snapshot().ranks))
+        try:
+            # This node's run alone: another node's view is added from ``started`` on (its
+            # board is not asked with the run's lock held).
+            status.write_status(run_dir, self._local_status(), durable=False)
+        except OSError as e:
+            self._say_full(status.FILENAME, e)
 
     def _hold_space(self, ranks: int) -> None:
         """Held while the ranks write, released for the run's end (engine.rundir.reserve)."""

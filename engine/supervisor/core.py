@@ -65,6 +65,7 @@ __all__ = ["Supervisor", "SupervisorConfig"]
 
 log = logging.getLogger(__name__)
 
+
 class Supervisor:
     """One supervised run (implements ``engine.handle.SupervisorHandle``).
 
