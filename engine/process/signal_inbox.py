@@ -64,16 +64,18 @@ class SignalInbox:
             if on_signal is not None:
                 on_signal(signum)
 
-        previous = {sig: signal.signal(sig, handler) for sig in self.signals}
+        # The fd before the handlers, and back in the other order: a signal that comes in
+        # between finds the handler it had before, never ours without our fd.
         self._previous_fd = signal.set_wakeup_fd(self._pipe.write_fd,
                                                warn_on_full_buffer=False)
+        previous = {sig: signal.signal(sig, handler) for sig in self.signals}
 
         def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
             current = signal.set_wakeup_fd(self._previous_fd)
             if current != self._pipe.write_fd:
                 signal.set_wakeup_fd(current)  # someone set theirs over ours since: it stays
-            for sig, old in previous.items():
-                signal.signal(sig, old)
             self._previous_fd = -1
             self._on_signal = None
 
