@@ -158,7 +158,7 @@ class RemoteHandle:
         self._gone = threading.Event()
         self._over = threading.Event()
         """Set when the run finished or the connection ended: what ``wait`` waits for."""
-        # Set last, after the sinks heard "went away": who sees connected False saw the notice.
+        # Set after the sinks heard "went away" and before ``_over``: see ``connected``.
         self._ended = threading.Event()
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -261,10 +261,11 @@ class RemoteHandle:
 
     @property
     def connected(self) -> bool:
-        """False once the connection is gone (the supervisor exited, or detach()): by the
-        time ``wait`` returns for a link that went, as the reader says it before waking it
-        (a loaded run once saw ``wait`` back and this still true)."""
-        return not self._gone.is_set()
+        """False once the connection is gone (the supervisor exited, or detach()). The
+        reader turns it false after the sinks heard "went away" and before it wakes
+        ``wait``: whoever sees it false saw the notice, and ``wait`` back for a link that
+        went sees it false (a loaded run once saw each of the two broken)."""
+        return not self._ended.is_set()
 
     @property
     def detachable(self) -> bool:
@@ -467,7 +468,6 @@ class RemoteHandle:
                 except Exception:  # noqa: BLE001 - the reader must always report the end
                     log.exception("reading skipped lines back failed")
             self._gone.set()
-            self._over.set()
             self._sock.close()
             self._wakeup.close()
             with self._lock:
@@ -480,6 +480,7 @@ class RemoteHandle:
             if not detached:
                 self._tell_gone(sinks)
             self._ended.set()
+            self._over.set()  # last: who ``wait``ed for the end sees connected False
 
     def _tell_gone(self, sinks: tuple[EventSink, ...]) -> None:
         finished = " after the run finished" if self.finished is not None else ""
