@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rankvisor.engine.control.status import process_start_time, read_status, write_status
+from rankvisor.engine.control.status import (
+    effective_state,
+    process_start_time,
+    read_status,
+    write_status,
+)
 from rankvisor.engine.entry.bundle import make_bundle
 from rankvisor.engine.forensics.environ import REDACTED, is_secret
 
-from tests.conftest import BIN, PYTHON
+from tests.conftest import BIN, PYTHON, wait_until
 from tests.control.runs import Supervisors
 
 pytestmark = pytest.mark.processes
@@ -132,6 +137,13 @@ def test_a_bundle_of_a_finished_run_holds_its_files_capped_and_no_secret(
     assert truncated["attempt_0/0/stderr.log"]["included"] == len(stderr)
 
 
+def _environ_bytes(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_a_running_ranks_environment_is_read_from_proc(
     tmp_path: Path, supervisors: Supervisors
 ) -> None:
@@ -143,6 +155,8 @@ def test_a_running_ranks_environment_is_read_from_proc(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
+        # Until its exec, /proc shows the environment of the test that forked it.
+        wait_until(lambda: SECRET.encode() in _environ_bytes(rank.pid), timeout=30)
         live = supervisors.live()
         status: dict[str, Any] = {
             "schema": 1, "run_id": "live", "run_dir": str(run_dir), "socket": "",
@@ -153,10 +167,12 @@ def test_a_running_ranks_environment_is_read_from_proc(
         write_status(str(run_dir), status)
         assert read_status(str(run_dir)) is not None
         bundle = make_bundle(str(run_dir), str(tmp_path / "b.tar.gz"))
+        # What the bundle saw, should it not have read /proc (seen once in a full run).
+        seen = (effective_state(read_status(str(run_dir)) or {}), len(_environ_bytes(rank.pid)))
     finally:
         rank.kill()
         rank.wait()
-    assert bundle.environments == {0: "proc"}
+    assert bundle.environments == {0: "proc"}, seen
     env = json.loads(_members(tmp_path / "b.tar.gz")["env/rank0.json"])
     assert env["source"] == "proc"
     assert env["env"]["API_KEY"] == REDACTED and env["env"]["NCCL_DEBUG"] == "INFO"
