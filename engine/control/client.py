@@ -475,12 +475,14 @@ class RemoteHandle:
                     pending.done.set()
                 detached = self._detached
                 sinks = (*self._sinks, *(w.sink for w in self._watchers if w.replayed))
-            for store in self._stores.values():
-                store.close()
-            if not detached:
-                self._tell_gone(sinks)
-            self._ended.set()
-            self._over.set()  # last: who ``wait``ed for the end sees connected False
+            try:
+                for store in self._stores.values():
+                    store.close()
+                if not detached:
+                    self._tell_gone(sinks)
+            finally:
+                self._ended.set()
+                self._over.set()  # last: who ``wait``ed for the end sees connected False
 
     def _tell_gone(self, sinks: tuple[EventSink, ...]) -> None:
         finished = " after the run finished" if self.finished is not None else ""
