@@ -643,9 +643,10 @@ class TorchrunHandle:
                 pass  # closed: the handle is shutting down
             try:
                 with self._lock:
+                    seen_ns = clock.wall_ns()  # one moment for the exits of one wake-up
                     for fd, _ in ready:
                         if fd in fds:
-                            self._exited(fds[fd])
+                            self._exited(fds[fd], seen_ns)
                     self._escalate(clock.monotonic())
                     now = clock.monotonic()
                     if now - last_scan >= self._poll:
@@ -661,7 +662,11 @@ class TorchrunHandle:
             if self._finished is not None:
                 return
 
-    def _exited(self, n: int) -> None:
+    def _exited(self, n: int, seen_ns: int | None = None) -> None:
+        """Rank ``n``'s end, seen at ``seen_ns`` (now by default). The exits one wake-up
+        sees share its moment: their order in the poll's list is not the order they died
+        in, and a worker torchrun stopped after the one a person did must not look earlier
+        (``first_domino``)."""
         rank = self._ranks[n]
         if not rank.state.is_alive:
             return
@@ -671,7 +676,7 @@ class TorchrunHandle:
             code = _reaped_status(rank.pidfd)
         old = rank.state
         rank.caused_by_us = rank.stopping_with is not None
-        exit_ns = clock.wall_ns()
+        exit_ns = clock.wall_ns() if seen_ns is None else seen_ns
         if code is not None:
             rank.exitcode = code
             rank.state = final_state_for(code)
@@ -737,9 +742,10 @@ class TorchrunHandle:
             return  # torchrun is still starting the new attempt's workers: the next look
         # The agent restarted the group: the old workers are gone (or going; any still
         # alive are its to stop), the new attempt's files are in attempt_<n>.
+        seen_ns = clock.wall_ns()
         for n, rank in self._ranks.items():
             if rank.state.is_alive and rank.pidfd is not None:
-                self._exited(n)
+                self._exited(n, seen_ns)
         attempt = workers[0].restart_count
         self._attempt = attempt
         for w in workers:
@@ -771,9 +777,10 @@ class TorchrunHandle:
             os.close(self._agent_fd)
             self._agent_fd = None
         self._agent_exited = True
+        seen_ns = clock.wall_ns()
         for n, rank in self._ranks.items():
             if rank.state.is_alive and not _is_live(rank.worker):
-                self._exited(n)
+                self._exited(n, seen_ns)
         orphans = [n for n, r in self._ranks.items() if r.state.is_alive]
         if orphans:
             # An agent that was SIGKILLed cannot stop its workers: they run on, re-parented.

@@ -43,9 +43,19 @@ def test_sample_covers_the_rank_and_its_descendants(tmp_path: Path) -> None:
         assert descendants(p.pid) == [child]
         import psutil
 
-        # Read before the sample: the rank may still be growing (imports), never shrinking
-        # by a child's worth, so the tree's sample must exceed the rank alone as it was.
-        rank_alone = psutil.Process(p.pid).memory_info().rss
+        # Both asleep first: a loaded run once sampled the child still starting (a small
+        # RSS) while the rank had given memory back since it was read alone.
+        last: list[tuple[int, int]] = []
+
+        def settled() -> bool:
+            now = (psutil.Process(p.pid).memory_info().rss,
+                   psutil.Process(child).memory_info().rss)
+            same = bool(last) and last[-1] == now
+            last.append(now)
+            return same
+
+        wait_until(settled, timeout=30, interval=0.2)
+        rank_alone = last[-1][0]
         got: list[RankStats] = []
         s = StatsSampler(got.append)
         s.track(3, p.pid)

@@ -178,6 +178,11 @@ def test_a_terminate_through_an_attached_torchrun_is_the_first_domino() -> None:
     assert first_domino(ours, own, {1: signal.SIGTERM}) is None
     early = {0: ProcessFailure(0, 10, -signal.SIGTERM, "", exit_time_ns=T0 - S)}
     assert first_domino(ours, early, {1: signal.SIGTERM}) is None
+    # Both exits seen in one wake-up of the watcher share its moment (a loaded run polled
+    # both pidfds ready at once, torchrun's worker listed first): still ours first.
+    together = {0: ProcessFailure(0, 10, -signal.SIGTERM, "", exit_time_ns=T0)}
+    s = first_domino(ours, together, {1: signal.SIGTERM})
+    assert s is not None and s.rank == 1
 
 
 def test_a_rank_s_last_step_outlives_its_heartbeat_lines() -> None:
