@@ -662,8 +662,8 @@ class TorchrunHandle:
             if self._finished is not None:
                 return
 
-    def _exited(self, n: int, seen_ns: int | None = None) -> None:
-        """Rank ``n``'s end, seen at ``seen_ns`` (now by default). The exits one wake-up
+    def _exited(self, n: int, seen_ns: int) -> None:
+        """Rank ``n``'s end, seen at ``seen_ns`` (``clock.wall_ns``). The exits one wake-up
         sees share its moment: their order in the poll's list is not the order they died
         in, and a worker torchrun stopped after the one a person did must not look earlier
         (``first_domino``)."""
@@ -676,7 +676,7 @@ class TorchrunHandle:
             code = _reaped_status(rank.pidfd)
         old = rank.state
         rank.caused_by_us = rank.stopping_with is not None
-        exit_ns = clock.wall_ns() if seen_ns is None else seen_ns
+        exit_ns = seen_ns
         if code is not None:
             rank.exitcode = code
             rank.state = final_state_for(code)
