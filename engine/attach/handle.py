@@ -676,14 +676,13 @@ class TorchrunHandle:
             code = _reaped_status(rank.pidfd)
         old = rank.state
         rank.caused_by_us = rank.stopping_with is not None
-        exit_ns = seen_ns
         if code is not None:
             rank.exitcode = code
             rank.state = final_state_for(code)
             if code != 0:
                 rank.failure = ProcessFailure(
                     w.local_rank, w.pid, code, w.error_file,
-                    exit_time_ns=exit_ns, caused_by_us=rank.caused_by_us,
+                    exit_time_ns=seen_ns, caused_by_us=rank.caused_by_us,
                 )
         else:
             error = w.error_file if w.error_file and os.path.isfile(w.error_file) else ""
@@ -693,7 +692,7 @@ class TorchrunHandle:
                 rank.state = RankState.FAILED
                 rank.failure = ProcessFailure(
                     w.local_rank, w.pid, 1, error,
-                    exit_time_ns=exit_ns, caused_by_us=rank.caused_by_us,
+                    exit_time_ns=seen_ns, caused_by_us=rank.caused_by_us,
                 )
                 self._notice(f"rank {n} exited: {UNKNOWN_EXIT}; its error.json says it failed")
             else:
