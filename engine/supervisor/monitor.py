@@ -187,13 +187,15 @@ class Monitor:
             registered = wanted
             try:
                 ready = poller.poll(None if timeout_ms is None else int(timeout_ms) + 1)
-                self._wakeup.drain()
+                # A wake-up written after poll returned is emptied here too: it counts.
+                woken = bool(self._wakeup.drain())
             except OSError:
                 return  # our pipe was closed: shutdown is over
             now = clock.monotonic()
             # Only a reading fell due: nothing of the run can have changed (an exit, a
             # command and a signal each wake a descriptor; escalations have their deadline).
-            if ready or polling_needed or (deadline is not None and deadline <= now + 0.001):
+            if (ready or woken or polling_needed
+                    or (deadline is not None and deadline <= now + 0.001)):
                 failed_steps = self._pass(failed_steps)
             if self._beat is not None:
                 self._beat.run_due(clock.monotonic())

@@ -183,3 +183,27 @@ def test_a_recycled_pid_is_not_signalled(supervise: Factory) -> None:
         victim.kill()
         victim.wait()
     assert os.path.exists(run.sup.snapshot().log_dir)
+
+
+def test_a_restart_asked_as_the_loop_wakes_for_a_reading_is_carried_out(
+    supervise: Factory,
+) -> None:
+    """The run loop wakes for its readings as well as for commands. A command whose wake-up
+    lands after such a wake-up returned, and before the loop empties its pipe, must still
+    be carried out (a loaded run once accepted a restart of all and never started it)."""
+    run = supervise(1, "--exit", "0", sample_interval=0.05)  # a reading every 50 ms
+    wait_until(lambda: run.sup.finished is not None)
+    wakeup = run.sup._wakeup
+    drain = wakeup.drain
+    answers = []
+
+    def command_then_drain() -> bytes:
+        if not answers:  # once, on the loop's thread, between its poll and its drain
+            answers.append(run.sup.execute(RestartAll()))
+        return drain()
+
+    # Nothing else wakes a finished run's loop: its next drain follows a reading's wake-up.
+    wakeup.drain = command_then_drain  # type: ignore[method-assign]
+    wait_until(lambda: answers)
+    assert answers[0].ok
+    wait_until(lambda: len(run.rec.of(AttemptStarted)) == 2)
