@@ -29,6 +29,11 @@ def _status(run_dir: str) -> dict:
     return json.loads(Path(run_dir, "status.json").read_text())
 
 
+def _all_stepped(status: dict) -> dict | None:
+    """``status`` once every rank has a step, else None."""
+    return status if all(r["step"] is not None for r in status["ranks"]) else None
+
+
 def test_a_healthy_run_s_status_carries_fresh_steps(tmp_path: Path) -> None:
     config = SupervisorConfig(entrypoint=PYTHON, args=("-u", "-c", JOB), nprocs=2,
                               log_dir=str(tmp_path), term_timeout=2.0, sample_interval=0,
@@ -38,8 +43,8 @@ def test_a_healthy_run_s_status_carries_fresh_steps(tmp_path: Path) -> None:
     try:
         sup.start()
         run_dir = host.started()
-        first = wait_until(lambda: (s := _status(run_dir))["ranks"][0]["step"] is not None
-                           and s, timeout=30)
+        # Every rank has written a step (a rank with no output yet has no output age).
+        first = wait_until(lambda: _all_stepped(_status(run_dir)), timeout=30)
         assert first["state"] == "running" and "written_at" in first
         assert all(isinstance(r["last_output_age_s"], float) for r in first["ranks"])
         # Later writes, with no event between them: the steps move, and so does written_at.

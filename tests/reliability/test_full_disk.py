@@ -117,10 +117,17 @@ def test_a_run_on_a_full_disk_keeps_its_status_and_records_its_end(
     reader = threading.Thread(target=lambda: said.extend(proc.stderr or ()), daemon=True)
     reader.start()
     try:
-        # The run goes on, on a full disk, until the notice is said (main never said it).
-        wait_until(lambda: "cannot write" in "".join(said), timeout=30)
+        wait_until(lambda: os.statvfs(fs_2m).f_bavail == 0, timeout=30)
         run_dir = next((fs_2m / "logs").glob("full_*"))
-        status = json.loads((run_dir / "status.json").read_text())  # whole while full
+        # A reader holds status.json open (as `tail -f` would). The refresh writes in place
+        # into pages the file already has, which a full disk still allows; once the held
+        # inode is the one to write into next, it must take a new one, and cannot. (With no
+        # reader, a loaded machine can give both of the refresh's inodes their pages before
+        # the disk fills: every refresh then fits and nothing is said, rightly.)
+        with open(run_dir / "status.json") as held:
+            # The run goes on, on a full disk, until the notice is said (main never said it).
+            wait_until(lambda: "cannot write" in "".join(said), timeout=30)
+            status = json.loads(held.read())  # whole while full
         assert status["state"] == "running" and os.statvfs(fs_2m).f_bavail == 0
         go.touch()
         assert proc.wait(60) == 1, "".join(said)
