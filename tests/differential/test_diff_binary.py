@@ -327,8 +327,12 @@ def test_failure_starting_rank_1_leaks_rank_0_in_torch_not_here(
             ctx.start()
         ctx.close()
         contexts[name] = ctx
-    leaked = _children_with_last_arg(marker)
+    # Popen returns once the child's exec has closed its pipe, a moment before the kernel
+    # sets the new program's arguments: read in that moment, /proc/<pid>/cmdline is empty.
+    leaked: list[int] = []
     try:
+        wait_until(lambda: _children_with_last_arg(marker), timeout=10)
+        leaked = _children_with_last_arg(marker)
         # torch never recorded rank 0 (its handlers dict is built in one comprehension),
         # so its close() could not reach it: it is still running.
         assert contexts["torch"].pids() == {}
@@ -336,7 +340,7 @@ def test_failure_starting_rank_1_leaks_rank_0_in_torch_not_here(
         ours_rank0 = contexts["engine"].pids()[0]
         assert ours_rank0 not in leaked and not pid_alive(ours_rank0)
     finally:
-        for pid in leaked:
+        for pid in set(leaked) | set(_children_with_last_arg(marker)):
             os.kill(pid, signal.SIGKILL)
 
 
