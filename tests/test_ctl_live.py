@@ -123,6 +123,22 @@ def test_stop_no_wait_returns_and_the_run_ends(
     assert code == 0 and "already finished" in out
 
 
+def test_stop_while_the_run_stops_already_is_no_refusal(
+        daemons: Daemons, capsys: pytest.CaptureFixture[str]) -> None:
+    # The run ends by itself (here SIGTERM to its supervisor; an agent's end on many nodes
+    # is another way): its ranks ignore SIGTERM, so it stops until the SIGKILL deadline.
+    run = daemons.start("--ignore-term", term_timeout=60.0)
+    run.wait_status(all_running)
+    os.kill(run.pid, signal.SIGTERM)
+    run.wait_status(lambda s: all(r["state"] == "terminating" for r in s["ranks"]))
+    code, out, err = ctl(capsys, "terminate", run.run_dir, "0")
+    assert code == 1 and "the run is shutting down" in err, (out, err)
+    # A person's stop now asks for what is under way: no refusal, exit 0.
+    code, out, err = ctl(capsys, "stop", run.run_dir, "--no-wait")
+    run_id = run.status()["run_id"]
+    assert (code, out.strip(), err) == (0, f"run {run_id} is already stopping", ""), err
+
+
 def test_restart_one_rank_then_all_then_stop_leaves_no_process(
         daemons: Daemons, capsys: pytest.CaptureFixture[str]) -> None:
     run = daemons.start("--child", "both", term_timeout=1.0)

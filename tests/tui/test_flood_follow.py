@@ -193,8 +193,13 @@ async def _panes_end_at_each_last_line(
     app.follower = follower or FileFollower(flood_rate=0)
     ranks = app.run_view.ranks
     async with app.run_test(size=(120, 36)) as pilot:
+        # The first attempt's paths come from a snapshot fetched off the UI thread; a busy
+        # UI thread may fold it in after the ranks' events.
         await wait_for(
-            pilot, lambda: all(v.state is RankState.SUCCEEDED for v in ranks), 120, step=0.05
+            pilot,
+            lambda: all(v.state is RankState.SUCCEEDED and v.stdout_path for v in ranks),
+            120,
+            step=0.05,
         )
         files = [Path(v.stdout_path).read_bytes().splitlines() for v in ranks]
         last = [lines[-1].decode() for lines in files]

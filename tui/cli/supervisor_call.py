@@ -84,13 +84,19 @@ def connect_and_run(
             now, final = registry.entry_state(entry)
             if now == "finished":
                 return _finished(command, entry, final, supervisor_gone=False)
-        if show is not None:
+        # A stop while the run already stops (by itself, or by an earlier stop): what was
+        # asked is under way, so it is no refusal; a waiting stop waits for that end.
+        stopping = (command == "stop" and not result.ok
+                    and result.message == refusals.SHUTTING_DOWN)
+        if stopping:
+            print(f"run {entry.run_id} is already stopping")
+        elif show is not None:
             show(result)
         elif result.message:
             from ...engine.output.safe_text import one_line
 
             print(one_line(result.message, 4000), file=sys.stdout if result.ok else sys.stderr)
-        if not result.ok:
+        if not result.ok and not stopping:
             return EXIT_REFUSED
         if wait:
             finished, stuck = _the_end(handle, ended)
