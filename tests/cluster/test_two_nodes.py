@@ -236,6 +236,9 @@ def test_supervisor_processes_commands_take_global_ranks(tmp_path: Path) -> None
         # what a rare failure under load needs to say.
         assert mine[3]["signal"] == "SIGTERM", json.dumps(mine[3], sort_keys=True)
 
+        # A node may already be stopping as its stop is typed (stop then waits for that
+        # end): either way nobody's failure ended it, every rank was stopped by a person
+        # or by the run.
         for i in (one, zero):
             res = _ctl("stop", logs[i], "--timeout", "5")
             assert res.returncode == 0, res.stderr
@@ -244,6 +247,7 @@ def test_supervisor_processes_commands_take_global_ranks(tmp_path: Path) -> None
             status = nodes.status(i)
             assert status is not None and status["finished"]
             assert not any(_alive(r["pid"]) for r in status["ranks"] if r["pid"])
+            assert status["root_cause_rank"] is None, json.dumps(status, sort_keys=True)
     finally:
         hold.touch()
         nodes.kill()
