@@ -84,8 +84,9 @@ def connect_and_run(
             now, final = registry.entry_state(entry)
             if now == "finished":
                 return _finished(command, entry, final, supervisor_gone=False)
-        # A stop while the run already stops (by itself, or by an earlier stop): what was
-        # asked is under way, so it is no refusal; a waiting stop waits for that end.
+        # A stop while the run already stops (it ended by itself, or its supervisor got a
+        # signal): what was asked is under way, so it is no refusal; a waiting stop waits
+        # for that end. (A stop after a stop is simply accepted.)
         stopping = (command == "stop" and not result.ok
                     and result.message == refusals.SHUTTING_DOWN)
         if stopping:
