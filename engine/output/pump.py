@@ -187,6 +187,8 @@ class OutputPump:
         self._by_dir: dict[str, list[_Tail]] = {}
         self._filters: dict[str, DuplicateFilter] = {}
         self._indexes: dict[str, ArrivalWriter] = {}
+        self._index_refused: set[str] = set()
+        """Indexes that could not be made (a full disk): said once, not tried again."""
         self._noted: list[ArrivalWriter] = []
         """Arrival indexes with records to write before the next delivery."""
         self._waker: Waker | None = None
@@ -260,10 +262,13 @@ class OutputPump:
     def _open_index(self, path: str) -> ArrivalWriter | None:
         writer = self._indexes.get(path)
         if writer is None:
+            if path in self._index_refused:
+                return None  # a rank's second stream: said for the first
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 writer = ArrivalWriter(path)
             except OSError as e:  # the logs still work; only the merged view loses its order
+                self._index_refused.add(path)
                 logger.warning("cannot write the arrival index %s: %s", path, e)
                 return None
             self._indexes[path] = writer

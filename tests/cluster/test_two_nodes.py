@@ -247,7 +247,7 @@ def test_supervisor_processes_commands_take_global_ranks(tmp_path: Path) -> None
             status = nodes.status(i)
             assert status is not None and status["finished"]
             assert not any(_alive(r["pid"]) for r in status["ranks"] if r["pid"])
-            assert status["root_cause_rank"] is None, json.dumps(status, sort_keys=True)
+            assert status["root_cause"] is None, json.dumps(status, sort_keys=True)
     finally:
         hold.touch()
         nodes.kill()

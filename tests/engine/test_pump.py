@@ -585,3 +585,25 @@ def test_a_console_writes_a_block_as_read_and_counts_it_read(tmp_path: Path) -> 
     assert out.getvalue() == "[w3]:a\n[w3]:b é\n"
     assert pump._reads[0] == 1
     pump.stop()
+
+
+def test_an_arrival_index_that_cannot_be_made_is_said_once_and_the_lines_still_come(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its directory cannot be made (here a file stands where it would be; a full disk is
+    # the real case): both streams of the rank share the index, and it is said once.
+    (tmp_path / "blocked").write_text("")
+    index = str(tmp_path / "blocked" / "arrival.idx")
+    out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    out.write_text("o\n")
+    err.write_text("e\n")
+    sink = Collector()
+    pump = OutputPump(sink, sweep_interval=3600.0).start()
+    try:
+        with caplog.at_level("WARNING", logger="rankvisor.engine.output.pump"):
+            pump.add_many([(0, "stdout", str(out), 0, index), (0, "stderr", str(err), 0, index)])
+            wait_until(lambda: sink.get(0, "stdout") == ["o"] and sink.get(0, "stderr") == ["e"])
+    finally:
+        pump.stop()
+    said = [r.getMessage() for r in caplog.records if "arrival index" in r.getMessage()]
+    assert len(said) == 1 and index in said[0], said

@@ -137,7 +137,9 @@ def test_a_run_on_a_full_disk_keeps_its_status_and_records_its_end(
             proc.kill()
             proc.wait()
     err = "".join(said)
-    assert err.count("cannot write") == 1, err
+    # The notice, once (the pump may also say once per rank that it cannot make the rank's
+    # arrival index, when the rank filled the disk before its files were followed).
+    assert err.count("the run goes on; status.json keeps its last state") == 1, err
     assert f"in {run_dir} (No space left on device): the run goes on" in err
     final = json.loads((run_dir / "status.json").read_text())
     assert (final["state"], final["finished"], final["exitcode"]) == ("finished", True, 1)
