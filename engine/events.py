@@ -11,7 +11,7 @@ the escalation timer). A sink must be thread-safe and must not block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, Protocol, Union
 
 from .states import RankState
@@ -81,6 +81,9 @@ class RankOutput:
     """Byte offset in that file just past ``lines[-1]``'s newline: what a pane showed of the
     file, exactly, whatever the sanitiser or the display cap made of the lines (-1: not
     known)."""
+    written_ns: int = field(default=0, compare=False)
+    """When the rank last wrote what this batch holds (wall ns; the file's mtime as the pump
+    read it), 0 if not known. Only the supervisor reads it; it is not sent to viewers."""
 
 
 @dataclass(frozen=True, slots=True)

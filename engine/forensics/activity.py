@@ -7,8 +7,11 @@ complete line for minutes, yet it is plainly alive). Per rank it keeps the times
 
 ``cutoff`` marks the first failure of the attempt: what a rank wrote after it (tracebacks,
 the teardown's messages) is not what it was doing before, and is left out of ``reading``.
-Batches are timed when the pump delivers them (``clock.wall_ns()``), a few milliseconds after
-the rank wrote them. Thread-safe: the pump's thread notes, the monitor's thread reads.
+Batches are timed by when the rank wrote them (the file's mtime, as the pump read it), not
+when the pump read them: on a loaded machine the pump reads late, and a peer's last lines,
+written before the first failure and read a second after it, are what it was doing before.
+A batch without that time is timed when it is noted. Thread-safe: the pump's thread notes,
+the monitor's thread reads.
 """
 
 from __future__ import annotations
@@ -82,10 +85,11 @@ class OutputActivity:
             self._cutoff_ns = None
 
     def note(self, event: RankOutput, t_ns: int | None = None) -> None:
-        """A batch of a rank's stdout or stderr was just read (other streams are ignored)."""
+        """A batch of a rank's stdout or stderr, written at ``t_ns`` (default: the batch's
+        ``written_ns``, else now; other streams are ignored)."""
         if event.stream not in ("stdout", "stderr"):
             return
-        now = clock.wall_ns() if t_ns is None else t_ns
+        now = t_ns if t_ns is not None else event.written_ns or clock.wall_ns()
         with self._lock:
             if event.attempt < self._attempt:
                 return  # a late batch of an attempt that is over

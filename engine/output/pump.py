@@ -65,6 +65,7 @@ class _Tail:
         "offset",
         "path",
         "rank",
+        "read_ns",
         "sent_end",
         "sent_partial",
         "skip_nul",
@@ -99,6 +100,9 @@ class _Tail:
         its own offset, at or past ours, so the hole reaches at least this far."""
         self.index: ArrivalWriter | None = None
         """The arrival index this file's line counts go to (shared with its sibling)."""
+        self.read_ns = clock.wall_ns()
+        """When the last batch was read (wall): what it held was written after, or it was
+        read with it; the earliest time the next batch can be said to be written at."""
 
 
 class OutputPump:
@@ -723,7 +727,7 @@ class OutputPump:
         else:
             out = RankOutput(
                 tail.rank, tail.stream, LineBlock(data, count, self._reads),  # type: ignore[arg-type]
-                partial, tail.attempt, first_line, tail.sent_end, end,
+                partial, tail.attempt, first_line, tail.sent_end, end, self._written(tail),
             )
         tail.sent_end = end
         text = data.decode("utf-8", "surrogatepass") if f is not None and data else ""
@@ -741,6 +745,21 @@ class OutputPump:
             filtered = f.apply(tail.rank, tail.attempt, text, self._text)
             if filtered is not None:
                 batch.append(filtered)
+
+    def _written(self, tail: _Tail) -> int:
+        """When ``tail``'s rank last wrote what this batch holds: the file's mtime, held
+        between the previous batch's read and now (a clock on another host, NFS's, cannot
+        move a batch out of when it could have been written). One fstat a batch, never a
+        line. Under load the pump reads late: a line written before a peer's failure and
+        read after it is still before it (``engine.forensics.activity``)."""
+        now = clock.wall_ns()
+        try:
+            mtime = os.fstat(tail.fd).st_mtime_ns if tail.fd is not None else now
+        except OSError:
+            mtime = now
+        written = min(max(mtime, tail.read_ns), now)
+        tail.read_ns = now
+        return written
 
     def _deliver(self, batch: list[Batch]) -> None:
         if self._noted:

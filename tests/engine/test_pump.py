@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rankvisor.engine import clock
 from rankvisor.engine.events import RankOutput
 from rankvisor.engine.output.console import ConsoleSink
 from rankvisor.engine.output.lines import cut_marker
@@ -379,6 +380,36 @@ def test_a_batch_knows_the_bytes_its_lines_took(tmp_path: Path) -> None:
     first = len("\u00e9\u00e9 \x1b]0;t\x07one\ntwo\n".encode())
     assert lines == [(0, 2, 0, first), (2, 2, first, first + 6 + 70001),
                      (4, 1, first + 6 + 70001, path.stat().st_size)]
+
+
+def test_a_batch_is_timed_by_when_its_file_was_written_within_when_it_could_be(
+    tmp_path: Path,
+) -> None:
+    # The file's mtime, held between the previous read and now: a clock elsewhere (NFS)
+    # cannot put a batch before the last read or after the read that found it.
+    got: list[RankOutput] = []
+    path = tmp_path / "o.log"
+    path.write_bytes(b"")
+    t0 = clock.wall_ns()
+    pump = OutputPump(got.extend)
+    pump.add(0, "stdout", str(path))
+
+    def write(line: bytes, mtime_ns: int) -> tuple[int, int]:
+        with path.open("ab") as f:
+            f.write(line)
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+        before = clock.wall_ns()
+        pump.flush()
+        return before, clock.wall_ns()
+
+    _, t1 = write(b"a\n", t0 - 10**10)  # before the pump followed it: held at the add
+    assert t0 <= got[-1].written_ns <= t1
+    write(b"b\n", t1)  # after the last read, before this one: as the file says
+    assert got[-1].written_ns == t1
+    before, after = write(b"c\n", t1 + 60 * 10**9)  # a minute ahead: held at now
+    assert before <= got[-1].written_ns <= after
+    pump.stop()
+    assert [b.lines for b in got] == [("a",), ("b",), ("c",)]
 
 
 def test_a_log_dir_removed_and_recreated_is_followed(tmp_path: Path) -> None:

@@ -113,6 +113,22 @@ def test_activity_keeps_what_came_before_the_cutoff() -> None:
     assert act.last_ns(0, T0 + 9 * S) is None
 
 
+def test_a_batch_written_before_the_cutoff_and_read_after_it_counts() -> None:
+    # On a loaded machine the pump reads a peer's last "waiting" redraws a second after the
+    # first failure; they are what it was doing before it, and its silence is not longer
+    # for the late read (a silent hang was called "outlived" when they were left out).
+    act = OutputActivity()
+    act.note(RankOutput(0, "stdout", ("step 4",), written_ns=T0 + 2 * S))
+    act.cutoff(T0 + 5 * S)
+    act.note(RankOutput(0, "stdout", (), partial="waiting", written_ns=T0 + 5 * S - 1))
+    act.note(RankOutput(0, "stderr", ("Traceback",), written_ns=T0 + 5 * S + 1))
+    r = act.reading(0)
+    assert (r.last_ns, r.last_line, r.gaps) == (T0 + 5 * S - 1, "waiting", 1)
+    # A batch with no write time is timed as it is noted: after the cutoff, left out.
+    act.note(RankOutput(0, "stdout", ("late",)))
+    assert act.reading(0).last_line == "waiting"
+
+
 def test_torch_s_mismatch_check_outweighs_a_rank_asked_on_its_way_in() -> None:
     # Every rank fails at once on torch's DETAIL check (rank 1 ran broadcast #4, ranks 0 and
     # 2 all_reduce #4). On a loaded machine the Flight Recorder was asked of ranks 1 and 2
