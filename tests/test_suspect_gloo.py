@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rankvisor.engine.events import RanksSignalled, RunFinished
+from rankvisor.engine.events import RankOutput, RanksSignalled, RunFinished
 from rankvisor.engine.handle import SignalRanks
 from rankvisor.engine.supervisor import Supervisor
 from rankvisor.engine.supervisor.run_config import SupervisorConfig
@@ -69,6 +69,36 @@ def test_a_silent_hang_names_the_silent_rank_not_the_first_timeout(tmp_path: Pat
     # torch's root cause is unchanged: a rank whose collective timed out first.
     assert finished.root_cause_rank in (0, 2)
     assert 1 not in finished.result.failures  # stopped by the teardown: not a failure
+
+
+def test_a_silent_hang_is_named_though_the_peers_last_lines_are_read_after_the_failure(
+    tmp_path: Path,
+) -> None:
+    # On a loaded machine the pump can read the peers' last "waiting" redraws only after the
+    # first failure. A sink stands for that load: it holds the pump's thread (which delivers
+    # to the sinks) from a peer's redraw at 2 s until the supervisor has seen a peer fail, so
+    # every line written in between is read after the failure. Those lines are still what
+    # the peers did before it: timed by when they were read, the peers looked silent for
+    # three seconds, and the hang was called "outlived".
+    held: list[str] = []
+
+    def failed(sup: Supervisor) -> bool:
+        return any(sup.snapshot().ranks[r].state.is_final for r in (0, 2))
+
+    def sink(event: object) -> None:
+        if held or not isinstance(event, RankOutput) or event.rank not in (0, 2):
+            return
+        m = re.search(r"waiting\s+(\d+\.\d)s", event.partial)
+        if m and float(m.group(1)) >= 2.0:
+            held.append(event.partial)
+            wait_until(lambda: failed(sup), timeout=60)
+
+    with Supervisor(_config(tmp_path, "--hang", "1", "--timeout", "5")) as sup:
+        sup.subscribe(sink)
+        finished = sup.wait(timeout=120)
+    assert isinstance(finished, RunFinished) and held
+    s = finished.suspect
+    assert s is not None and s.rank == 1 and s.kind == "silence", s
 
 
 def test_a_hang_without_output_names_the_rank_that_outlived_the_timeouts(

@@ -103,6 +103,9 @@ class Monitor:
         self._beat = beat
         """The run's readings, driven by this loop (None: none)."""
         self._thread: threading.Thread | None = None
+        self._over: Over | None = None
+        """An end the kernel decided in this pass: told once the pass's pump calls have read
+        the last ranks' final lines, which the suspect reads (``_end``)."""
         self.signals: SignalInbox | None = None
         """The handled signals' inbox, while ``install_signal_handlers``' handlers are in
         place (set and cleared under the state lock)."""
@@ -215,8 +218,12 @@ class Monitor:
             elif failed_steps == 4:
                 log.error("monitor step keeps failing (%s); retrying every 0.5 s", e)
             time.sleep(min(0.5, 0.01 * failed_steps))
-        # Outside the lock: pump calls first (a rank's last lines), then the events.
+        # Outside the lock: pump calls first (a rank's last lines), then the end, then the
+        # events.
         self._pump.run_ops()
+        if self._over is not None:
+            with self._state.lock:
+                self._end()
         self._events.flush()
         return failed_steps
 
@@ -237,7 +244,9 @@ class Monitor:
         self._stopper.start_captures(now)
         while True:
             held = tuple(held_ranks(state)) if state.teardown_held else ()
-            effects = state.step(Tick(held, finished=state.finished is not None), now)
+            finished = state.finished is not None or (
+                self._over is not None and self._over.kind == "finish")
+            effects = state.step(Tick(held, finished=finished), now)
             self._carry_out(effects)
             # Ranks were started: only now can the end be judged (a failed start is final).
             if not any(isinstance(e, (Respawn, NewAttempt)) for e in effects):
@@ -259,14 +268,8 @@ class Monitor:
                 self._launcher.respawn(state.slots[effect.rank])
             elif isinstance(effect, NewAttempt):
                 self._launcher.start_attempt(first=False)
-            elif isinstance(effect, Over) and effect.kind == "round":
-                # The agent decides (a new round, or the end): the round's result, unpublished.
-                if state.round_result is None:
-                    state.round_result = self._run_finished()
             elif isinstance(effect, Over):
-                state.finished = self._run_finished()
-                # ``wait()`` returns once this event has been delivered (see Publisher.flush).
-                self._events.emit(state.finished)
+                self._over = effect
             else:
                 self._stopper.apply([effect])
 
@@ -327,6 +330,24 @@ class Monitor:
             log.exception("collectives capture at the first failure failed")
 
     # -- the end --------------------------------------------------------------------------
+
+    def _end(self) -> None:
+        """Tell the end the kernel decided; caller holds the lock. Nothing started ranks
+        since it was decided: the kernel's starts are this thread's, and an agent's next
+        round waits for this round's result."""
+        over, self._over = self._over, None
+        state = self._state
+        if over is None:
+            return
+        if over.kind == "round":
+            # The agent decides (a new round, or the end): the round's result, unpublished.
+            if state.round_result is None:
+                state.round_result = self._run_finished()
+        elif state.finished is None:
+            state.finished = self._run_finished()
+            # ``wait()`` returns once this event has been delivered (see Publisher.flush).
+            self._events.emit(state.finished)
+        state.changed.notify_all()
 
     def _run_finished(self) -> RunFinished:
         slots = list(self._state.slots.values())
