@@ -264,8 +264,29 @@ def _dead(fd: int) -> bool:
     return bool(r)
 
 
+_PF_KTHREAD = 0x00200000
+"""A kernel thread (/proc/<pid>/stat's flags): it never has an environment."""
+
+
+def in_exec(stat: bytes, cmdline: bytes, environ: bytes) -> bool:
+    """Whether a process reads as one inside an exec: neither its arguments nor its
+    environment are there yet (the new program's memory is set up, its strings are not),
+    and it is no kernel thread and no zombie, which read so for good. Right after a spawn
+    this window is common: a process caught in it may carry the token a moment later.
+    ``cmdline`` must be read before ``environ``: arguments present mean the exec is done."""
+    if cmdline or environ:
+        return False
+    try:
+        fields = stat.rsplit(b")", 1)[1].split()
+        state, flags = fields[0], int(fields[6])
+    except (IndexError, ValueError):
+        return False
+    return state not in (b"Z", b"X") and not flags & _PF_KTHREAD
+
+
 def _sweep_token(token: bytes, killed: set[tuple[int, int]]) -> int:
-    """SIGKILL every process whose environment carries our token; count the new ones."""
+    """SIGKILL every process whose environment carries our token; count the new ones and
+    those caught inside an exec (``in_exec``: the next sweep reads them again)."""
     needle = b"\0" + GUARD_ENV.encode() + b"=" + token + b"\0"
     me = os.getpid()
     found = 0
@@ -274,10 +295,17 @@ def _sweep_token(token: bytes, killed: set[tuple[int, int]]) -> int:
             continue
         pid = int(name)
         try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read(1)
             with open(f"/proc/{pid}/environ", "rb") as f:
-                env = b"\0" + f.read()
+                env = f.read()
+            if not env:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    found += in_exec(f.read(), cmdline, env)
+                continue
         except OSError:
             continue  # not ours to read, or gone
+        env = b"\0" + env
         if not env.endswith(b"\0"):
             env += b"\0"
         if needle not in env:
@@ -293,6 +321,16 @@ def _sweep_token(token: bytes, killed: set[tuple[int, int]]) -> int:
         killed.add((pid, st))
         found += 1
     return found
+
+
+def sweep(token: bytes, killed: set[tuple[int, int]]) -> None:
+    """Sweep for the token until a pass finds nothing new (at most 50 passes). A process
+    that forked during a pass has a child carrying the token, and one caught inside an
+    exec shows it a moment later: the next pass catches both."""
+    for _ in range(50):
+        if _sweep_token(token, killed) == 0:
+            return
+        time.sleep(0.01)
 
 
 def _guard_main(rfd: int) -> None:
@@ -367,12 +405,8 @@ def _guard_main(rfd: int) -> None:
     for pid, (fd, st) in pinned.items():
         _kill_fd(fd)
         killed.add((pid, st))
-    # Then sweep for the token until a pass finds nothing new. A process that forked
-    # during a pass has a child carrying the token, which the next pass catches.
-    for _ in range(50):
-        if not token or _sweep_token(token, killed) == 0:
-            break
-        time.sleep(0.01)
+    if token:
+        sweep(token, killed)
     if cgroups is not None:
         for path in cgroup_dirs:
             cgroups.remove_tree(path, timeout_s=5.0)

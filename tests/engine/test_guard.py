@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from rankvisor.engine.process.guard import Guard, _pin, starttime
+from rankvisor.engine.process.guard import Guard, _pin, in_exec, starttime, sweep
 
 from tests.conftest import BIN, pid_alive, wait_until
 
@@ -84,3 +85,51 @@ def test_a_recycled_pid_is_not_pinned(tmp_path: Path) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def _reads(pid: int) -> tuple[bytes, bytes, bytes]:
+    # In the sweep's order: the arguments before the environment.
+    proc = Path(f"/proc/{pid}")
+    cmdline = (proc / "cmdline").read_bytes()
+    return (proc / "stat").read_bytes(), cmdline, (proc / "environ").read_bytes()
+
+
+def test_a_process_caught_inside_its_exec_is_read_again_by_the_sweep() -> None:
+    # Right after a spawn the new program's arguments and environment are often not there
+    # yet: a sweep that took such a process for one without our token let it live. Kernel
+    # threads, zombies and a program run with no environment read so for good, and are not
+    # waited for. A live process with neither arguments nor environment: inside its exec.
+    assert in_exec(_reads(os.getpid())[0], b"", b"")
+    # The guard's sweep right after spawns: every one of them is killed. (The sweep lists
+    # /proc first, so here it reaches a new process after its exec more often than not.)
+    token = secrets.token_hex(8)
+    for _ in range(20):
+        p = subprocess.Popen(["sleep", "30"], env={"RANKVISOR_GUARD": token})
+        try:
+            sweep(token.encode(), set())
+            assert p.wait(timeout=10) == -signal.SIGKILL
+        finally:
+            p.kill()
+            p.wait()
+    # A kernel thread (its environment cannot even be opened), where /proc shows one.
+    for stat_path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = stat_path.read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(b")", 1)[1].split()[6]) & 0x00200000:
+            assert not in_exec(stat, b"", b"")
+            break
+    no_env = subprocess.Popen(["sleep", "30"], env={})
+    zombie = subprocess.Popen(["true"])
+    try:
+        wait_until(lambda: _reads(no_env.pid)[1] != b"")
+        assert _reads(no_env.pid)[2] == b"" and not in_exec(*_reads(no_env.pid))
+        # A zombie: its environment is gone with its memory.
+        stat = Path(f"/proc/{zombie.pid}/stat")
+        wait_until(lambda: stat.read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z")
+        assert not in_exec(stat.read_bytes(), b"", b"")
+    finally:
+        no_env.kill()
+        no_env.wait()
+        zombie.wait()
