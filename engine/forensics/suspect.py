@@ -6,7 +6,8 @@ makes one of them fail first, and the hung rank is only stopped by the teardown 
 evidence read here needs nothing from the training code:
 
 - *silence*: a rank whose output (complete lines and progress-bar redraws alike) stopped
-  well before the first failure while its peers went on: silent for at least
+  well before the first failure (from when that rank recorded its error, where it wrote
+  torch's error file: its exit can come seconds later) while its peers went on: silent for at least
   ``silence_factor`` times its peers' median gap between batches, at least that many times
   its own usual gap (a rank that writes every minute is not stalled after 10 s), at least
   ``silence_factor`` times its peers' own silence (when every rank stopped writing together,
@@ -100,6 +101,11 @@ class RankFacts:
     """The signal rankvisor sent that ended it in its exit, after it had failed on its own
     (torch counts the failure; the signal is still ours, never evidence): "SIGTERM". Its
     ``message`` is then its own error only, "" when the signal cut its traceback short."""
+    error_ns: int | None = None
+    """When it recorded its error (its error file written, torch's ``record``), if before
+    its exit: its failure began there. The exit may come seconds later (a loaded machine, a
+    process group's slow teardown), while its peers, whose collectives failed with it, have
+    stopped writing: silence is measured up to the earliest failure's start, not its exit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +148,8 @@ def _how(f: RankFacts) -> str:
 def _silent(
     f: RankFacts, peers: list[RankFacts], first_ns: int, factor: float, min_s: float
 ) -> float | None:
-    """Seconds ``f`` was silent before the first failure, if that sets it apart."""
+    """Seconds ``f`` was silent before the first failure began (``first_ns``), if that
+    sets it apart."""
     last = f.activity.last_ns
     talking = [p for p in peers if p.activity.last_ns is not None]
     if last is None or not talking:
@@ -192,6 +199,7 @@ def find_suspect(
     if not real:
         return None
     first_ns = min(f.exit_time_ns or 0 for f in real)
+    began_ns = min(min(f.exit_time_ns or 0, f.error_ns or first_ns) for f in real)
     evidence: list[_Evidence] = []
 
     at_prompt = {p.rank: p for p in pauses if p.how == "prompt" and p.since_ns < first_ns}
@@ -207,7 +215,7 @@ def find_suspect(
             continue  # it fell silent once a person paused a peer: it waited for that peer
         seconds = _silent(
             f, [p for p in facts if p.rank != f.rank and p.rank not in at_prompt],
-            first_ns, silence_factor, silence_min_s,
+            began_ns, silence_factor, silence_min_s,
         )
         if seconds is not None:
             silent[f.rank] = seconds

@@ -263,7 +263,9 @@ class Monitor:
                     self._capture_collectives(effect.rank)
                 # Output after the first failure (tracebacks, the teardown) is not what the
                 # ranks were doing before it: the suspect's silence is measured up to here.
-                state.activity.cutoff(effect.exit_time_ns or clock.wall_ns())
+                state.activity.cutoff(
+                    _error_ns(state.slots[effect.rank]) or effect.exit_time_ns
+                    or clock.wall_ns())
             elif isinstance(effect, Respawn):
                 self._launcher.respawn(state.slots[effect.rank])
             elif isinstance(effect, NewAttempt):
@@ -372,6 +374,9 @@ class Monitor:
         if not real:
             return None
         first_ns = min(s.exit_time_ns or clock.wall_ns() for s in real)
+        # Where the first failure began (see _error_ns): what the ranks wrote is read up to
+        # there, as the activity's cutoff is.
+        began_ns = min(min(first_ns, _error_ns(s) or first_ns) for s in real)
         activity = self._state.activity
         facts = []
         for s in slots:
@@ -388,10 +393,11 @@ class Monitor:
                 exit_time_ns=s.exit_time_ns,
                 message=message,
                 stopped_by=s.stop_reason if s.caused_by_us else None,
-                activity=activity.reading(s.rank, until_ns=first_ns),
+                activity=activity.reading(s.rank, until_ns=began_ns),
                 said=said,
                 raised_before_stop=raised,
                 ended_by=ended_by,
+                error_ns=_error_ns(s) if failed else None,
             ))
         try:
             return find_suspect(
@@ -449,6 +455,22 @@ def _raised_before_stop(slot: RankSlot) -> bool:
     except ValueError:
         return False
     return 0 < seconds <= -(-slot.stop_signal_ns // 1_000_000_000)
+
+
+def _error_ns(slot: RankSlot) -> int | None:
+    """When a rank recorded its error: its error file's write time (torch's ``record``
+    writes it as the exception leaves ``main``), None without one written before its exit.
+    Its failure began there; the exit may come seconds later (interpreter and process group
+    teardown on a loaded machine), while its peers, whose collectives failed with it, have
+    stopped writing already. One stat, once per failed exit."""
+    exit_ns = slot.exit_time_ns
+    if not slot.error_file or exit_ns is None:
+        return None
+    try:
+        written = os.stat(slot.error_file).st_mtime_ns
+    except OSError:
+        return None
+    return written if written <= exit_ns else None
 
 
 def _ended_by_us(slot: RankSlot) -> str:

@@ -13,11 +13,14 @@ rank that waits is seen to be alive. At step ``--at``:
   --dying R    rank R prints a knock-on's traceback (a peer closed its connection), creates
                ``--marker`` and sleeps: a rank caught in its exit by the teardown's SIGTERM
   --after R    rank R waits for ``--marker``, then raises (the first failure, after ``--dying``)
+  --slow-exit S  every rank takes S seconds to exit after its error is recorded (a loaded
+               machine, a process group's slow teardown)
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import ctypes
 import datetime
 import os
@@ -61,7 +64,12 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--timeout", type=float, default=4.0)
     p.add_argument("--no-heartbeat", action="store_true")
+    p.add_argument("--slow-exit", type=float, default=0.0)
     a = p.parse_args()
+    if a.slow_exit:
+        # Runs at the interpreter's exit: after @record wrote the error file and the
+        # traceback was printed.
+        atexit.register(time.sleep, a.slow_exit)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
     rank = dist.get_rank()
     out = sys.stdout

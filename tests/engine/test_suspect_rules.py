@@ -93,6 +93,29 @@ def test_no_failure_on_its_own_means_no_suspect() -> None:
     assert find_suspect(facts) is None
 
 
+def test_silence_is_measured_to_where_the_first_failure_began_not_to_its_exit() -> None:
+    # Ranks 0 and 2 recorded their collective's timeout (their error files) at 10 s and, on
+    # a loaded machine, exited 3 s later; their last redraws came just before 10 s. Rank 1
+    # hung at 5 s. Measured to the exits every rank looks silent for 3 s or more, and 8 s is
+    # not three times that: the hang was "outlived".
+    timeout = "RuntimeError: Timed out waiting 5000ms for recv operation to complete"
+
+    def facts(recorded: bool) -> list[RankFacts]:
+        return [
+            _facts(rank=r, failed=True, exitcode=1, exit_time_ns=T0 + 13 * S + r,
+                   stopped_by=None, message=timeout, activity=_act(r, 9.9),
+                   error_ns=T0 + 10 * S if recorded else None)
+            for r in (0, 2)
+        ] + [_facts(rank=1, activity=_act(1, 5.0, line="step 4"))]
+
+    s = find_suspect(facts(recorded=True))
+    assert s is not None and (s.rank, s.kind) == (1, "silence"), s
+    assert s.reason == "rank 1: silent 5.0 s before the first failure; last line: step 4"
+    assert s.first_failure_ns == T0 + 13 * S  # torch's first failure is still the exit
+    s = find_suspect(facts(recorded=False))
+    assert s is not None and (s.rank, s.kind) == (1, "outlived"), s
+
+
 def test_activity_keeps_what_came_before_the_cutoff() -> None:
     act = OutputActivity()
     for i in range(5):
