@@ -56,10 +56,10 @@ def _stdout(sup: Supervisor, rank: int) -> str:
 
 
 def test_a_silent_hang_names_the_silent_rank_not_the_first_timeout(tmp_path: Path) -> None:
-    # The hang must be three times the peers' silence before the failure, and that silence
-    # is as the supervisor saw it: its reads are 0.25 s apart headless, later on a loaded
-    # machine. With a 3 s gloo timeout a loaded full run once called the hang "outlived";
-    # 5 s leaves room for 1.6 s of it.
+    # The hang must be three times the peers' silence before the failure began. That
+    # silence runs from when the peers last wrote (not when their lines were read) to when
+    # the first of them recorded its error (not its exit): a loaded machine moves neither
+    # (the next test holds the pump and slows the exits).
     finished = _run(tmp_path, "--hang", "1", "--timeout", "5")
     s = finished.suspect
     assert s is not None and s.rank == 1 and s.kind == "silence", s
