@@ -342,6 +342,7 @@ class ConsoleSink:
                 continue
             if self._frames_every is not None:
                 noted.append(item)
+            shown = self._frame_printed(item)
             data: bytes | None = None
             if isinstance(item, TextBatch):
                 if not item.data:
@@ -356,6 +357,14 @@ class ConsoleSink:
                 data, n = item.lines.read_data(), item.lines.count  # as the pump read it
             else:
                 lines = item.lines
+            if shown:
+                # Its first line was printed already, as its unfinished frame.
+                if data is not None:
+                    data, n = data[data.index(b"\n") + 1:], n - 1
+                    if not data:
+                        continue
+                else:
+                    lines = lines[1:]
             if data is None:
                 if self._filter is not None:
                     lines = tuple(x for x in lines if self._filter(x + "\n"))
@@ -383,6 +392,22 @@ class ConsoleSink:
                 frames = self._due_frames()
                 if frames:
                     self._write(frames)
+
+    def _frame_printed(self, item: RankOutput | TextBatch) -> bool:
+        """Whether ``item``'s first complete line is the frame of its rank's stream already
+        printed as a line (a pipe, a file). An unbuffered Python rank writes a print's text
+        and its newline apart; a read between the two saw an unfinished line, printed as its
+        frame at once, and the line it became would be printed a second time."""
+        if self._frames_every is None or self._in_place:
+            return False
+        frame = self._frames.get((item.rank, item.stream))
+        if frame is None or not frame.shown:
+            return False
+        data = item.data if isinstance(item, TextBatch) else getattr(item.lines, "data", None)
+        if isinstance(data, bytes):
+            end = data.find(b"\n")
+            return end >= 0 and data[:end].decode("utf-8", "surrogatepass") == frame.shown
+        return bool(item.lines) and item.lines[0] == frame.shown
 
     def _note_frame(self, item: RankOutput | TextBatch) -> None:
         """Keep the rank's current unfinished line (after this batch's complete lines;

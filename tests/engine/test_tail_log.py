@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from rankvisor.engine.events import RankOutput
 from rankvisor.engine.output.console import ConsoleSink
+from rankvisor.engine.output.text_batch import LineBlock
 from rankvisor.engine.tail_log import TailLog
 
 from tests.conftest import BIN, PYTHON, wait_until
@@ -203,6 +204,21 @@ def test_console_sink_prints_unfinished_frames_as_lines_or_in_place() -> None:
     sink([RankOutput(0, "stdout", (), partial="2/9")])
     sink.flush_frames()
     assert slow.getvalue() == "[w0]:1/9\n"
+    # An unbuffered Python rank writes a print's text and its newline apart: a read between
+    # them sees the text unfinished, printed as its frame at once. The line it becomes is
+    # that frame, printed already: not twice (a loaded two-host run showed a line twice).
+    # Its other lines, and a line that only starts like the frame, are printed as usual.
+    for make in (lambda lines: lines, lambda lines: LineBlock(
+            "".join(x + "\n" for x in lines).encode(), len(lines))):
+        split = io.StringIO()
+        sink = ConsoleSink(split, name="w", frames_every=0.0, in_place=False)
+        sink([RankOutput(0, "stdout", make(("ready",)))])
+        sink([RankOutput(0, "stdout", (), partial="start rank 3")])
+        sink([RankOutput(0, "stdout", make(("start rank 3", "next")))])
+        sink([RankOutput(0, "stdout", (), partial="step")])
+        sink([RankOutput(0, "stdout", make(("steps: 2",)))])
+        assert split.getvalue() == (
+            "[w0]:ready\n[w0]:start rank 3\n[w0]:next\n[w0]:step\n[w0]:steps: 2\n")
     # Without frames_every (torch's TailLog, the default) nothing unfinished is printed.
     plain = io.StringIO()
     ConsoleSink(plain, name="w")([RankOutput(0, "stdout", (), partial="50%")])
