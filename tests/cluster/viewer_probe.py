@@ -19,7 +19,7 @@ import time
 
 from rankvisor.engine.cluster.viewer import ClusterHandle
 from rankvisor.engine.control import registry
-from rankvisor.engine.control.client import RemoteHandle
+from rankvisor.engine.control.client import NoAnswer, RemoteHandle
 from rankvisor.engine.events import Event, RankOutput, RankStateChanged, SupervisorNotice
 from rankvisor.engine.handle import DumpStacks, TerminateRanks
 
@@ -28,8 +28,12 @@ MIRROR_WAIT_S = 30.0
 
 
 def _mirrored(viewer: ClusterHandle, ranks: set[int]) -> bool:
-    """Whether each of ``ranks`` has some bytes of its files mirrored on this host."""
-    files = {r.rank: (r.stdout_path, r.stderr_path) for r in viewer.snapshot().ranks}
+    """Whether each of ``ranks`` has some bytes of its files mirrored on this host; True
+    once this host's supervisor has closed (a run a command ended: nothing more comes)."""
+    try:
+        files = {r.rank: (r.stdout_path, r.stderr_path) for r in viewer.snapshot().ranks}
+    except NoAnswer:
+        return True
 
     def has_bytes(path: str) -> bool:
         return bool(path) and os.path.isfile(path) and os.path.getsize(path) > 0
@@ -133,9 +137,13 @@ def main() -> None:
 
 
 def _remote(viewer: ClusterHandle, local_ranks: set[int]) -> dict[str, list[object]]:
-    """Each remote rank's state and pid as the viewer shows them now."""
-    return {str(r.rank): [r.state.value, r.pid] for r in viewer.snapshot().ranks
-            if r.rank not in local_ranks}
+    """Each remote rank's state and pid as the viewer shows them now ({} once this host's
+    supervisor has closed)."""
+    try:
+        ranks = viewer.snapshot().ranks
+    except NoAnswer:
+        return {}
+    return {str(r.rank): [r.state.value, r.pid] for r in ranks if r.rank not in local_ranks}
 
 
 if __name__ == "__main__":
