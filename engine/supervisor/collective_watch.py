@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Callable, Container, Mapping, Sequence
@@ -41,7 +40,7 @@ from ..forensics.worker_server import DEFAULT_TIMEOUT_S as ASK_TIMEOUT_S
 from ..forensics.worker_server import Answer, ask_all
 from ..process.py_bootstrap import ENV_WORKER_SOCKET
 from .state import RunState
-from .ticker import Beat, Ticker
+from .ticker import Beat, Ticker, next_on_grid
 
 __all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "CollectiveWatch", "recorder_env"]
 
@@ -154,7 +153,7 @@ class CollectiveWatch:
         self._idle = (paths, wait)
         if wait <= self._interval:
             return None
-        return math.floor(clock.monotonic() / wait + 1) * wait
+        return next_on_grid(clock.monotonic(), wait)
 
     def _ask_quietly(self, paths: Mapping[int, str]) -> None:
         try:

@@ -82,13 +82,23 @@ class Ticker:
 
 def next_on_grid(now: float, interval_s: float) -> float:
     """The first point of ``interval_s``'s grid after ``now``: tickers of commensurate
-    intervals fall due at the same moments."""
-    return (math.floor(now / interval_s) + 1) * interval_s
+    intervals fall due at the same moments. Strictly after, whatever the floats do: on a
+    point of the grid (a wake-up a hair early is moved onto one), ``now / interval_s`` can
+    round below it (149.6 / 0.05 is 2991.9999999999995), and a next call at ``now`` itself
+    had the beat put the same ticker back at the same moment for ever, its lock held."""
+    k = math.floor(now / interval_s) + 1
+    while k * interval_s <= now:
+        k += 1
+    return k * interval_s
 
 
 def on_grid_from(at: float, interval_s: float) -> float:
-    """The first point of ``interval_s``'s grid at or after ``at``."""
-    return math.ceil(at / interval_s) * interval_s
+    """The first point of ``interval_s``'s grid at or after ``at`` (not before it, whatever
+    the floats do)."""
+    k = math.ceil(at / interval_s)
+    while k * interval_s < at:
+        k += 1
+    return k * interval_s
 
 
 class Beat:

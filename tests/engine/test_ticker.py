@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from rankvisor.engine.supervisor.ticker import Beat, Ticker, next_on_grid
+from rankvisor.engine.supervisor.ticker import Beat, Ticker, next_on_grid, on_grid_from
 
 from tests.conftest import wait_until
 
@@ -20,9 +20,36 @@ from tests.conftest import wait_until
     (10.2, 1.0, 11.0),
     (10.7, 0.5, 11.0),   # 0.5 s and 1 s tickers fall due together at 11.0
     (0.0, 0.25, 0.25),
+    # On a grid point whose division by the interval rounds below it (149.6 / 0.05 is
+    # 2991.9999999999995): the next one still, never the point itself.
+    (2992 * 0.05, 0.05, 2993 * 0.05),
+    (2992 * 0.1, 0.1, 2993 * 0.1),
+    (998 * 0.7, 0.7, 999 * 0.7),
 ])
 def test_a_ticker_falls_due_on_the_grid_of_its_interval(now, interval, due) -> None:
+    assert next_on_grid(now, interval) > now
     assert next_on_grid(now, interval) == pytest.approx(due)
+    assert now <= on_grid_from(now, interval) <= now + interval
+
+
+def test_a_wake_up_a_hair_early_for_a_point_the_floats_round_below_runs_once() -> None:
+    # The hair-early wake-up is moved onto the grid point, 2992 * 0.05: the ticker's next
+    # call was put at that same point again, and the beat, holding its lock, went round for
+    # ever (a clean-clone run's stats test hung in it).
+    from rankvisor.engine import clock
+
+    fake = clock.FakeClock(monotonic=149.56)
+    calls: list[float] = []
+    beat = Beat("test-float-grid", driver=lambda: None)
+    with clock.using(fake):
+        ticker = Ticker("stats", 0.05, lambda: calls.append(fake.monotonic()), beat=beat)
+        ticker.start()
+        assert beat.next_due() == 2992 * 0.05
+        fake.advance(149.5995 - fake.monotonic())
+        beat.run_due(fake.monotonic())
+        assert len(calls) == 1
+        assert beat.next_due() == pytest.approx(149.65)
+        ticker.stop()
 
 
 def _beat_threads(name: str) -> list[threading.Thread]:
