@@ -374,9 +374,10 @@ class Monitor:
         if not real:
             return None
         first_ns = min(s.exit_time_ns or clock.wall_ns() for s in real)
+        errors_ns = {s.rank: _error_ns(s) for s in real}
         # Where the first failure began (see _error_ns): what the ranks wrote is read up to
         # there, as the activity's cutoff is.
-        began_ns = min(min(first_ns, _error_ns(s) or first_ns) for s in real)
+        began_ns = min(min(first_ns, errors_ns[s.rank] or first_ns) for s in real)
         activity = self._state.activity
         facts = []
         for s in slots:
@@ -397,7 +398,7 @@ class Monitor:
                 said=said,
                 raised_before_stop=raised,
                 ended_by=ended_by,
-                error_ns=_error_ns(s) if failed else None,
+                error_ns=errors_ns.get(s.rank),
             ))
         try:
             return find_suspect(
