@@ -117,6 +117,8 @@ class DirWatcher:
         """wd -> directory path."""
         self._wds: dict[str, int] = {}
         """directory path -> wd."""
+        self._ids: dict[str, tuple[int, int]] = {}
+        """directory path -> (st_dev, st_ino) of the directory last watched under it."""
 
     def fileno(self) -> int:
         """The descriptor to ``poll()``: readable when events are waiting."""
@@ -126,8 +128,14 @@ class DirWatcher:
         """True if ``path`` (a directory) is watched."""
         return path in self._wds
 
-    def watch_dir(self, path: str, rearm: bool = False) -> None:
+    def watch_dir(self, path: str, rearm: bool = False) -> bool:
         """Watch the directory ``path`` (idempotent), or arm its one-shot watch again.
+
+        Returns True when the directory now watched is not the one last watched under
+        ``path``: it was removed and made again while its one-shot watch was spent, so
+        files in it may have been made, written and replaced with no event to tell.
+        (Its identity is its inode: an old directory a follower still holds a file of
+        cannot give its number to the new one.)
 
         Raises:
             OSError: the directory does not exist, or the watch limit is reached (ENOSPC).
@@ -135,7 +143,7 @@ class DirWatcher:
         assert _libc is not None
         with self._lock:
             if path in self._wds and not rearm:
-                return
+                return False
             wd = _libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK)
             if wd < 0:
                 err = ctypes.get_errno()
@@ -145,6 +153,15 @@ class DirWatcher:
                 self._wds.pop(old, None)
             self._dirs[wd] = path
             self._wds[path] = wd
+            # Looked at after the watch is in place: a directory replaced after this look
+            # is one the watch was on, and its files' removal fires it.
+            try:
+                st = os.stat(path)
+            except OSError:
+                return True  # replaced already: look at what is there now
+            before = self._ids.get(path)
+            self._ids[path] = (st.st_dev, st.st_ino)
+            return before is not None and before != self._ids[path]
 
     def read(self) -> list[InotifyEvent] | None:
         """Return the waiting events ([] if none); None if the kernel queue overflowed

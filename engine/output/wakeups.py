@@ -146,7 +146,6 @@ class InotifyWaker(Waker):
                 target = _nearest_existing_dir(path)
                 try:
                     self._dirs.watch_dir(target)
-                    break
                 except FileNotFoundError:
                     continue  # removed as we looked: its parent, or it made again
                 except OSError as e:
@@ -154,8 +153,12 @@ class InotifyWaker(Waker):
                     # file, only later.
                     logger.warning("cannot watch %s for %s: %s", target, path, e)
                     break
+                # A directory made below an ancestor after its watch is in place wakes us;
+                # one made between the look and the watch does not: look again, go down.
+                if target == own or _nearest_existing_dir(path) == target:
+                    break
             else:
-                logger.warning("cannot watch a directory for %s: removed as watched", path)
+                logger.warning("cannot watch a directory for %s: its path keeps changing", path)
                 continue
             if not self._dirs.watching(target):
                 continue
@@ -200,7 +203,9 @@ class InotifyWaker(Waker):
         # before it is read now.
         for directory in fired:
             try:
-                self._dirs.watch_dir(directory, rearm=True)
+                # Another directory under the same name (made again while its spent watch
+                # could not tell): its files are looked at as created ones.
+                created |= self._dirs.watch_dir(directory, rearm=True)
             except OSError:
                 gone = True  # removed meanwhile: watch an ancestor until it comes back
         if gone:
