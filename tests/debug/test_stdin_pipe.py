@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -94,9 +93,11 @@ def test_the_probe_ignores_other_blocking_reads() -> None:
     pipe.spawned()
     probe = StdinProbe()
     try:
-        time.sleep(0.3)  # let it block in its read (a negative is checked, not waited for)
+        # Blocked in its read of the other pipe first (seen, not slept for: the start of a
+        # Python on a loaded machine took longer than a fixed pause); then, in that same
+        # read, it is not taken for a reader of its stdin.
+        wait_until(lambda: probe.waiting(proc.pid, other.inode, deep=True))
         assert not probe.waiting(proc.pid, pipe.inode, deep=True)
-        assert probe.waiting(proc.pid, other.inode, deep=True)
     finally:
         proc.kill()
         proc.wait()
